@@ -110,7 +110,47 @@ double cf_eval_binary(cf_op op, double a, double b);
 
 /* ---- lex.c / parse.c ---------------------------------------------------- */
 
-/* (see cf_spec_parse in comfuse.h) */
+/* (see cf_spec_parse in comfuse.h and docs/spec.md) */
+
+#define CF_SPEC_MAX_BYTES ((size_t)16 << 20)  /* larger specs are rejected     */
+#define CF_PARSE_MAX_DEPTH 256                /* expression nesting limit       */
+
+typedef enum cf_tok_kind {
+    CF_TOK_EOF,
+    CF_TOK_END,          /* newline or ';' outside brackets: ends a statement */
+    CF_TOK_IDENT,
+    CF_TOK_NUMBER,
+    CF_TOK_PLUS, CF_TOK_MINUS, CF_TOK_STAR, CF_TOK_SLASH, CF_TOK_AT, CF_TOK_POW,
+    CF_TOK_LPAREN, CF_TOK_RPAREN, CF_TOK_LBRACKET, CF_TOK_RBRACKET,
+    CF_TOK_COMMA, CF_TOK_COLON, CF_TOK_EQUAL,
+    CF_TOK_KIND_COUNT
+} cf_tok_kind;
+
+typedef struct cf_token {
+    cf_tok_kind kind;
+    size_t off, len;     /* the text is src[off, off+len)                     */
+    int line, col;       /* 1-based; col counts bytes                         */
+    double num;          /* NUMBER                                            */
+} cf_token;
+
+typedef struct cf_lexer {
+    const char *src;
+    size_t len, pos;
+    const char *file;    /* for diagnostics; never NULL                      */
+    int line;
+    size_t line_start;   /* offset of the current line                        */
+    int nest;            /* open ( and [: newlines inside them are skipped     */
+} cf_lexer;
+
+void cf_lex_init(cf_lexer *lx, const char *src, size_t len, const char *file);
+/* Scans the next token; on a lexical error fills err (CF_ERR_PARSE). */
+cf_status cf_lex_next(cf_lexer *lx, cf_token *tok, cf_error *err);
+const char *cf_tok_kind_name(cf_tok_kind k);
+/* "file:line:col: msg" then the source line and a caret under col. */
+cf_status cf_lex_errorf(const cf_lexer *lx, cf_status st, int line, int col, cf_error *err,
+                        const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Appends the source line and caret for line:col to an existing message. */
+void cf_lex_append_context(const cf_lexer *lx, int line, int col, cf_error *err);
 
 /* ---- ir.c / lower.c: the Fusion Spec IR S = <N, E, tau, A, C> ----------- */
 
