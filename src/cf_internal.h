@@ -257,4 +257,241 @@ cf_status cf_ir_verify(const cf_ir *ir, cf_error *err);
 /* Deterministic text form (used by cf_ir_print and tests). */
 void cf_ir_format(const cf_ir *ir, cf_strbuf *sb);
 
+/* ---- codegen.c: Ψ ----------------------------------------------------- */
+
+/* Kernel shape chosen by the host (see the device header for the meaning). */
+typedef struct cf_cg_options {
+    int bm, bn;          /* rows / columns of one consumer warpgroup's tile    */
+    int stages;          /* shared-memory pipeline depth                        */
+    int cluster_n;       /* CTAs per cluster along N                            */
+} cf_cg_options;
+
+/* CF_ERR_UNSUPPORTED when the IR uses what the code generator cannot emit yet. */
+cf_status cf_cg_check(const cf_ir *ir, cf_error *err);
+/* Appends the CUDA source of the fused kernel to out; title names the spec. */
+cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *title, cf_strbuf *out,
+                     cf_error *err);
+
+/* ---- runtime.c / cache.c / sha256.c ------------------------------------- */
+
+/* SHA-256 (sha256.c): the cache key and entry checksums. */
+typedef struct cf_sha256 {
+    uint32_t h[8];
+    uint64_t nbytes;
+    unsigned char buf[64];
+    size_t fill;
+} cf_sha256;
+
+void cf_sha256_init(cf_sha256 *s);
+void cf_sha256_update(cf_sha256 *s, const void *data, size_t len);
+void cf_sha256_final(cf_sha256 *s, unsigned char out[32]);
+void cf_sha256(const void *data, size_t len, unsigned char out[32]);
+void cf_sha256_hex(const unsigned char digest[32], char hex[65]);
+
+/* The device headers (every .cuh in src/device/), embedded at build time by
+ * tools/embed.c into build/gen/device_headers.c.  NVRTC sees each one under its file name
+ * (`#include "cf_sm90.cuh"`); texts are NUL-terminated, sizes exclude the NUL. */
+extern const int cf_rt_n_device_headers;
+extern const char *const cf_rt_device_header_names[];
+extern const char *const cf_rt_device_header_texts[];
+extern const size_t cf_rt_device_header_sizes[];
+
+/* What the kernel cache did for one cf_rt_compile. */
+typedef enum cf_rt_cache_result {
+    CF_RT_CACHE_DISABLED,    /* no usable cache dir (see cache_note): compiled, not stored */
+    CF_RT_CACHE_MISS,        /* compiled; stored when `stored`                              */
+    CF_RT_CACHE_HIT_MEMORY,  /* from the in-process table                                   */
+    CF_RT_CACHE_HIT_DISK,    /* read from cache_path                                        */
+    CF_RT_CACHE_REBUILT,     /* a corrupt entry was removed and rebuilt (see cache_note)     */
+    CF_RT_CACHE_RESULT_COUNT
+} cf_rt_cache_result;
+
+const char *cf_rt_cache_result_name(cf_rt_cache_result r);
+
+/* A compiled kernel: the CUBIN, its PTX and the NVRTC log with ptxas -v
+ * figures.  All pointers are malloc'd and owned; free with cf_rt_cubin_free. */
+typedef struct cf_rt_cubin {
+    unsigned char *cubin;
+    size_t cubin_size;
+    char *ptx;                 /* NUL-terminated                                   */
+    size_t ptx_size;           /* without the NUL                                  */
+    char *log;                 /* NVRTC log; embedded NULs replaced by '\n'        */
+    size_t log_size;
+    /* From the ptxas -v report for the entry named like `name` (else the max
+     * over all entries); -1 when the log does not say. */
+    int registers, spill_store_bytes, spill_load_bytes, stack_bytes, smem_bytes, barriers;
+    cf_rt_cache_result cache;
+    bool stored;               /* an entry for key is now on disk                  */
+    char key[65];              /* hex SHA-256 cache key                            */
+    char cache_path[1024];     /* the entry file ("" when caching is disabled)     */
+    char cache_note[512];      /* why the cache was bypassed/rebuilt, or ""        */
+    double compile_ms;         /* NVRTC time (0 on a hit)                          */
+    double total_ms;           /* wall time of the whole cf_rt_compile call        */
+} cf_rt_cubin;
+
+/* Base NVRTC options; extra_opts are appended (and hashed into the key). */
+#define CF_RT_ARCH_OPT "--gpu-architecture=sm_90a"
+
+typedef struct cf_rt_compile_opts {
+    const char *const *extra_opts;   /* appended after the base options        */
+    int n_extra;
+    /* Named headers besides the embedded ones (same include-name rules). */
+    const char *const *header_names;
+    const char *const *header_texts;
+    int n_headers;
+    bool no_cache;                   /* neither read nor write any cache        */
+} cf_rt_compile_opts;
+
+/* Compiles src (kernel/program `name`) for sm_90a through the cache:
+ * --gpu-architecture=sm_90a -std=c++17 --ptxas-options=-v + extra options,
+ * with every embedded device header.  CF_ERR_NVRTC with the log on a failed
+ * compile (out->log then holds the full log); env CF_CACHE_DIR,
+ * CF_ASSERT_CACHED=1 (a miss is CF_ERR_IO).  out is zeroed first. */
+cf_status cf_rt_compile(const char *src, const char *name, const char *const *extra_opts,
+                        int n_extra, cf_rt_cubin *out, cf_error *err);
+cf_status cf_rt_compile_ex(const char *src, const char *name, const cf_rt_compile_opts *opts,
+                           cf_rt_cubin *out, cf_error *err);
+void cf_rt_cubin_free(cf_rt_cubin *c);
+
+/* NVRTC itself: loaded on first use ($CF_NVRTC_PATH, libnvrtc.so.13, .12,
+ * .so, then $CUDA_HOME/lib64 and /usr/local/cuda/lib64).  CF_ERR_NVRTC when
+ * it cannot be found.  *path (optional) gets the library that was loaded. */
+cf_status cf_rt_nvrtc_load(int *major, int *minor, const char **path, cf_error *err);
+
+/* Kernel cache (cache.c).  The cache dir: $CF_CACHE_DIR, else
+ * $XDG_CACHE_HOME/comfuse, else $HOME/.cache/comfuse, created like mkdir -p.
+ * Returns false (with a reason in note) when no usable dir exists. */
+bool cf_cache_dir(char *dir, size_t n, char *note, size_t note_n);
+/* The key over everything that determines the CUBIN (see cache.c). */
+void cf_cache_key(const char *src, const char *name, int nvrtc_major, int nvrtc_minor,
+                  const char *const *opts, int n_opts, const char *const *hdr_names,
+                  const char *const *hdr_texts, int n_hdrs, char hex[65]);
+typedef enum cf_cache_lookup {
+    CF_CACHE_ABSENT,       /* no entry                                            */
+    CF_CACHE_FOUND,        /* out filled (cubin, ptx, log)                        */
+    CF_CACHE_CORRUPT,      /* bad magic, length or checksum: removed; why in note */
+} cf_cache_lookup;
+/* Reads <dir>/<key>.cubin into out->cubin/ptx/log. */
+cf_cache_lookup cf_cache_load(const char *dir, const char *key, cf_rt_cubin *out, char *note,
+                              size_t note_n);
+/* Writes the entry atomically (mkstemp in dir, fsync, rename).  false with a
+ * reason in note on failure; never leaves a temp file behind. */
+bool cf_cache_store(const char *dir, const char *key, const cf_rt_cubin *c, char *note,
+                    size_t note_n);
+/* The path of the entry for key in dir. */
+void cf_cache_entry_path(const char *dir, const char *key, char *path, size_t n);
+/* The in-process table in front of the disk (thread-safe). */
+bool cf_cache_mem_get(const char *key, cf_rt_cubin *out);
+void cf_cache_mem_put(const char *key, const cf_rt_cubin *c);
+void cf_cache_mem_clear(void);
+/* Parses the ptxas -v report in c->log into c's register/spill/smem fields. */
+void cf_rt_parse_ptxas(cf_rt_cubin *c, const char *name);
+
+/* ---- the CUDA driver (runtime.c), loaded from libcuda.so.1 at run time ---- */
+
+typedef uint64_t cf_rt_devptr;     /* CUdeviceptr                                */
+typedef void *cf_rt_module;        /* CUmodule                                   */
+typedef void *cf_rt_func;          /* CUfunction                                 */
+typedef void *cf_rt_stream;        /* CUstream; NULL = the default stream        */
+typedef void *cf_rt_event;         /* CUevent                                    */
+
+/* Loads the driver, cuInit, and makes the primary context of device 0 (or
+ * $CF_DEVICE) current on the calling thread.  Every cf_rt_ driver wrapper
+ * calls it.  CF_ERR_NO_DEVICE without libcuda.so.1 or without a GPU. */
+cf_status cf_rt_init(cf_error *err);
+
+typedef struct cf_rt_device_info {
+    char name[256];
+    int ordinal;
+    int cc_major, cc_minor;
+    int sm_count;
+    int smem_optin;            /* max dynamic smem per block with opt-in, bytes */
+    int smem_per_sm;
+    int l2_bytes;
+    int clock_khz;
+    size_t total_mem;
+    int driver_version;        /* e.g. 13000                                     */
+} cf_rt_device_info;
+
+cf_status cf_rt_device_info_get(cf_rt_device_info *info, cf_error *err);
+
+cf_status cf_rt_module_load(const void *cubin, cf_rt_module *mod, cf_error *err);
+cf_status cf_rt_module_unload(cf_rt_module mod, cf_error *err);
+cf_status cf_rt_module_get_func(cf_rt_module mod, const char *name, cf_rt_func *f, cf_error *err);
+
+typedef struct cf_rt_func_attrs {
+    int registers, static_smem, const_bytes, local_bytes, max_threads;
+    int ptx_version, binary_version;
+    int max_dynamic_smem;
+} cf_rt_func_attrs;
+
+cf_status cf_rt_func_get_attrs(cf_rt_func f, cf_rt_func_attrs *a, cf_error *err);
+/* Sets MAX_DYNAMIC_SHARED_SIZE_BYTES to dyn_smem and, for clusters > 8,
+ * NON_PORTABLE_CLUSTER_SIZE_ALLOWED.  Call once per function and config. */
+cf_status cf_rt_func_prepare(cf_rt_func f, int dyn_smem, int cluster, cf_error *err);
+/* How many clusters of `cluster` CTAs (block threads, dyn_smem bytes each)
+ * can be co-resident (cuOccupancyMaxActiveClusters; cluster 1 = CTAs). */
+cf_status cf_rt_max_active_clusters(cf_rt_func f, int cluster, int block, int dyn_smem,
+                                    int *n, cf_error *err);
+
+typedef struct cf_rt_launch_cfg {
+    unsigned grid[3], block[3];
+    unsigned cluster[3];       /* {0,0,0} or {1,1,1}: no cluster attribute          */
+    unsigned dyn_smem;
+    cf_rt_stream stream;
+} cf_rt_launch_cfg;
+
+/* cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION. */
+cf_status cf_rt_launch(cf_rt_func f, const cf_rt_launch_cfg *cfg, void **args, cf_error *err);
+
+cf_status cf_rt_malloc(cf_rt_devptr *p, size_t bytes, cf_error *err);
+cf_status cf_rt_free(cf_rt_devptr p, cf_error *err);
+cf_status cf_rt_memcpy_htod(cf_rt_devptr dst, const void *src, size_t bytes, cf_error *err);
+cf_status cf_rt_memcpy_dtoh(void *dst, cf_rt_devptr src, size_t bytes, cf_error *err);
+cf_status cf_rt_memcpy_dtod(cf_rt_devptr dst, cf_rt_devptr src, size_t bytes, cf_error *err);
+/* count elements of 1, 2 or 4 bytes. */
+cf_status cf_rt_memset_d8(cf_rt_devptr dst, uint8_t v, size_t count, cf_error *err);
+cf_status cf_rt_memset_d16(cf_rt_devptr dst, uint16_t v, size_t count, cf_error *err);
+cf_status cf_rt_memset_d32(cf_rt_devptr dst, uint32_t v, size_t count, cf_error *err);
+cf_status cf_rt_ctx_sync(cf_error *err);
+cf_status cf_rt_stream_create(cf_rt_stream *s, cf_error *err);
+cf_status cf_rt_stream_destroy(cf_rt_stream s, cf_error *err);
+cf_status cf_rt_stream_sync(cf_rt_stream s, cf_error *err);
+cf_status cf_rt_event_create(cf_rt_event *e, cf_error *err);
+cf_status cf_rt_event_destroy(cf_rt_event e, cf_error *err);
+cf_status cf_rt_event_record(cf_rt_event e, cf_rt_stream s, cf_error *err);
+cf_status cf_rt_event_sync(cf_rt_event e, cf_error *err);
+cf_status cf_rt_event_elapsed_ms(cf_rt_event start, cf_rt_event end, float *ms, cf_error *err);
+
+/* TMA (cuTensorMapEncodeTiled) for a row-major [rows, cols] tensor with a
+ * row pitch in elements.  cf_rt_tma_check is the pure validation (no GPU):
+ * CF_ERR_ALIGNMENT naming the constraint and value for what TMA cannot take,
+ * CF_ERR_INVALID_ARG for nonsense (zero sizes, pitch < cols, bad swizzle). */
+cf_status cf_rt_tma_check(const char *name, cf_dtype t, const void *dev_ptr, uint64_t rows,
+                          uint64_t cols, uint64_t row_pitch_elems, uint32_t box_rows,
+                          uint32_t box_cols, int swizzle_bytes, cf_error *err);
+/* desc128: 128 bytes, 64-byte aligned (what the kernel takes by value). */
+cf_status cf_rt_tensor_map_2d(void *desc128, cf_dtype t, const void *dev_ptr, uint64_t rows,
+                              uint64_t cols, uint64_t row_pitch_elems, uint32_t box_rows,
+                              uint32_t box_cols, int swizzle_bytes, cf_error *err);
+cf_status cf_rt_tensor_map_2d_named(void *desc128, const char *name, cf_dtype t,
+                                    const void *dev_ptr, uint64_t rows, uint64_t cols,
+                                    uint64_t row_pitch_elems, uint32_t box_rows,
+                                    uint32_t box_cols, int swizzle_bytes, cf_error *err);
+
+/* cuBLASLt baseline (libcublasLt.so.13/.12 loaded at run time): row-major
+ * C[M,N] = A[M,K] * B, B [K,N] or (b_is_nk) [N,K], t = CF_BF16 or CF_F16 for
+ * A, B and C, fp32 accumulate.  A plan keeps the layouts, the chosen algorithm
+ * and a workspace so timed runs only launch.  CF_ERR_NO_DEVICE without cuBLASLt. */
+typedef struct cf_rt_cublas_plan cf_rt_cublas_plan;
+cf_status cf_rt_cublas_plan_create(cf_dtype t, int64_t M, int64_t N, int64_t K, bool b_is_nk,
+                                   cf_rt_cublas_plan **plan, cf_error *err);
+cf_status cf_rt_cublas_plan_run(cf_rt_cublas_plan *plan, cf_rt_devptr A, cf_rt_devptr B,
+                                cf_rt_devptr C, cf_rt_stream s, cf_error *err);
+void cf_rt_cublas_plan_free(cf_rt_cublas_plan *plan);
+/* One-shot: plan, run, free. */
+cf_status cf_rt_cublas_gemm(cf_dtype t, int64_t M, int64_t N, int64_t K, cf_rt_devptr A,
+                            cf_rt_devptr B, bool b_is_nk, cf_rt_devptr C, cf_rt_stream s,
+                            cf_error *err);
+
 #endif /* CF_INTERNAL_H */

@@ -1,0 +1,389 @@
+/* codegen.c — Ψ: Fusion Spec IR -> the CUDA C source of one fused kernel.
+ *
+ * A structural expansion: the mainloop, tile scheduler and store machinery
+ * are hand-written in src/device/cf_sm90.cuh; this file writes what depends on
+ * the IR — the epilogue parameter struct and the epilogue itself — by
+ * expanding each node with the rule of its category (emit_rules[] below:
+ * adding a category means adding a rule).  The epilogue runs per fragment in
+ * registers, on the wgmma accumulator layout: one unrolled loop over the
+ * CF_ACC_REGS accumulator registers of the thread, values named after IR nodes.
+ * Output is deterministic: same IR and options, same bytes.
+ */
+#include "cf_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- op expansions -------------------------------------------------------- */
+
+/* C expression templates for each elementwise op; %1/%2 are the operands. */
+static const char *op_expr(cf_op op)
+{
+    switch (op) {
+    case CF_OP_NEG: return "(-%1)";
+    case CF_OP_ABS: return "fabsf(%1)";
+    case CF_OP_EXP: return "op_exp(%1)";
+    case CF_OP_LOG: return "logf(%1)";
+    case CF_OP_SQRT: return "sqrtf(%1)";
+    case CF_OP_RSQRT: return "rsqrtf(%1)";
+    case CF_OP_SQUARE: return "(%1 * %1)";
+    case CF_OP_RECIP: return "(1.0f / %1)";
+    case CF_OP_RELU: return "op_relu(%1)";
+    case CF_OP_GELU: return "op_gelu_tanh(%1)";
+    case CF_OP_GELU_ERF: return "op_gelu_erf(%1)";
+    case CF_OP_SILU: return "op_silu(%1)";
+    case CF_OP_SIGMOID: return "op_sigmoid(%1)";
+    case CF_OP_TANH: return "tanhf(%1)";
+    case CF_OP_ADD: return "(%1 + %2)";
+    case CF_OP_SUB: return "(%1 - %2)";
+    case CF_OP_MUL: return "(%1 * %2)";
+    case CF_OP_DIV: return "(%1 / %2)";
+    case CF_OP_MAX: return "op_max(%1, %2)";
+    case CF_OP_MIN: return "op_min(%1, %2)";
+    case CF_OP_POW: return "powf(%1, %2)";
+    default: return NULL;
+    }
+}
+
+/* Device definitions of the helpers the templates use, emitted only when used.
+ * NaN semantics follow the reference: max/min and relu propagate NaN. */
+static const struct {
+    const char *name;
+    const char *def;
+} helpers[] = {
+    {"op_exp", "static __device__ __forceinline__ float op_exp(float x) { return expf(x); }"},
+    {"op_relu", "static __device__ __forceinline__ float op_relu(float x) { return x < 0.0f ? 0.0f : x; }"},
+    {"op_gelu_tanh",
+     "static __device__ __forceinline__ float op_gelu_tanh(float x)\n"
+     "{\n"
+     "    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); tanh.approx is exact to\n"
+     "     * 2^-11 relative, below bf16 output rounding, and far cheaper than tanhf. */\n"
+     "    const float u = 0.7978845608f * (x + 0.044715f * x * x * x);\n"
+     "    float th;\n"
+     "    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(th) : \"f\"(u));\n"
+     "    return 0.5f * x * (1.0f + th);\n"
+     "}"},
+    {"op_gelu_erf",
+     "static __device__ __forceinline__ float op_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }"},
+    {"op_silu", "static __device__ __forceinline__ float op_silu(float x) { return x / (1.0f + expf(-x)); }"},
+    {"op_sigmoid", "static __device__ __forceinline__ float op_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }"},
+    {"op_max",
+     "static __device__ __forceinline__ float op_max(float a, float b)\n"
+     "{\n"
+     "    return (a != a || b != b) ? __int_as_float(0x7fffffff) : (a > b ? a : b);\n"
+     "}"},
+    {"load_f32", "static __device__ __forceinline__ float load_f32(const float *p, long long i) { return __ldg(p + i); }"},
+    {"load_bf16",
+     "static __device__ __forceinline__ float load_bf16(const unsigned short *p, long long i)\n"
+     "{\n"
+     "    return __uint_as_float((unsigned)__ldg(p + i) << 16);\n"
+     "}"},
+    {"load_f16",
+     "static __device__ __forceinline__ float load_f16(const unsigned short *p, long long i)\n"
+     "{\n"
+     "    float f;\n"
+     "    asm(\"{ .reg .f16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }\" : \"=f\"(f) : \"h\"(__ldg(p + i)));\n"
+     "    return f;\n"
+     "}"},
+    {"op_min",
+     "static __device__ __forceinline__ float op_min(float a, float b)\n"
+     "{\n"
+     "    return (a != a || b != b) ? __int_as_float(0x7fffffff) : (a < b ? a : b);\n"
+     "}"},
+};
+
+/* ---- emission context ------------------------------------------------------ */
+
+typedef struct cg_ctx {
+    const cf_ir *ir;
+    const cf_cg_options *opt;
+    cf_strbuf *sb;
+    int indent;
+} cg_ctx;
+
+__attribute__((format(printf, 2, 3)))
+static void line(cg_ctx *c, const char *fmt, ...)
+{
+    for (int i = 0; i < c->indent; i++)
+        cf_sb_puts(c->sb, "    ");
+    va_list ap;
+    va_start(ap, fmt);
+    cf_sb_vprintf(c->sb, fmt, ap);
+    va_end(ap);
+    cf_sb_puts(c->sb, "\n");
+}
+
+static void blank(cg_ctx *c) { cf_sb_puts(c->sb, "\n"); }
+
+/* A C identifier for a node: its graph name and id, e.g. "x_4" or "v7". */
+static const char *ident(const cf_ir_node *n, char *buf, size_t len)
+{
+    if (!n->name) {
+        snprintf(buf, len, "v%d", n->id);
+        return buf;
+    }
+    size_t j = 0;
+    for (const char *p = n->name; *p && j + 12 < len; p++)
+        buf[j++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')
+                              ? *p : '_');
+    snprintf(buf + j, len - j, "_%d", n->id);
+    return buf;
+}
+
+static void float_literal(double v, char *buf, size_t len)
+{
+    if (isnan(v))
+        snprintf(buf, len, "__int_as_float(0x7fffffff)");
+    else if (isinf(v))
+        snprintf(buf, len, "__int_as_float(%s)", v > 0 ? "0x7f800000" : "(int)0xff800000");
+    else {
+        snprintf(buf, len, "%.9g", v);
+        if (!strpbrk(buf, ".eE"))
+            strncat(buf, ".0", len - strlen(buf) - 1);
+        strncat(buf, "f", len - strlen(buf) - 1);
+    }
+}
+
+static const char *ptr_type(cf_dtype t)
+{
+    return t == CF_F32 ? "const float *" : "const unsigned short *";
+}
+
+/* The load helper of the device header for an element of dtype t. */
+static const char *load_fn(cf_dtype t)
+{
+    return t == CF_F32 ? "load_f32" : t == CF_BF16 ? "load_bf16" : "load_f16";
+}
+
+/* ---- per-category rules ------------------------------------------------------ */
+
+typedef void (*emit_rule)(cg_ctx *c, const cf_ir_node *n);
+
+static void emit_acc(cg_ctx *c, const cf_ir_node *n)
+{
+    char id[96];
+    line(c, "const float %s = acc[r];  /* accumulator entry */", ident(n, id, sizeof id));
+}
+
+static void emit_bcast(cg_ctx *c, const cf_ir_node *n)
+{
+    char id[96], lit[64];
+    const cf_ir_arg *a = n->arg >= 0 ? &c->ir->args[n->arg] : NULL;
+    ident(n, id, sizeof id);
+    switch (n->src) {
+    case CF_BC_CONST:
+        float_literal(n->cval, lit, sizeof lit);
+        line(c, "const float %s = %s;  /* scalar broadcast */", id, lit);
+        break;
+    case CF_BC_PARAM:
+        line(c, "const float %s = p.%s;  /* runtime scalar */", id, a->name);
+        break;
+    case CF_BC_VEC_N:
+        line(c, "const float %s = col < t.N ? %s(p.%s, col) : 0.0f;  /* row-vector broadcast */", id,
+             load_fn(a->dtype), a->name);
+        break;
+    case CF_BC_VEC_M:
+        line(c, "const float %s = row < t.M ? %s(p.%s, row) : 0.0f;  /* column-vector broadcast */", id,
+             load_fn(a->dtype), a->name);
+        break;
+    case CF_BC_TENSOR:
+        line(c, "const float %s = (row < t.M && col < t.N) ? %s(p.%s, (long long)row * t.N + col) : 0.0f;"
+                "  /* [M,N] tensor */", id, load_fn(a->dtype), a->name);
+        break;
+    default:
+        break;
+    }
+}
+
+static void emit_compute(cg_ctx *c, const cf_ir_node *n)
+{
+    char id[96], a0[96], a1[96];
+    const char *tmpl = op_expr(n->op);
+    ident(n->args[0], a0, sizeof a0);
+    if (n->nargs == 2)
+        ident(n->args[1], a1, sizeof a1);
+    cf_strbuf e = {0};
+    for (const char *p = tmpl; *p; p++) {
+        if (p[0] == '%' && (p[1] == '1' || p[1] == '2')) {
+            cf_sb_puts(&e, p[1] == '1' ? a0 : a1);
+            p++;
+        } else {
+            char ch[2] = {*p, 0};
+            cf_sb_puts(&e, ch);
+        }
+    }
+    line(c, "const float %s = %s;", ident(n, id, sizeof id), e.data ? e.data : "0");
+    cf_sb_free(&e);
+}
+
+static void emit_store(cg_ctx *c, const cf_ir_node *n)
+{
+    char a0[96];
+    const cf_ir_arg *a = &c->ir->args[n->arg];
+    CF_ASSERT(n->shape == CF_SHAPE_TILE);
+    line(c, "out_%s[r] = %s;  /* store fragment */", a->name, ident(n->args[0], a0, sizeof a0));
+}
+
+static void emit_unsupported(cg_ctx *c, const cf_ir_node *n)
+{
+    (void)c;
+    (void)n;
+    CF_ASSERT(!"codegen: node kind reached without a rule (checked before emission)");
+}
+
+static const emit_rule emit_rules[] = {
+    [CF_IR_ACC] = emit_acc,
+    [CF_IR_BCAST] = emit_bcast,
+    [CF_IR_COMPUTE] = emit_compute,
+    [CF_IR_REDUCE] = emit_unsupported,
+    [CF_IR_PLACEHOLDER] = emit_unsupported,
+    [CF_IR_STORE] = emit_store,
+    [CF_IR_MATMUL] = emit_unsupported,
+};
+_Static_assert(CF_ARRAY_LEN(emit_rules) == CF_IR_KIND_COUNT, "emit_rules out of sync with cf_ir_kind");
+
+/* ---- the translation unit ------------------------------------------------------ */
+
+/* Whether generated text calls the helper `name`. */
+static bool calls(const char *text, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = text; p && (p = strstr(p, name)) != NULL; p += len)
+        if (p[len] == '(' && (p == text || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z'))))
+            return true;
+    return false;
+}
+
+cf_status cf_cg_check(const cf_ir *ir, cf_error *err)
+{
+    if (ir->n_gemms != 1)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "code generation for B2B GEMMs (F(X*W1)*W2) is not implemented yet; "
+                         "the IR is valid (see `comfuse explain`), fall back to unfused execution");
+    for (int i = 0; i < ir->n_args; i++)
+        if (ir->args[i].kind == CF_ARG_OUTPUT && cf_graph_output_info(ir->graph, ir->args[i].index).rank != 2)
+            return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                             "output '%s' is a per-row [M] value; code generation for per-row outputs "
+                             "comes with the reduction epilogue", ir->args[i].name);
+    if (ir->n_stages[0] > 1)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "code generation for row reductions (%d-stage epilogue) is not implemented "
+                         "yet; fall back to unfused execution", ir->n_stages[0]);
+    return CF_OK;
+}
+
+cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *title, cf_strbuf *out,
+                     cf_error *err)
+{
+    cf_status st = cf_cg_check(ir, err);
+    if (st != CF_OK)
+        return st;
+    cg_ctx c = {.ir = ir, .opt = opt, .sb = out};
+    const cf_ir_arg *A = &ir->args[0];
+    int n_out = 0;
+    for (int i = 0; i < ir->n_args; i++)
+        n_out += ir->args[i].kind == CF_ARG_OUTPUT;
+
+    line(&c, "/* Generated by comfuse %s (Psi) from %s: do not edit.", CF_VERSION, title ? title : "<graph>");
+    line(&c, " * GEMM [M,N] = X[M,K] x W%s, %s operands, f32 accumulation, then a %d-stage epilogue",
+         ir->args[1].b_is_nk ? "^T (W given as [N,K])" : " (W given as [K,N])", cf_dtype_name(A->dtype),
+         ir->n_stages[0]);
+    line(&c, " * applied per fragment in registers on the wgmma accumulator layout. */");
+    line(&c, "#define CF_BM %d", opt->bm);
+    line(&c, "#define CF_BN %d", opt->bn);
+    line(&c, "#define CF_STAGES %d", opt->stages);
+    line(&c, "#define CF_CLUSTER_N %d", opt->cluster_n);
+    line(&c, "#define CF_B_NK %d", ir->args[1].b_is_nk ? 1 : 0);
+    line(&c, "#define CF_IN_F16 %d", A->dtype == CF_F16 ? 1 : 0);
+    line(&c, "#define CF_NUM_OUT %d", n_out);
+    blank(&c);
+    line(&c, "/* Epilogue inputs and runtime scalars (the IR's parameter table A). */");
+    line(&c, "struct cf_epi_params {");
+    c.indent++;
+    int n_fields = 0;
+    for (int i = 0; i < ir->n_args; i++) {
+        const cf_ir_arg *a = &ir->args[i];
+        switch (a->kind) {
+        case CF_ARG_SCALAR:
+            line(&c, "float %s;  /* a%d: runtime scalar */", a->name, i);
+            n_fields++;
+            break;
+        case CF_ARG_VEC_N:
+        case CF_ARG_VEC_M:
+        case CF_ARG_TENSOR:
+            line(&c, "%s%s;  /* a%d: %s %s */", ptr_type(a->dtype), a->name, i, cf_arg_kind_name(a->kind),
+                 cf_dtype_name(a->dtype));
+            n_fields++;
+            break;
+        default:
+            break;
+        }
+    }
+    if (n_fields == 0)
+        line(&c, "int unused;  /* C++ needs no empty struct; keeps the layout fixed */");
+    c.indent--;
+    line(&c, "};");
+    blank(&c);
+    line(&c, "#include \"cf_sm90.cuh\"");
+    blank(&c);
+    /* The epilogue goes into its own buffer first so only the helpers it
+     * calls are emitted ahead of it. */
+    cf_strbuf epi = {0};
+    cg_ctx e = {.ir = ir, .opt = opt, .sb = &epi};
+    line(&e, "/* Runs once per tile of a consumer warpgroup, after its mainloop. */");
+    line(&e, "__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, "
+             "float (&acc)[CF_ACC_REGS])");
+    line(&e, "{");
+    e.indent++;
+    line(&e, "const cf_epi_params &p = args.epi;");
+    line(&e, "(void)p;");
+    for (int i = 0; i < ir->n_args; i++)
+        if (ir->args[i].kind == CF_ARG_OUTPUT)
+            line(&e, "float out_%s[CF_ACC_REGS];", ir->args[i].name);
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post) {
+        line(&e, "/* ---- stage %d: %d nodes, streamed one accumulator register at a time ---- */",
+             sp->depth, sp->n_nodes);
+        line(&e, "#pragma unroll");
+        line(&e, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
+        e.indent++;
+        line(&e, "const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);");
+        line(&e, "(void)row;");
+        line(&e, "(void)col;");
+        for (int i = 0; i < sp->n_nodes; i++)
+            emit_rules[sp->nodes[i]->kind](&e, sp->nodes[i]);
+        e.indent--;
+        line(&e, "}");
+    }
+    int k = 0;
+    for (int i = 0; i < ir->n_args; i++) {
+        const cf_ir_arg *a = &ir->args[i];
+        if (a->kind != CF_ARG_OUTPUT)
+            continue;
+        line(&e, "cf_store_tile_%s(args, t, %d, out_%s);  /* output %s: %s [M,N] */", cf_dtype_name(a->dtype), k,
+             a->name, a->name, cf_dtype_name(a->dtype));
+        k++;
+    }
+    e.indent--;
+    line(&e, "}");
+    bool any_helper = false;
+    for (int i = 0; i < CF_ARRAY_LEN(helpers); i++)
+        if (epi.data && calls(epi.data, helpers[i].name)) {
+            if (!any_helper)
+                line(&c, "/* Helpers used by this epilogue (NaN-propagating like the reference). */");
+            any_helper = true;
+            cf_sb_puts(out, helpers[i].def);
+            cf_sb_puts(out, "\n");
+        }
+    if (any_helper)
+        blank(&c);
+    if (epi.data)
+        cf_sb_puts(out, epi.data);
+    if (epi.oom)
+        out->oom = true;
+    cf_sb_free(&epi);
+    blank(&c);
+    line(&c, "#include \"cf_sm90_gemm.cuh\"");
+    if (out->oom)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating code");
+    return CF_OK;
+}
