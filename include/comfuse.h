@@ -31,6 +31,7 @@
 #ifndef COMFUSE_H
 #define COMFUSE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -196,6 +197,62 @@ CF_API cf_status cf_reference_run(const cf_graph *g, const cf_bindings *b, doubl
  * reducing tile-sized fragments and then combining the partials. */
 CF_API cf_status cf_ir_interpret(const cf_ir *ir, const cf_bindings *b, double *const *outputs,
                                  cf_error *err);
+
+/* ---- fused kernels -------------------------------------------------------- */
+
+/* Kernel shape; 0 in a field lets comfuse choose (cf_options_for_shape). */
+typedef struct cf_options {
+    int block_m;         /* rows of a consumer warpgroup's tile: 64 or 128     */
+    int block_n;         /* columns of a tile: a multiple of 16, at most 256   */
+    int stages;          /* shared-memory pipeline depth                        */
+    int cluster_n;       /* CTAs per thread-block cluster along N               */
+} cf_options;
+
+/* A good kernel shape for a GEMM of this size (all fields filled). */
+CF_API cf_options cf_options_for_shape(int64_t m, int64_t n, int64_t k);
+
+typedef struct cf_kernel cf_kernel;
+
+/* Lowers g and generates the kernel's CUDA source (no GPU, no NVRTC).  The
+ * graph must outlive the kernel. */
+CF_API cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *title,
+                                 cf_kernel **out, cf_error *err);
+CF_API const char *cf_kernel_source(const cf_kernel *k);
+/* Compiles the source with NVRTC for sm_90a into a cubin, through the on-disk
+ * cache.  Needs NVRTC, not a GPU. */
+CF_API cf_status cf_kernel_compile(cf_kernel *k, cf_error *err);
+/* PTX of the compiled kernel (NULL before cf_kernel_compile). */
+CF_API const char *cf_kernel_ptx(const cf_kernel *k);
+
+typedef struct cf_resources {
+    int threads;              /* per CTA                                          */
+    int registers;            /* per thread (ptxas)                               */
+    int spill_bytes;          /* stores + loads to local memory (ptxas)            */
+    int smem_bytes;           /* dynamic shared memory per CTA                     */
+    int cluster_n;
+    int block_m, block_n, stages;
+    bool cache_hit;
+    double compile_ms;
+    char cache_path[1024];
+} cf_resources;
+
+CF_API cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err);
+
+/* Device pointers (CUdeviceptr values) for a launch, indexed like
+ * cf_graph_input_info / cf_graph_output_info; params like cf_bindings. */
+typedef struct cf_launch_args {
+    const int64_t *dims;
+    const uint64_t *inputs;
+    const double *params;
+    const uint64_t *outputs;
+    void *stream;             /* CUstream; NULL for the default stream            */
+} cf_launch_args;
+
+/* Checks the shapes and alignments against what the kernel and TMA can take
+ * (CF_ERR_ALIGNMENT / CF_ERR_SHAPE naming the constraint), then launches.
+ * The first launch loads the module (needs a GPU: CF_ERR_NO_DEVICE). */
+CF_API cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err);
+CF_API void cf_kernel_free(cf_kernel *k);
 
 /* Host conversions used to make inputs and read outputs. */
 CF_API uint16_t cf_f32_to_bf16(float f);   /* round to nearest even */
