@@ -1,7 +1,8 @@
 /* codegen.c — Ψ: Fusion Spec IR -> the CUDA C source of one fused kernel.
  *
  * A structural expansion: the mainloop, tile scheduler and store machinery
- * are hand-written in src/device/cf_sm90.cuh; this file writes what depends on
+ * are hand-written in src/device/cf_sm90.cuh (which declares the epilogue and
+ * defines the kernel, cf_gemm_kernel); this file writes what depends on
  * the IR — the epilogue parameter struct and the epilogue itself — by
  * expanding each node with the rule of its category (emit_rules[] below:
  * adding a category means adding a rule).  The epilogue runs per fragment in
@@ -337,9 +338,17 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     e.indent++;
     line(&e, "const cf_epi_params &p = args.epi;");
     line(&e, "(void)p;");
+    /* The first output reuses the accumulator registers: acc[r] is read before
+     * out[r] is written, in the same iteration, so no second tile array is live. */
+    bool first = true;
     for (int i = 0; i < ir->n_args; i++)
-        if (ir->args[i].kind == CF_ARG_OUTPUT)
-            line(&e, "float out_%s[CF_ACC_REGS];", ir->args[i].name);
+        if (ir->args[i].kind == CF_ARG_OUTPUT) {
+            if (first)
+                line(&e, "float (&out_%s)[CF_ACC_REGS] = acc;", ir->args[i].name);
+            else
+                line(&e, "float out_%s[CF_ACC_REGS];", ir->args[i].name);
+            first = false;
+        }
     for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post) {
         line(&e, "/* ---- stage %d: %d nodes, streamed one accumulator register at a time ---- */",
              sp->depth, sp->n_nodes);
@@ -381,8 +390,6 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     if (epi.oom)
         out->oom = true;
     cf_sb_free(&epi);
-    blank(&c);
-    line(&c, "#include \"cf_sm90_gemm.cuh\"");
     if (out->oom)
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating code");
     return CF_OK;
