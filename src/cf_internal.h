@@ -268,6 +268,9 @@ typedef struct cf_cg_options {
 
 /* CF_ERR_UNSUPPORTED when the IR uses what the code generator cannot emit yet. */
 cf_status cf_cg_check(const cf_ir *ir, cf_error *err);
+/* Offsets (indexed like ir->args; 0 for args not in the struct), size and
+ * alignment of the generated cf_epi_params, for packing it on the host. */
+void cf_cg_epi_layout(const cf_ir *ir, size_t *offsets, size_t *size, size_t *align);
 /* Appends the CUDA source of the fused kernel to out; title names the spec. */
 cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *title, cf_strbuf *out,
                      cf_error *err);
@@ -275,16 +278,16 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
 /* ---- runtime.c / cache.c / sha256.c ------------------------------------- */
 
 /* SHA-256 (sha256.c): the cache key and entry checksums. */
-typedef struct cf_sha256 {
+typedef struct cf_sha256_ctx {
     uint32_t h[8];
     uint64_t nbytes;
     unsigned char buf[64];
     size_t fill;
-} cf_sha256;
+} cf_sha256_ctx;
 
-void cf_sha256_init(cf_sha256 *s);
-void cf_sha256_update(cf_sha256 *s, const void *data, size_t len);
-void cf_sha256_final(cf_sha256 *s, unsigned char out[32]);
+void cf_sha256_init(cf_sha256_ctx *s);
+void cf_sha256_update(cf_sha256_ctx *s, const void *data, size_t len);
+void cf_sha256_final(cf_sha256_ctx *s, unsigned char out[32]);
 void cf_sha256(const void *data, size_t len, unsigned char out[32]);
 void cf_sha256_hex(const unsigned char digest[32], char hex[65]);
 

@@ -245,6 +245,31 @@ _Static_assert(CF_ARRAY_LEN(emit_rules) == CF_IR_KIND_COUNT, "emit_rules out of 
 
 /* ---- the translation unit ------------------------------------------------------ */
 
+void cf_cg_epi_layout(const cf_ir *ir, size_t *offsets, size_t *size, size_t *align)
+{
+    /* Mirrors the cf_epi_params emitted below: scalars are float, inputs are
+     * pointers, in A order; an empty struct gets one int. */
+    size_t off = 0, al = 4;
+    for (int i = 0; i < ir->n_args; i++) {
+        cf_arg_kind k = ir->args[i].kind;
+        size_t sz = k == CF_ARG_SCALAR ? 4 : (k == CF_ARG_VEC_N || k == CF_ARG_VEC_M || k == CF_ARG_TENSOR) ? 8 : 0;
+        if (offsets)
+            offsets[i] = 0;
+        if (!sz)
+            continue;
+        off = (off + sz - 1) / sz * sz;
+        if (offsets)
+            offsets[i] = off;
+        off += sz;
+        if (sz > al)
+            al = sz;
+    }
+    if (off == 0)
+        off = 4;
+    *size = (off + al - 1) / al * al;
+    *align = al;
+}
+
 /* Whether generated text calls the helper `name`. */
 static bool calls(const char *text, const char *name)
 {
