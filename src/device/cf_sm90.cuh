@@ -1,0 +1,730 @@
+/* cf_sm90.cuh — comfuse's own persistent, warp-specialised GEMM for sm_90a (Hopper).
+ *
+ * Header-only, NO #include at all (compiles under NVRTC with no include path and no
+ * CUDA headers): bf16/f16 are plain `unsigned short`, conversions are inline PTX.
+ * Build target: sm_90a (nvcc -gencode=arch=compute_90a,code=sm_90a, NVRTC --gpu-architecture=sm_90a).
+ *
+ * ===================================================================================
+ * HOW A GENERATED TRANSLATION UNIT USES THIS HEADER (one header; the kernel is in here)
+ * ===================================================================================
+ *     #define CF_BM 128          // rows of ONE consumer warpgroup's tile (64, 128)
+ *     #define CF_BN 128          // columns of the tile (64, 128, 192, 256)
+ *     #define CF_STAGES 5        // smem ring depth
+ *     #define CF_CLUSTER_N 1     // CTAs per cluster along N (1,2,4,8); launch with the same cluster dims
+ *     #define CF_B_NK 0          // 0: weight is [K,N] row-major; 1: weight is [N,K] row-major (nn.Linear)
+ *     #define CF_IN_F16 0        // 1: operands are f16 instead of bf16
+ *     #define CF_NUM_OUT 1       // number of TMA-stored outputs
+ *     // optional: CF_PINGPONG (1), CF_STG_CHUNKS, CF_GROUP_M (8), CF_REG_PRODUCER (40), CF_REG_CONSUMER (232)
+ *     struct cf_epi_params { const float *bias; };       // generated, MUST come before the include
+ *     #include "cf_sm90.cuh"
+ *     __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t,
+ *                                                 float (&acc)[CF_ACC_REGS]) { ... }
+ *
+ * i.e. the brief's fallback form: cf_epi_params is defined BEFORE the include (cf_gemm_args embeds
+ * it by value), this header forward-declares cf_epilogue, defines the kernel, and the generated
+ * file defines cf_epilogue AFTER the include.  (The two-header variant cannot work as written:
+ * cf_gemm_args embeds cf_epi_params, and the store helpers take cf_gemm_args.)
+ * The kernel: extern "C" __global__ void cf_gemm_kernel(const __grid_constant__ cf_gemm_args args)
+ * It also exports  extern "C" __device__ const int cf_kernel_info[16]  (see CF_INFO_*) so the host
+ * can read the compiled configuration (smem bytes, tile sizes, ...) with cuModuleGetGlobal.
+ *
+ * ===================================================================================
+ * EXECUTION MODEL
+ * ===================================================================================
+ * 384 threads = WG0 producer (one thread issues TMA; setmaxnreg.dec CF_REG_PRODUCER) + WG1, WG2
+ * consumers (setmaxnreg.inc CF_REG_CONSUMER).  K is walked in blocks of 64 (CF_BK) through a ring
+ * of CF_STAGES smem stages with full/empty mbarriers.
+ *   CF_PINGPONG=1 (default): each consumer WG owns a different CF_BM x CF_BN tile; the CTA's tile
+ *     stream alternates WG0, WG1, WG0, ...; mainloops are ordered by named barriers so one WG's
+ *     epilogue overlaps the other WG's mainloop.  Scheduler tile = CF_BM x CF_BN.
+ *   CF_PINGPONG=0 (cooperative): both WGs work on one (2*CF_BM) x CF_BN tile, WG w takes rows
+ *     [w*CF_BM, (w+1)*CF_BM).  Scheduler tile = 2*CF_BM x CF_BN.
+ * Either way cf_epilogue is called once per (WG, tile) with a CF_BM x CF_BN accumulator block
+ * whose origin is (t.m0, t.n0).
+ * Persistent scheduler: gridDim.x CTAs (a multiple of CF_CLUSTER_N, host-chosen, e.g. from
+ * cuOccupancyMaxActiveClusters).  "Cluster tiles" = tiles_m x ceil(tiles_n / CF_CLUSTER_N); cluster c
+ * (= blockIdx.x / CF_CLUSTER_N) takes cluster tiles c, c + nclusters, ... ; CTA rank r of the cluster
+ * takes column tile  g*CF_CLUSTER_N + r  of cluster-tile column group g (all CTAs of a cluster are on
+ * the SAME row block at the same time, in lock step: same tile count, same k-loop).  Column tiles
+ * past tiles_n (when tiles_n % CF_CLUSTER_N != 0) are still "computed" (TMA zero fill) and their
+ * stores are skipped: t.n0 >= t.N tells the epilogue.  Cluster-tile order is grouped by CF_GROUP_M
+ * row blocks (L2 reuse): inside a group the row index runs fastest.
+ * Ragged M/N/K: TMA zero-fills out-of-bounds loads; TMA stores clip.  Requirements: K >= 1,
+ * K*2 and N*2 (row pitches) multiples of 16 bytes, i.e. K % 8 == 0 and N % 8 == 0, base pointers
+ * 16-byte aligned, output ld*elem_size a multiple of 16.  (cf_store_direct_* have no such need.)
+ *
+ * Named barriers: 0 = __syncthreads, 1..2 pingpong order, 3..4 per-WG epilogue (t.bar_id, 128
+ * threads).  Ids CF_BAR_USER_FIRST (5) .. 15 are free for generated code.
+ */
+#ifndef CF_SM90_CUH
+#define CF_SM90_CUH
+
+/* ----------------------------------------------------------------------------------------
+ * Configuration
+ * -------------------------------------------------------------------------------------- */
+#ifndef CF_BM
+#define CF_BM 128
+#endif
+#ifndef CF_BN
+#define CF_BN 128
+#endif
+#ifndef CF_STAGES
+#define CF_STAGES 5
+#endif
+#ifndef CF_CLUSTER_N
+#define CF_CLUSTER_N 1
+#endif
+#ifndef CF_B_NK
+#define CF_B_NK 0
+#endif
+#ifndef CF_IN_F16
+#define CF_IN_F16 0
+#endif
+#ifndef CF_NUM_OUT
+#define CF_NUM_OUT 1
+#endif
+#ifndef CF_PINGPONG
+#define CF_PINGPONG 1
+#endif
+#ifndef CF_GROUP_M
+#define CF_GROUP_M 8
+#endif
+#ifndef CF_REG_PRODUCER
+#define CF_REG_PRODUCER 40
+#endif
+#ifndef CF_REG_CONSUMER
+#define CF_REG_CONSUMER 232
+#endif
+
+#define CF_BK 64                                   /* K elements per stage (one 128-B swizzle row) */
+#define CF_NUM_THREADS 384
+#if CF_PINGPONG
+#define CF_TILE_M CF_BM                            /* rows of a scheduler tile */
+#else
+#define CF_TILE_M (2 * CF_BM)
+#endif
+#define CF_A_STAGE_BYTES (CF_TILE_M * CF_BK * 2)
+#define CF_B_STAGE_BYTES (CF_BN * CF_BK * 2)
+#define CF_STAGE_BYTES (CF_A_STAGE_BYTES + CF_B_STAGE_BYTES)
+#define CF_ACC_REGS ((CF_BM / 64) * (CF_BN / 2))  /* fp32 accumulators per consumer thread */
+#define CF_ACC_PER_MT (CF_BN / 2)                  /* registers per m64 sub-tile */
+
+/* Output staging: one buffer per consumer WG, made of "chunks" of 128-byte-wide column strips
+ * (64 bf16/f16 columns or 32 f32 columns) x CF_BM rows, 128B-swizzled (the TMA store layout).
+ * A bf16 tile has CF_BN/64 chunks; with fewer staging chunks the store runs in several passes. */
+#define CF_STG_CHUNK_BYTES (CF_BM * 128)
+#define CF_SMEM_FIXED (1024 + 2 * 8 * CF_STAGES + 64)   /* alignment slack + mbarriers */
+#ifndef CF_STG_CHUNKS
+#if (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * (CF_BN / 64) * CF_STG_CHUNK_BYTES) <= 232448
+#define CF_STG_CHUNKS (CF_BN / 64)
+#elif (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * ((CF_BN / 64 + 1) / 2) * CF_STG_CHUNK_BYTES) <= 232448
+#define CF_STG_CHUNKS ((CF_BN / 64 + 1) / 2)
+#else
+#define CF_STG_CHUNKS 1
+#endif
+#endif
+#define CF_STG_BYTES (CF_STG_CHUNKS * CF_STG_CHUNK_BYTES)
+/* Dynamic shared memory the host must pass (and set with CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES):
+ *   1024 + 16*CF_STAGES + 64 + CF_STAGES*(CF_TILE_M + CF_BN)*128 + 2*CF_STG_CHUNKS*CF_BM*128 */
+#define CF_SMEM_BYTES (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * CF_STG_BYTES)
+
+#define CF_BAR_ORDER0 1
+#define CF_BAR_EPI0 3
+#define CF_BAR_USER_FIRST 5
+
+#if CF_BM % 64 != 0 || CF_BM < 64 || CF_TILE_M > 256
+#error "CF_BM must be a multiple of 64 and the A box (CF_TILE_M rows) at most 256"
+#endif
+#if CF_BN != 64 && CF_BN != 128 && CF_BN != 192 && CF_BN != 256
+#error "CF_BN must be 64, 128, 192 or 256"
+#endif
+#if CF_ACC_REGS > 128
+#error "more than 128 accumulator registers per thread would spill (CF_BM*CF_BN > 16384)"
+#endif
+#if CF_SMEM_BYTES > 232448
+#error "shared memory over the 227 KB opt-in limit: lower CF_STAGES or CF_STG_CHUNKS"
+#endif
+#if CF_CLUSTER_N != 1 && CF_CLUSTER_N != 2 && CF_CLUSTER_N != 4 && CF_CLUSTER_N != 8 && CF_CLUSTER_N != 16
+#error "CF_CLUSTER_N must be 1, 2, 4, 8 (or 16 with the non-portable attribute)"
+#endif
+#if CF_NUM_OUT < 1
+#error "CF_NUM_OUT must be >= 1 (pass a dummy output when the epilogue stores none)"
+#endif
+
+#if CF_IN_F16
+#define CF_WGMMA_AB "f16.f16"
+#else
+#define CF_WGMMA_AB "bf16.bf16"
+#endif
+
+/* Layout of cf_kernel_info[] (read by the host with cuModuleGetGlobal). */
+#define CF_INFO_VERSION 0      /* header version (CF_SM90_VERSION) */
+#define CF_INFO_SMEM 1         /* dynamic smem bytes to launch with */
+#define CF_INFO_BM 2
+#define CF_INFO_BN 3
+#define CF_INFO_TILE_M 4       /* rows of one scheduler tile (== BM pingpong, 2*BM cooperative) */
+#define CF_INFO_STAGES 5
+#define CF_INFO_CLUSTER_N 6
+#define CF_INFO_B_NK 7
+#define CF_INFO_IN_F16 8
+#define CF_INFO_NUM_OUT 9
+#define CF_INFO_PINGPONG 10
+#define CF_INFO_THREADS 11
+#define CF_INFO_STG_CHUNKS 12
+#define CF_INFO_GROUP_M 13
+#define CF_INFO_A_BOX_ROWS 14  /* TMA box of A: {64, this} */
+#define CF_INFO_B_BOX 15       /* TMA box of B: B_NK ? {64, this} : {64, 64} (this == 64) */
+#define CF_SM90_VERSION 1
+
+/* ----------------------------------------------------------------------------------------
+ * Types shared with the host
+ * -------------------------------------------------------------------------------------- */
+typedef unsigned short cf_bf16;   /* raw bf16 bits */
+typedef unsigned short cf_f16;    /* raw f16 bits */
+
+/* An opaque CUtensorMap (128 bytes, 64-byte aligned), filled by cuTensorMapEncodeTiled. */
+struct alignas(64) cf_tma_desc { unsigned long long v[16]; };
+
+/* Kernel parameter block.  The host fills it (see tests/gpu/gemm_harness.cu, cf_host_setup()):
+ *   tma_a      A = X [M,K] row-major: dims {K, M}, strides {K*2}, box {64, CF_TILE_M}, SWIZZLE_128B
+ *   tma_b      CF_B_NK=1: W [N,K] row-major: dims {K, N}, strides {K*2}, box {64, CF_BN}, SWIZZLE_128B
+ *              CF_B_NK=0: W [K,N] row-major: dims {N, K}, strides {N*2}, box {64, 64},   SWIZZLE_128B
+ *   tma_out[o] output o [M, ld] row-major: dims {N, M}, strides {out_ld[o]*esize},
+ *              box {128/esize, CF_BM} (64 for bf16/f16, 32 for f32), SWIZZLE_128B
+ *              (only needed for outputs stored with cf_store_tile_*; else may be left zero)
+ *   out[o]     base pointer of output o (for cf_store_direct_* and generated code)
+ *   M, N, K    problem size; out_ld[o] leading dimension (elements) of output o
+ *   epi        generated epilogue parameters
+ * All maps: CU_TENSOR_MAP_INTERLEAVE_NONE, elementStrides {1,1}, OOB fill NONE (zeros);
+ * L2 promotion 256B suggested for A and B. */
+struct cf_gemm_args {
+    cf_tma_desc tma_a;
+    cf_tma_desc tma_b;
+    cf_tma_desc tma_out[CF_NUM_OUT];
+    void *out[CF_NUM_OUT];
+    int M, N, K;
+    int out_ld[CF_NUM_OUT];
+    cf_epi_params epi;
+};
+
+/* What the epilogue knows about the tile it is given.  The accumulator block of the calling
+ * warpgroup covers rows [m0, m0 + CF_BM) and columns [n0, n0 + CF_BN) of the output. */
+struct cf_tile {
+    int m0, n0;        /* global origin of this WG's CF_BM x CF_BN block */
+    int M, N;          /* problem size (for bounds) */
+    int warp, lane;    /* warp within the WG (0..3), lane (0..31) */
+    int tid;           /* thread within the WG (0..127) */
+    int wg;            /* consumer WG index (0, 1) */
+    int tile_m, tile_n;/* scheduler tile indices (tile_n = column tile, tile_m = row tile) */
+    int rank;          /* CTA rank within the cluster (0..CF_CLUSTER_N-1) == tile_n % CF_CLUSTER_N */
+    int bar_id;        /* named barrier of this WG (128 threads) */
+    unsigned stg;      /* shared-window address of this WG's staging buffer (CF_STG_BYTES, 1024-aligned) */
+};
+
+/* ----------------------------------------------------------------------------------------
+ * Small helpers
+ * -------------------------------------------------------------------------------------- */
+__device__ __forceinline__ int cf_imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int cf_imax(int a, int b) { return a > b ? a : b; }
+
+__device__ __forceinline__ unsigned cf_smem_u32(const void *p) {
+    unsigned r;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+/* ---- accumulator layout (wgmma m64nNk16, fp32 D) --------------------------------------
+ * acc[r]: m64 sub-tile mt = r / (CF_BN/2), i = r % (CF_BN/2):
+ *   row = 64*mt + 16*warp + lane/4 + 8*((i>>1)&1)      col = 8*(i>>2) + 2*(lane%4) + (i&1)
+ * Consecutive even/odd r (r, r+1 with r even) are ADJACENT COLUMNS of the same row.  Each thread
+ * holds 2 rows per m64 sub-tile; a row's CF_BN values live in the 4 lanes of one quad (same lane/4):
+ * row reductions = in-thread reduce, then cf_quad_* (shfl xor 1, 2). */
+__device__ __forceinline__ int cf_acc_row(const cf_tile &t, int r) {
+    int mt = r / CF_ACC_PER_MT, i = r % CF_ACC_PER_MT;
+    return 64 * mt + 16 * t.warp + (t.lane >> 2) + 8 * ((i >> 1) & 1);
+}
+__device__ __forceinline__ int cf_acc_col(const cf_tile &t, int r) {
+    int i = r % CF_ACC_PER_MT;
+    return 8 * (i >> 2) + 2 * (t.lane & 3) + (i & 1);
+}
+__device__ __forceinline__ int cf_acc_row_global(const cf_tile &t, int r) { return t.m0 + cf_acc_row(t, r); }
+__device__ __forceinline__ int cf_acc_col_global(const cf_tile &t, int r) { return t.n0 + cf_acc_col(t, r); }
+__device__ __forceinline__ bool cf_acc_in_bounds(const cf_tile &t, int r) {
+    return cf_acc_row_global(t, r) < t.M && cf_acc_col_global(t, r) < t.N;
+}
+__device__ __forceinline__ bool cf_col_in_bounds(const cf_tile &t, int r) { return cf_acc_col_global(t, r) < t.N; }
+__device__ __forceinline__ bool cf_row_in_bounds(const cf_tile &t, int r) { return cf_acc_row_global(t, r) < t.M; }
+
+/* Load the two values of a per-column fp32 vector v[N] (bias, gamma, ...) for the column pair of
+ * accumulator index i (even; same columns for every m64 sub-tile): b0 -> column of i, b1 -> i+1.
+ * Out-of-range columns read 0.  Uses one 8-byte load when N is even (v must be 8-byte aligned). */
+__device__ __forceinline__ void cf_load_col_pair(const cf_tile &t, const float *v, int i, float &b0, float &b1) {
+    const int col = t.n0 + 8 * ((i % CF_ACC_PER_MT) >> 2) + 2 * (t.lane & 3);
+    if (col + 1 < t.N && (t.N & 1) == 0) {
+        float2 p = *(const float2 *)(v + col);
+        b0 = p.x; b1 = p.y;
+    } else {
+        b0 = col < t.N ? v[col] : 0.0f;
+        b1 = col + 1 < t.N ? v[col + 1] : 0.0f;
+    }
+}
+
+/* ---- fp32 math for epilogues (NaN-propagating max/min; fast approximations) ------------ */
+__device__ __forceinline__ float cf_fmax(float a, float b) { float d; asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b)); return d; }
+__device__ __forceinline__ float cf_fmin(float a, float b) { float d; asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b)); return d; }
+__device__ __forceinline__ float cf_exp2(float x) { float d; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(x)); return d; }
+__device__ __forceinline__ float cf_exp(float x) { return cf_exp2(x * 1.4426950408889634f); }
+__device__ __forceinline__ float cf_tanh(float x) { float d; asm("tanh.approx.f32 %0, %1;" : "=f"(d) : "f"(x)); return d; }
+__device__ __forceinline__ float cf_rcp(float x) { float d; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(x)); return d; }
+__device__ __forceinline__ float cf_rsqrt(float x) { float d; asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(x)); return d; }
+__device__ __forceinline__ float cf_sigmoid(float x) { return cf_rcp(1.0f + cf_exp(-x)); }
+/* gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); tanh.approx rel. err ~2^-11 */
+__device__ __forceinline__ float cf_gelu_tanh(float x) {
+    float u = x * (0.7978845608028654f + 0.0356774081363001f * x * x);
+    float hx = 0.5f * x;
+    return hx + hx * cf_tanh(u);
+}
+__device__ __forceinline__ float cf_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ float cf_silu(float x) { return x * cf_sigmoid(x); }
+/* quad (4 lanes holding one accumulator row) reductions */
+__device__ __forceinline__ float cf_quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v;
+}
+__device__ __forceinline__ float cf_quad_max(float v) {
+    v = cf_fmax(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = cf_fmax(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return v;
+}
+
+/* ---- conversions ---------------------------------------------------------------------- */
+/* pack (lo, hi) -> bf16x2 / f16x2 (lo in the low 16 bits = lower column) */
+__device__ __forceinline__ unsigned cf_pack_bf16x2(float lo, float hi) {
+    unsigned d; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo)); return d;
+}
+__device__ __forceinline__ unsigned cf_pack_f16x2(float lo, float hi) {
+    unsigned d; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo)); return d;
+}
+__device__ __forceinline__ float cf_bf16_to_f32(cf_bf16 h) { return __uint_as_float(((unsigned)h) << 16); }
+__device__ __forceinline__ cf_bf16 cf_f32_to_bf16(float x) { return (cf_bf16)(cf_pack_bf16x2(x, 0.0f) & 0xffffu); }
+__device__ __forceinline__ float cf_f16_to_f32(cf_f16 h) { float d; asm("cvt.f32.f16 %0, %1;" : "=f"(d) : "h"(h)); return d; }
+__device__ __forceinline__ cf_f16 cf_f32_to_f16(float x) { unsigned short d; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(d) : "f"(x)); return d; }
+
+/* ----------------------------------------------------------------------------------------
+ * PTX wrappers: mbarrier, TMA, wgmma, named barriers, cluster
+ * -------------------------------------------------------------------------------------- */
+__device__ __forceinline__ void cf_mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count));
+}
+__device__ __forceinline__ void cf_mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cf_mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ void cf_mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile("{\n.reg .pred P1;\nCF_WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+                 "@!P1 bra CF_WAIT_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void cf_fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void cf_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void cf_named_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void cf_named_bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void cf_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ unsigned cf_cluster_ctarank() { unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
+__device__ __forceinline__ void cf_prefetch_tma(const cf_tma_desc *d) {
+    asm volatile("prefetch.tensormap [%0];" :: "l"(d) : "memory");
+}
+__device__ __forceinline__ void cf_tma_load_2d(unsigned dst, const cf_tma_desc *d, unsigned bar, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+                 :: "r"(dst), "l"(d), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void cf_tma_store_2d(const cf_tma_desc *d, unsigned src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];"
+                 :: "l"(d), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void cf_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cf_bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void cf_bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+__device__ __forceinline__ void cf_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cf_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cf_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+template <int N> __device__ __forceinline__ void cf_fence_operand(float *a) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(a[i]) :: "memory");
+}
+
+/* wgmma shared-memory descriptor, 128B swizzle: start>>4 | LBO>>4 << 16 | SBO>>4 << 32 | 1 << 62 */
+__device__ __forceinline__ unsigned long long cf_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) |
+           ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+
+/* ---- wgmma m64nNk16, fp32 accumulate (generated wrappers; TRANS_B=1: B is MN-major) ---- */
+template <int TRANS_B>
+__device__ __forceinline__ void cf_wgmma_n64(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." CF_WGMMA_AB " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void cf_wgmma_n128(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." CF_WGMMA_AB " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void cf_wgmma_n192(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32." CF_WGMMA_AB " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, %99;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void cf_wgmma_n256(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." CF_WGMMA_AB " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+
+/* one m64 x CF_BN x k16 wgmma on one accumulator sub-tile */
+template <int TRANS_B>
+__device__ __forceinline__ void cf_wgmma_tile(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+#if CF_BN == 64
+    cf_wgmma_n64<TRANS_B>(d, da, db, scale_d);
+#elif CF_BN == 128
+    cf_wgmma_n128<TRANS_B>(d, da, db, scale_d);
+#elif CF_BN == 192
+    cf_wgmma_n192<TRANS_B>(d, da, db, scale_d);
+#else
+    cf_wgmma_n256<TRANS_B>(d, da, db, scale_d);
+#endif
+}
+
+/* ----------------------------------------------------------------------------------------
+ * Store helpers (called by all 128 threads of a consumer WG, from cf_epilogue)
+ *
+ * cf_store_tile_{bf16,f16,f32}(args, t, o, y): y (same layout as acc) -> convert -> this WG's
+ * 128B-swizzled smem staging buffer (stmatrix for 16-bit, st.shared.v2 for f32) -> fence.proxy.async
+ * -> named barrier -> one thread issues TMA stores of 128-byte-wide column strips (box {64|32, CF_BM})
+ * with tensor map args.tma_out[o] -> commit.  Rows >= M / columns >= N are clipped by TMA.  Before
+ * the staging buffer is rewritten (next pass, next output, next tile) the issuing thread waits
+ * cp.async.bulk.wait_group.read 0 and the WG synchronises: race-free.  Several stores per tile
+ * (CF_NUM_OUT > 1) are fine; they serialise on the staging buffer.
+ * Output o's map must have the element type of the helper used.
+ * -------------------------------------------------------------------------------------- */
+template <int F16>
+__device__ __forceinline__ void cf_store_tile_16(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                 const float (&y)[CF_ACC_REGS]) {
+    constexpr int NCH = CF_BN / 64;
+    const int lane = t.lane, mi = lane >> 3;
+#pragma unroll
+    for (int c0 = 0; c0 < NCH; c0 += CF_STG_CHUNKS) {
+        if (t.tid == 0) cf_bulk_wait_read0();
+        cf_named_bar_sync(t.bar_id, 128);
+#pragma unroll
+        for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
+            const int c = c0 + cc;
+            if (c < NCH) {
+#pragma unroll
+                for (int mt = 0; mt < CF_BM / 64; ++mt) {
+                    const int row = mt * 64 + t.warp * 16 + (mi & 1) * 8 + (lane & 7);
+                    const unsigned rbase = t.stg + cc * CF_STG_CHUNK_BYTES + row * 128;
+#pragma unroll
+                    for (int gp = 0; gp < 4; ++gp) {
+                        const int b = mt * CF_ACC_PER_MT + 4 * (c * 8 + 2 * gp);
+                        unsigned r0, r1, r2, r3;
+                        if (F16) {
+                            r0 = cf_pack_f16x2(y[b + 0], y[b + 1]); r1 = cf_pack_f16x2(y[b + 2], y[b + 3]);
+                            r2 = cf_pack_f16x2(y[b + 4], y[b + 5]); r3 = cf_pack_f16x2(y[b + 6], y[b + 7]);
+                        } else {
+                            r0 = cf_pack_bf16x2(y[b + 0], y[b + 1]); r1 = cf_pack_bf16x2(y[b + 2], y[b + 3]);
+                            r2 = cf_pack_bf16x2(y[b + 4], y[b + 5]); r3 = cf_pack_bf16x2(y[b + 6], y[b + 7]);
+                        }
+                        const int ch = 2 * gp + (mi >> 1);
+                        const unsigned addr = rbase + (unsigned)((ch ^ (lane & 7)) << 4);
+                        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                                     :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+                    }
+                }
+            }
+        }
+        cf_fence_proxy_async();
+        cf_named_bar_sync(t.bar_id, 128);
+        if (t.tid == 0) {
+#pragma unroll
+            for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
+                const int c = c0 + cc;
+                const int col = t.n0 + c * 64;
+                if (c < NCH && col < t.N && t.m0 < t.M)
+                    cf_tma_store_2d(&args.tma_out[o], t.stg + cc * CF_STG_CHUNK_BYTES, col, t.m0);
+            }
+            cf_bulk_commit();
+        }
+    }
+}
+
+__device__ __forceinline__ void cf_store_tile_bf16(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                   const float (&y)[CF_ACC_REGS]) {
+    cf_store_tile_16<0>(args, t, o, y);
+}
+__device__ __forceinline__ void cf_store_tile_f16(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                  const float (&y)[CF_ACC_REGS]) {
+    cf_store_tile_16<1>(args, t, o, y);
+}
+__device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                  const float (&y)[CF_ACC_REGS]) {
+    constexpr int NCH = CF_BN / 32;   /* 32 fp32 columns per 128-byte strip */
+    const int lane = t.lane;
+#pragma unroll
+    for (int c0 = 0; c0 < NCH; c0 += CF_STG_CHUNKS) {
+        if (t.tid == 0) cf_bulk_wait_read0();
+        cf_named_bar_sync(t.bar_id, 128);
+#pragma unroll
+        for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
+            const int c = c0 + cc;
+            if (c < NCH) {
+#pragma unroll
+                for (int mt = 0; mt < CF_BM / 64; ++mt) {
+                    const int row0 = mt * 64 + t.warp * 16 + (lane >> 2);
+                    const unsigned base0 = t.stg + cc * CF_STG_CHUNK_BYTES + row0 * 128;
+#pragma unroll
+                    for (int gg = 0; gg < 4; ++gg) {
+                        const int b = mt * CF_ACC_PER_MT + 4 * (c * 4 + gg);
+                        const int ch = 2 * gg + ((lane & 3) >> 1);
+                        const unsigned off = (unsigned)(((ch ^ (row0 & 7)) << 4) + (lane & 1) * 8);
+                        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(base0 + off), "f"(y[b]), "f"(y[b + 1]) : "memory");
+                        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(base0 + 8 * 128 + off), "f"(y[b + 2]), "f"(y[b + 3]) : "memory");
+                    }
+                }
+            }
+        }
+        cf_fence_proxy_async();
+        cf_named_bar_sync(t.bar_id, 128);
+        if (t.tid == 0) {
+#pragma unroll
+            for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
+                const int c = c0 + cc;
+                const int col = t.n0 + c * 32;
+                if (c < NCH && col < t.N && t.m0 < t.M)
+                    cf_tma_store_2d(&args.tma_out[o], t.stg + cc * CF_STG_CHUNK_BYTES, col, t.m0);
+            }
+            cf_bulk_commit();
+        }
+    }
+}
+
+/* Direct predicated global stores (no TMA, no alignment needs beyond the element): for outputs
+ * whose pitch is not a multiple of 16 bytes, or partial/strided outputs.  Slower (uncoalesced). */
+__device__ __forceinline__ void cf_store_direct_bf16(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                     const float (&y)[CF_ACC_REGS]) {
+    cf_bf16 *p = (cf_bf16 *)args.out[o];
+    const long long ld = args.out_ld[o];
+    const bool pair_ok = ((ld & 1) == 0) && ((((unsigned long long)p) & 3) == 0);
+#pragma unroll
+    for (int r = 0; r < CF_ACC_REGS; r += 2) {
+        const int row = cf_acc_row_global(t, r), col = cf_acc_col_global(t, r);
+        if (row < t.M) {
+            cf_bf16 *q = p + row * ld + col;
+            if (pair_ok && col + 1 < t.N) {
+                *(unsigned *)q = cf_pack_bf16x2(y[r], y[r + 1]);
+            } else {
+                if (col < t.N) q[0] = cf_f32_to_bf16(y[r]);
+                if (col + 1 < t.N) q[1] = cf_f32_to_bf16(y[r + 1]);
+            }
+        }
+    }
+}
+__device__ __forceinline__ void cf_store_direct_f32(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                    const float (&y)[CF_ACC_REGS]) {
+    float *p = (float *)args.out[o];
+    const long long ld = args.out_ld[o];
+#pragma unroll
+    for (int r = 0; r < CF_ACC_REGS; ++r) {
+        const int row = cf_acc_row_global(t, r), col = cf_acc_col_global(t, r);
+        if (row < t.M && col < t.N) p[row * ld + col] = y[r];
+    }
+}
+
+/* ----------------------------------------------------------------------------------------
+ * The kernel
+ * -------------------------------------------------------------------------------------- */
+/* Defined by the generated code AFTER this header. */
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS]);
+
+extern "C" __device__ const int cf_kernel_info[16] = {
+    CF_SM90_VERSION, CF_SMEM_BYTES, CF_BM, CF_BN, CF_TILE_M, CF_STAGES, CF_CLUSTER_N, CF_B_NK,
+    CF_IN_F16, CF_NUM_OUT, CF_PINGPONG, CF_NUM_THREADS, CF_STG_CHUNKS, CF_GROUP_M, CF_TILE_M,
+    CF_B_NK ? CF_BN : 64};
+
+/* cluster tile ct -> (row tile, column tile) of the CTA with cluster rank `rank` */
+__device__ __forceinline__ void cf_sched_tile(int ct, int tiles_m, int groups_n, int rank, int &tm, int &tn) {
+    const int per_group = CF_GROUP_M * groups_n;
+    const int gid = ct / per_group;
+    const int first = gid * CF_GROUP_M;
+    const int gsz = cf_imin(tiles_m - first, CF_GROUP_M);
+    const int loc = ct - gid * per_group;
+    tm = first + loc % gsz;
+    tn = (loc / gsz) * CF_CLUSTER_N + rank;
+}
+
+extern "C" __global__ void __launch_bounds__(CF_NUM_THREADS, 1)
+cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
+    extern __shared__ unsigned char cf_smem_raw[];
+    const unsigned base = (cf_smem_u32(cf_smem_raw) + 1023u) & ~1023u;
+    const unsigned stg0 = base + CF_STAGES * CF_STAGE_BYTES;
+    const unsigned bar_full = stg0 + 2 * CF_STG_BYTES;
+    const unsigned bar_empty = bar_full + 8 * CF_STAGES;
+
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;
+    const int M = args.M, N = args.N, K = args.K;
+    const int tiles_m = (M + CF_TILE_M - 1) / CF_TILE_M;
+    const int tiles_n = (N + CF_BN - 1) / CF_BN;
+    const int groups_n = (tiles_n + CF_CLUSTER_N - 1) / CF_CLUSTER_N;
+    const int num_ct = tiles_m * groups_n;
+    const int nkb = (K + CF_BK - 1) / CF_BK;
+    const int nclusters = gridDim.x / CF_CLUSTER_N;
+    const int cid = blockIdx.x / CF_CLUSTER_N;
+    /* tiles of this CTA's stream (identical for all CTAs of a cluster) */
+    const int my_n = num_ct > cid ? (num_ct - cid + nclusters - 1) / nclusters : 0;
+#if CF_CLUSTER_N > 1
+    const int rank = (int)cf_cluster_ctarank();
+#else
+    const int rank = 0;
+#endif
+
+    if (tid == 0) {
+#pragma unroll 1
+        for (int s = 0; s < CF_STAGES; ++s) {
+            cf_mbar_init(bar_full + 8 * s, 1);
+            cf_mbar_init(bar_empty + 8 * s, CF_PINGPONG ? 4 : 8);   /* one arrival per consumer warp */
+        }
+        cf_fence_barrier_init();
+    }
+    __syncthreads();
+#if CF_CLUSTER_N > 1
+    cf_cluster_sync();
+#endif
+
+    if (wg == 0) {
+        /* ---------------- producer warpgroup ---------------- */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(CF_REG_PRODUCER));
+        if (tid == 0) {
+            cf_prefetch_tma(&args.tma_a);
+            cf_prefetch_tma(&args.tma_b);
+            int stage = 0;
+            unsigned phase = 0;
+#pragma unroll 1
+            for (int i = 0; i < my_n; ++i) {
+                int tm, tn;
+                cf_sched_tile(cid + i * nclusters, tiles_m, groups_n, rank, tm, tn);
+                const int m0 = tm * CF_TILE_M, n0 = tn * CF_BN;
+#pragma unroll 1
+                for (int kb = 0; kb < nkb; ++kb) {
+                    cf_mbar_wait(bar_empty + 8 * stage, phase ^ 1);
+                    const unsigned fb = bar_full + 8 * stage;
+                    cf_mbar_expect_tx(fb, CF_STAGE_BYTES);
+                    const unsigned sa = base + stage * CF_STAGE_BYTES;
+                    const unsigned sb = sa + CF_A_STAGE_BYTES;
+                    cf_tma_load_2d(sa, &args.tma_a, fb, kb * CF_BK, m0);
+#if CF_B_NK
+                    cf_tma_load_2d(sb, &args.tma_b, fb, kb * CF_BK, n0);
+#else
+#pragma unroll
+                    for (int j = 0; j < CF_BN / 64; ++j)
+                        cf_tma_load_2d(sb + j * (64 * 128), &args.tma_b, fb, n0 + 64 * j, kb * CF_BK);
+#endif
+                    if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
+                }
+            }
+        }
+        __syncwarp();
+    } else {
+        /* ---------------- consumer warpgroups ---------------- */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CF_REG_CONSUMER));
+        const int w = wg - 1;
+        float acc[CF_ACC_REGS];
+        cf_tile t;
+        t.M = M; t.N = N;
+        t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
+        t.wg = w; t.rank = rank; t.bar_id = CF_BAR_EPI0 + w;
+        t.stg = stg0 + w * CF_STG_BYTES;
+#if CF_PINGPONG
+        const int istart = w, istep = 2;
+        const unsigned a_off = 0;
+#else
+        const int istart = 0, istep = 1;
+        const unsigned a_off = w * CF_BM * 128;
+#endif
+#pragma unroll 1
+        for (int i = istart; i < my_n; i += istep) {
+            int tm, tn;
+            cf_sched_tile(cid + i * nclusters, tiles_m, groups_n, rank, tm, tn);
+            const int pos = i * nkb;
+            int stage = pos % CF_STAGES;
+            unsigned phase = (unsigned)(pos / CF_STAGES) & 1u;
+            int prev_stage = 0;
+#if CF_PINGPONG
+            if (i >= 2 || w == 1) cf_named_bar_sync(CF_BAR_ORDER0 + w, 256);   /* my turn for the tensor cores */
+#endif
+            cf_fence_operand<CF_ACC_REGS>(acc);
+#pragma unroll 1
+            for (int kb = 0; kb < nkb; ++kb) {
+                cf_mbar_wait(bar_full + 8 * stage, phase);
+                const unsigned sa = base + stage * CF_STAGE_BYTES + a_off;
+                const unsigned sb = base + stage * CF_STAGE_BYTES + CF_A_STAGE_BYTES;
+                cf_wgmma_fence();
+#pragma unroll
+                for (int k = 0; k < CF_BK / 16; ++k) {
+#if CF_B_NK
+                    const unsigned long long db = cf_desc(sb + 32 * k, 16, 1024);
+#else
+                    const unsigned long long db = cf_desc(sb + 2048 * k, 64 * 128, 1024);
+#endif
+#pragma unroll
+                    for (int mt = 0; mt < CF_BM / 64; ++mt) {
+                        const unsigned long long da = cf_desc(sa + mt * 8192 + 32 * k, 16, 1024);
+                        cf_wgmma_tile<CF_B_NK ? 0 : 1>(acc + mt * CF_ACC_PER_MT, da, db, (kb > 0 || k > 0) ? 1 : 0);
+                    }
+                }
+                cf_wgmma_commit();
+                cf_wgmma_wait<1>();
+                if (kb > 0 && t.lane == 0) cf_mbar_arrive(bar_empty + 8 * prev_stage);
+                prev_stage = stage;
+                if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
+            }
+#if CF_PINGPONG
+            if (i + 1 < my_n) cf_named_bar_arrive(CF_BAR_ORDER0 + (1 - w), 256);   /* other WG's turn */
+#endif
+            cf_wgmma_wait<0>();
+            if (t.lane == 0) cf_mbar_arrive(bar_empty + 8 * prev_stage);
+            cf_fence_operand<CF_ACC_REGS>(acc);
+            t.tile_m = tm; t.tile_n = tn;
+            t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
+            t.n0 = tn * CF_BN;
+            cf_epilogue(args, t, acc);
+        }
+        if (t.tid == 0) cf_bulk_wait0();
+    }
+#if CF_CLUSTER_N > 1
+    cf_cluster_sync();
+#endif
+}
+
+#endif /* CF_SM90_CUH */
