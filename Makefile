@@ -8,11 +8,30 @@ BUILD   ?= build
 
 LIB_SRC := $(filter-out src/cli.c,$(wildcard src/*.c))
 LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
+# runtime.c takes CUDA types from the toolkit headers (no link-time CUDA
+# dependency); every src/device/*.cuh is embedded for NVRTC by tools/embed.c.
+CUDA_HOME ?= /usr/local/cuda
+DEVICE_HDRS := $(sort $(wildcard src/device/*.cuh))
+LIB_OBJ += $(BUILD)/obj/gen_device_headers.o
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/test_util.c,$(wildcard tests/test_*.c)))
 
 all: $(BUILD)/libcomfuse.a $(BUILD)/libcomfuse.so $(BUILD)/comfuse
 
 $(BUILD)/obj/%.o: src/%.c src/cf_internal.h include/comfuse.h src/ops.def $(wildcard src/*.inc)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/runtime.o: override CFLAGS += -isystem $(CUDA_HOME)/include
+
+$(BUILD)/tools/embed: tools/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@
+
+$(BUILD)/gen/device_headers.c: $(BUILD)/tools/embed $(DEVICE_HDRS) $(wildcard src/device)
+	@mkdir -p $(dir $@)
+	$(BUILD)/tools/embed $@ $(DEVICE_HDRS)
+
+$(BUILD)/obj/gen_device_headers.o: $(BUILD)/gen/device_headers.c src/cf_internal.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -46,10 +65,11 @@ fuzz: $(BUILD)/fuzz_spec
 	$(BUILD)/fuzz_spec -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -rss_limit_mb=2048 \
 	    $(BUILD)/fuzz-corpus fuzz/corpus
 
-$(BUILD)/fuzz_spec: fuzz/fuzz_spec.c $(LIB_SRC) src/cf_internal.h include/comfuse.h
+$(BUILD)/fuzz_spec: fuzz/fuzz_spec.c $(LIB_SRC) src/cf_internal.h include/comfuse.h $(BUILD)/gen/device_headers.c
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O1 -g -Iinclude -Isrc \
-	    -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) -o $@ -lm -ldl -lpthread
+	    -isystem $(CUDA_HOME)/include -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) \
+	    $(BUILD)/gen/device_headers.c -o $@ -lm -ldl -lpthread
 
 clean:
 	rm -rf build build-asan
