@@ -89,6 +89,12 @@
 #ifndef CF_GROUP_M
 #define CF_GROUP_M 8
 #endif
+/* TMA multicast of the A tile inside a cluster (all CTAs of a cluster share the row block):
+ * CTA rank r loads rows [r*CF_TILE_M/CF_CLUSTER_N, (r+1)*CF_TILE_M/CF_CLUSTER_N) of the A tile
+ * and multicasts them to every CTA of the cluster; this cuts L2->SM traffic for A by CF_CLUSTER_N. */
+#ifndef CF_MULTICAST
+#define CF_MULTICAST (CF_CLUSTER_N > 1)
+#endif
 #ifndef CF_REG_PRODUCER
 #define CF_REG_PRODUCER 40
 #endif
@@ -104,6 +110,11 @@
 #define CF_TILE_M (2 * CF_BM)
 #endif
 #define CF_A_STAGE_BYTES (CF_TILE_M * CF_BK * 2)
+#if CF_MULTICAST
+#define CF_A_BOX_ROWS (CF_TILE_M / CF_CLUSTER_N)   /* rows of A each CTA loads (and multicasts) */
+#else
+#define CF_A_BOX_ROWS CF_TILE_M
+#endif
 #define CF_B_STAGE_BYTES (CF_BN * CF_BK * 2)
 #define CF_STAGE_BYTES (CF_A_STAGE_BYTES + CF_B_STAGE_BYTES)
 #define CF_ACC_REGS ((CF_BM / 64) * (CF_BN / 2))  /* fp32 accumulators per consumer thread */
@@ -144,6 +155,9 @@
 #if CF_SMEM_BYTES > 232448
 #error "shared memory over the 227 KB opt-in limit: lower CF_STAGES or CF_STG_CHUNKS"
 #endif
+#if CF_MULTICAST && (CF_CLUSTER_N < 2 || CF_A_BOX_ROWS % 8 != 0)
+#error "CF_MULTICAST needs CF_CLUSTER_N >= 2 and CF_TILE_M / CF_CLUSTER_N a multiple of 8"
+#endif
 #if CF_CLUSTER_N != 1 && CF_CLUSTER_N != 2 && CF_CLUSTER_N != 4 && CF_CLUSTER_N != 8 && CF_CLUSTER_N != 16
 #error "CF_CLUSTER_N must be 1, 2, 4, 8 (or 16 with the non-portable attribute)"
 #endif
@@ -172,9 +186,9 @@
 #define CF_INFO_THREADS 11
 #define CF_INFO_STG_CHUNKS 12
 #define CF_INFO_GROUP_M 13
-#define CF_INFO_A_BOX_ROWS 14  /* TMA box of A: {64, this} */
+#define CF_INFO_A_BOX_ROWS 14  /* TMA box of A: {64, this} (CF_TILE_M / CF_CLUSTER_N with multicast) */
 #define CF_INFO_B_BOX 15       /* TMA box of B: B_NK ? {64, this} : {64, 64} (this == 64) */
-#define CF_SM90_VERSION 1
+#define CF_SM90_VERSION 2
 
 /* ----------------------------------------------------------------------------------------
  * Types shared with the host
@@ -186,7 +200,9 @@ typedef unsigned short cf_f16;    /* raw f16 bits */
 struct alignas(64) cf_tma_desc { unsigned long long v[16]; };
 
 /* Kernel parameter block.  The host fills it (see tests/gpu/gemm_harness.cu, cf_host_setup()):
- *   tma_a      A = X [M,K] row-major: dims {K, M}, strides {K*2}, box {64, CF_TILE_M}, SWIZZLE_128B
+ *   tma_a      A = X [M,K] row-major: dims {K, M}, strides {K*2}, box {64, CF_A_BOX_ROWS}, SWIZZLE_128B
+ *              (CF_A_BOX_ROWS = cf_kernel_info[CF_INFO_A_BOX_ROWS] = CF_TILE_M, or CF_TILE_M/CF_CLUSTER_N
+ *              with multicast)
  *   tma_b      CF_B_NK=1: W [N,K] row-major: dims {K, N}, strides {K*2}, box {64, CF_BN}, SWIZZLE_128B
  *              CF_B_NK=0: W [K,N] row-major: dims {N, K}, strides {N*2}, box {64, 64},   SWIZZLE_128B
  *   tma_out[o] output o [M, ld] row-major: dims {N, M}, strides {out_ld[o]*esize},
@@ -269,6 +285,30 @@ __device__ __forceinline__ void cf_load_col_pair(const cf_tile &t, const float *
     }
 }
 
+/* Per-column vectors, batched: all CF_BN/4 distinct columns this thread touches, loaded at once
+ * (independent loads, one memory latency).  cv[cf_col_slot(r)] is the value for accumulator r:
+ *   cv[2*j + e] = v[n0 + 8*j + 2*(lane&3) + e], j < CF_BN/8, e < 2; out-of-range columns read 0.
+ * Prefer this over per-register loads inside the accumulator loop (those serialise on latency). */
+#define CF_COLS (CF_BN / 4)
+__device__ __forceinline__ int cf_col_slot(int r) { return 2 * ((r % CF_ACC_PER_MT) >> 2) + (r & 1); }
+__device__ __forceinline__ void cf_load_cols(const cf_tile &t, const float *v, float (&cv)[CF_COLS]) {
+    const int c0 = t.n0 + 2 * (t.lane & 3);
+    if (t.n0 + CF_BN <= t.N && ((t.N | (int)(((unsigned long long)v) >> 2)) & 1) == 0) {
+#pragma unroll
+        for (int j = 0; j < CF_BN / 8; ++j) {
+            float2 p = __ldg((const float2 *)(v + c0 + 8 * j));
+            cv[2 * j] = p.x; cv[2 * j + 1] = p.y;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < CF_BN / 8; ++j) {
+            const int c = c0 + 8 * j;
+            cv[2 * j] = c < t.N ? __ldg(v + c) : 0.0f;
+            cv[2 * j + 1] = c + 1 < t.N ? __ldg(v + c + 1) : 0.0f;
+        }
+    }
+}
+
 /* ---- fp32 math for epilogues (NaN-propagating max/min; fast approximations) ------------ */
 __device__ __forceinline__ float cf_fmax(float a, float b) { float d; asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b)); return d; }
 __device__ __forceinline__ float cf_fmin(float a, float b) { float d; asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b)); return d; }
@@ -342,6 +382,19 @@ __device__ __forceinline__ void cf_prefetch_tma(const cf_tma_desc *d) {
 __device__ __forceinline__ void cf_tma_load_2d(unsigned dst, const cf_tma_desc *d, unsigned bar, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                  :: "r"(dst), "l"(d), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void cf_tma_load_2d_mc(unsigned dst, const cf_tma_desc *d, unsigned bar, int c0, int c1,
+                                                  unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%3, %4}], [%2], %5;"
+                 :: "r"(dst), "l"(d), "r"(bar), "r"(c0), "r"(c1), "h"(mask) : "memory");
+}
+/* shared::cta address -> the same offset in CTA `rank` of the cluster */
+__device__ __forceinline__ unsigned cf_mapa(unsigned addr, unsigned rank) {
+    unsigned r; asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank)); return r;
+}
+__device__ __forceinline__ void cf_mbar_arrive_cluster(unsigned cluster_addr) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(cluster_addr) : "memory");
 }
 __device__ __forceinline__ void cf_tma_store_2d(const cf_tma_desc *d, unsigned src, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];"
@@ -567,9 +620,19 @@ __device__ __forceinline__ void cf_store_direct_f32(const cf_gemm_args &args, co
 /* Defined by the generated code AFTER this header. */
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS]);
 
+/* a consumer warp releases a ring stage: lane 0 arrives locally, or with multicast lane p < CLUSTER_N
+ * arrives on CTA p's empty barrier (every CTA's producer multicasts into this stage) */
+__device__ __forceinline__ void cf_release_stage(unsigned bar, int lane) {
+#if CF_MULTICAST
+    if (lane < CF_CLUSTER_N) cf_mbar_arrive_cluster(cf_mapa(bar, (unsigned)lane));
+#else
+    if (lane == 0) cf_mbar_arrive(bar);
+#endif
+}
+
 extern "C" __device__ const int cf_kernel_info[16] = {
     CF_SM90_VERSION, CF_SMEM_BYTES, CF_BM, CF_BN, CF_TILE_M, CF_STAGES, CF_CLUSTER_N, CF_B_NK,
-    CF_IN_F16, CF_NUM_OUT, CF_PINGPONG, CF_NUM_THREADS, CF_STG_CHUNKS, CF_GROUP_M, CF_TILE_M,
+    CF_IN_F16, CF_NUM_OUT, CF_PINGPONG, CF_NUM_THREADS, CF_STG_CHUNKS, CF_GROUP_M, CF_A_BOX_ROWS,
     CF_B_NK ? CF_BN : 64};
 
 /* cluster tile ct -> (row tile, column tile) of the CTA with cluster rank `rank` */
@@ -613,7 +676,8 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #pragma unroll 1
         for (int s = 0; s < CF_STAGES; ++s) {
             cf_mbar_init(bar_full + 8 * s, 1);
-            cf_mbar_init(bar_empty + 8 * s, CF_PINGPONG ? 4 : 8);   /* one arrival per consumer warp */
+            /* one arrival per consumer warp (of every CTA of the cluster with multicast) */
+            cf_mbar_init(bar_empty + 8 * s, (CF_PINGPONG ? 4 : 8) * (CF_MULTICAST ? CF_CLUSTER_N : 1));
         }
         cf_fence_barrier_init();
     }
@@ -642,7 +706,12 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
                     cf_mbar_expect_tx(fb, CF_STAGE_BYTES);
                     const unsigned sa = base + stage * CF_STAGE_BYTES;
                     const unsigned sb = sa + CF_A_STAGE_BYTES;
+#if CF_MULTICAST
+                    cf_tma_load_2d_mc(sa + rank * (CF_A_BOX_ROWS * 128), &args.tma_a, fb, kb * CF_BK,
+                                      m0 + rank * CF_A_BOX_ROWS, (unsigned short)((1u << CF_CLUSTER_N) - 1));
+#else
                     cf_tma_load_2d(sa, &args.tma_a, fb, kb * CF_BK, m0);
+#endif
 #if CF_B_NK
                     cf_tma_load_2d(sb, &args.tma_b, fb, kb * CF_BK, n0);
 #else
@@ -705,7 +774,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
                 }
                 cf_wgmma_commit();
                 cf_wgmma_wait<1>();
-                if (kb > 0 && t.lane == 0) cf_mbar_arrive(bar_empty + 8 * prev_stage);
+                if (kb > 0) cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
                 prev_stage = stage;
                 if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
             }
@@ -713,7 +782,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             if (i + 1 < my_n) cf_named_bar_arrive(CF_BAR_ORDER0 + (1 - w), 256);   /* other WG's turn */
 #endif
             cf_wgmma_wait<0>();
-            if (t.lane == 0) cf_mbar_arrive(bar_empty + 8 * prev_stage);
+            cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
             cf_fence_operand<CF_ACC_REGS>(acc);
             t.tile_m = tm; t.tile_n = tn;
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
