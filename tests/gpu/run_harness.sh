@@ -23,7 +23,7 @@ timeout ${HARNESS_TIMEOUT:-400} $B/gemm_harness $B "$@" 2>&1 | tee "$OUTDIR/harn
 rc=${PIPESTATUS[0]}
 echo "harness exit $rc"
 if [ -n "${NCU_KERNEL:-}" ]; then   # NCU_KERNEL="name M N K": hardware counters of that kernel and cuBLAS beside
-    timeout ${NCU_TIMEOUT:-150} ncu --clock-control none -c 4 --metrics \
+    timeout ${NCU_TIMEOUT:-150} ncu --clock-control none -k regex:"gemm|xmma|sm90" -c 4 --metrics \
 gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
         $B/gemm_harness $B --one $NCU_KERNEL 2>&1 | grep -v "^==PROF==" | tee "$OUTDIR/ncu.log" | grep -E "cf_gemm|sm90|Kernel|gemm|duration|pct|bytes|wavefronts" | cut -c1-150
 fi
