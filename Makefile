@@ -1,12 +1,13 @@
 # comfuse — `make` builds the library and CLI; `make test` runs every CPU test.
 CC      ?= cc
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -Wshadow \
+override CFLAGS += -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Werror -Wshadow \
            -Wmissing-prototypes -Iinclude -Isrc -fPIC -fvisibility=hidden
 LDLIBS  += -lm -ldl -lpthread
 BUILD   ?= build
 
-LIB_SRC := $(filter-out src/cli.c,$(wildcard src/*.c))
+LIB_SRC := $(filter-out src/cli%.c,$(wildcard src/*.c))
+CLI_SRC := $(wildcard src/cli*.c)
 LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
 # runtime.c takes CUDA types from the toolkit headers (no link-time CUDA
 # dependency); every src/device/*.cuh is embedded for NVRTC by tools/embed.c.
@@ -42,8 +43,8 @@ $(BUILD)/libcomfuse.a: $(LIB_OBJ)
 $(BUILD)/libcomfuse.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDLIBS)
 
-$(BUILD)/comfuse: src/cli.c $(BUILD)/libcomfuse.a
-	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libcomfuse.a $(LDLIBS)
+$(BUILD)/comfuse: $(CLI_SRC) src/cli.h $(BUILD)/libcomfuse.a
+	$(CC) $(CFLAGS) $(CLI_SRC) -o $@ $(BUILD)/libcomfuse.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c tests/test_util.h $(BUILD)/libcomfuse.a
 	@mkdir -p $(dir $@)

@@ -257,6 +257,10 @@ cf_status cf_ir_verify(const cf_ir *ir, cf_error *err);
 /* Deterministic text form (used by cf_ir_print and tests). */
 void cf_ir_format(const cf_ir *ir, cf_strbuf *sb);
 
+/* ---- kernel.c ----------------------------------------------------------- */
+
+const cf_ir *cf_kernel_ir(const cf_kernel *k);
+
 /* ---- codegen.c: Ψ ----------------------------------------------------- */
 
 /* Kernel shape chosen by the host (see the device header for the meaning). */

@@ -12,6 +12,8 @@
 
 /* Indices of the kernel's exported configuration (cf_kernel_info in
  * src/device/cf_sm90.cuh). */
+#define DEVICE_HEADER_VERSION 2 /* CF_SM90_VERSION this host code packs arguments for */
+
 enum {
     INFO_VERSION, INFO_SMEM, INFO_BM, INFO_BN, INFO_TILE_M, INFO_STAGES, INFO_CLUSTER_N, INFO_B_NK,
     INFO_IN_F16, INFO_NUM_OUT, INFO_PINGPONG, INFO_THREADS, INFO_STG_CHUNKS, INFO_GROUP_M,
@@ -39,7 +41,7 @@ cf_options cf_options_for_shape(int64_t m, int64_t n, int64_t k)
     /* PingPong 128x128 tiles per consumer warpgroup: the epilogue of one
      * warpgroup overlaps the other's mainloop.  Narrow outputs take 64-wide
      * tiles so the grid still fills the 132 SMs. */
-    cf_options o = {.block_m = 128, .block_n = n <= 64 ? 64 : 128, .stages = 5, .cluster_n = 1};
+    cf_options o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 5, .cluster_n = 1};
     return o;
 }
 
@@ -107,6 +109,7 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     return CF_OK;
 }
 
+const cf_ir *cf_kernel_ir(const cf_kernel *k) { return k ? k->ir : NULL; }
 const char *cf_kernel_source(const cf_kernel *k) { return k ? k->src.data : NULL; }
 const char *cf_kernel_ptx(const cf_kernel *k) { return k && k->compiled ? k->cubin.ptx : NULL; }
 
@@ -134,7 +137,7 @@ static cf_status parse_info(cf_kernel *k, cf_error *err)
     }
     for (int i = 0; i < INFO_COUNT; i++)
         k->info[i] = bytes[4 * i] | bytes[4 * i + 1] << 8 | bytes[4 * i + 2] << 16 | bytes[4 * i + 3] << 24;
-    if (k->info[INFO_VERSION] != 1 || k->info[INFO_BM] != k->opt.block_m || k->info[INFO_BN] != k->opt.block_n)
+    if (k->info[INFO_VERSION] != DEVICE_HEADER_VERSION || k->info[INFO_BM] != k->opt.block_m || k->info[INFO_BN] != k->opt.block_n)
         return cf_errorf(err, CF_ERR_INTERNAL, (cf_loc){0},
                          "kernel configuration mismatch (header version %d, BM %d, BN %d)", k->info[INFO_VERSION],
                          k->info[INFO_BM], k->info[INFO_BN]);

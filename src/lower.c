@@ -109,6 +109,13 @@ static vn_key key_of(lower_ctx *c, cf_value v)
     return k;
 }
 
+/* Field by field: struct copies need not preserve padding, so no memcmp. */
+static bool key_eq(const vn_key *x, const vn_key *y)
+{
+    return x->op == y->op && x->a == y->a && x->b == y->b && x->cbits == y->cbits && x->index == y->index &&
+           x->axis == y->axis;
+}
+
 static uint64_t hash_key(const vn_key *k)
 {
     uint64_t h = 1469598103934665603ull;
@@ -148,7 +155,7 @@ static cf_status number_values(lower_ctx *c)
                 table[slot] = v;
                 break;
             }
-            if (memcmp(&keys[w], &keys[v], sizeof keys[v]) == 0) {
+            if (key_eq(&keys[w], &keys[v])) {
                 c->canon[v] = w;
                 break;
             }

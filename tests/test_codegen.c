@@ -1,0 +1,197 @@
+/* test_codegen.c — Ψ: golden kernel sources, determinism, rejections, and
+ * NVRTC compiling each kernel for sm_90a into PTX that uses the Hopper paths. */
+#include "cf_internal.h"
+#include "test_util.h"
+
+#include <unistd.h>
+
+static cf_graph *parse(const char *path)
+{
+    cf_graph *g = NULL;
+    cf_error err;
+    if (cf_spec_parse_file(path, &g, &err) != CF_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return NULL;
+    }
+    return g;
+}
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s)
+        s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* The generated source of each spec is pinned in tests/golden/<name>.cu;
+ * CF_UPDATE_GOLDEN=1 rewrites them (review the diff before committing). */
+static void test_golden_sources(void)
+{
+    static const char *names[] = {"gemm", "gemm_bias_gelu"};
+    bool update = getenv("CF_UPDATE_GOLDEN") != NULL;
+    for (int i = 0; i < CF_ARRAY_LEN(names); i++) {
+        char spec[256], gold[256];
+        snprintf(spec, sizeof spec, "examples/%s.cf", names[i]);
+        snprintf(gold, sizeof gold, "tests/golden/%s.cu", names[i]);
+        cf_graph *g = parse(spec);
+        CHECK(g != NULL);
+        cf_kernel *k = NULL, *k2 = NULL;
+        cf_error err;
+        cf_options opt = {128, 128, 5, 1};
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k, &err));
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k2, &err));
+        if (!k || !k2)
+            goto next;
+        CHECK(strcmp(cf_kernel_source(k), cf_kernel_source(k2)) == 0); /* deterministic */
+        if (update) {
+            FILE *f = fopen(gold, "w");
+            CHECK(f != NULL);
+            if (f) {
+                fputs(cf_kernel_source(k), f);
+                fclose(f);
+            }
+        } else {
+            char *want = read_all(gold);
+            CHECK(want != NULL);
+            bool same = want && strcmp(want, cf_kernel_source(k)) == 0;
+            if (!same)
+                fprintf(stderr, "golden mismatch: build/comfuse emit --block-m 128 --block-n 128 --stages 5 %s "
+                                "| diff %s -\n", spec, gold);
+            CHECK(same);
+            free(want);
+        }
+    next:
+        cf_kernel_free(k);
+        cf_kernel_free(k2);
+        cf_graph_free(g);
+    }
+}
+
+/* Each node category expands by its rule: named values, one per IR node. */
+static void test_source_shape(void)
+{
+    cf_graph *g = parse("tests/specs/all_elementwise.cf");
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    cf_kernel *k = NULL;
+    cf_error err;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, NULL, "all", &k, &err));
+    const char *src = k ? cf_kernel_source(k) : NULL;
+    CHECK_CONTAINS(src, "float alpha;  /* a");          /* runtime scalar in the param struct */
+    CHECK_CONTAINS(src, "const float *b32;");
+    CHECK_CONTAINS(src, "const unsigned short *b16;");
+    CHECK_CONTAINS(src, "= p.alpha;  /* runtime scalar */");
+    CHECK_CONTAINS(src, "load_bf16(p.b16, col)");      /* row vector */
+    CHECK_CONTAINS(src, "load_f16(p.h16, col)");
+    CHECK_CONTAINS(src, "load_f32(p.rs, row)");        /* column vector */
+    CHECK_CONTAINS(src, "load_bf16(p.R, (long long)row * t.N + col)");
+    CHECK_CONTAINS(src, "op_gelu_erf(");
+    CHECK_CONTAINS(src, "static __device__ __forceinline__ float op_max(");
+    CHECK_CONTAINS(src, "cf_store_tile_bf16(args, t, 0, out_Y);");
+    CHECK_CONTAINS(src, "cf_store_tile_f32(args, t, 1, out_Z);");
+    CHECK_CONTAINS(src, "cf_store_tile_f16(args, t, 2, out_H);");
+    CHECK_CONTAINS(src, "#define CF_B_NK 1");
+    CHECK_CONTAINS(src, "#define CF_NUM_OUT 3");
+    /* a helper that is not used is not emitted */
+    CHECK(src && strstr(src, "op_silu(float") != NULL);
+    cf_kernel_free(k);
+    cf_graph_free(g);
+
+    g = parse("examples/gemm_bias_gelu.cf");
+    k = NULL;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, NULL, "gelu", &k, &err));
+    src = k ? cf_kernel_source(k) : NULL;
+    CHECK(src && !strstr(src, "op_silu"));
+    cf_kernel_free(k);
+    cf_graph_free(g);
+}
+
+static void test_rejections(void)
+{
+    cf_graph *g = parse("examples/gemm_bias_ln.cf");
+    cf_kernel *k = NULL;
+    cf_error err;
+    cf_options bad = {96, 128, 5, 1};
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(g, &bad, "x", &k, &err));
+    CHECK_CONTAINS(err.msg, "block_m 96");
+    cf_options big = {128, 256, 5, 1};
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(g, &big, "x", &k, &err));
+    CHECK_CONTAINS(err.msg, "more than 128 accumulator registers");
+    cf_graph_free(g);
+}
+
+/* NVRTC (no GPU needed): every kernel we can generate compiles for sm_90a,
+ * its PTX uses wgmma and the bulk tensor copy engine, ptxas reports no spills
+ * for the workload kernels, and the cache hands back the same cubin. */
+static void test_nvrtc(void)
+{
+    char dir[] = "/tmp/cf_test_codegen_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    setenv("CF_CACHE_DIR", dir, 1);
+    static const struct {
+        const char *spec;
+        bool no_spill;
+    } cases[] = {
+        {"examples/gemm.cf", true},
+        {"examples/gemm_bias_gelu.cf", true},
+        {"tests/specs/all_elementwise.cf", false},
+    };
+    for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
+        cf_graph *g = parse(cases[i].spec);
+        cf_kernel *k = NULL;
+        cf_error err;
+        cf_options opt = {i == 2 ? 64 : 128, 128, 4, 1};
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, cases[i].spec, &k, &err));
+        cf_status st = k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL;
+        if (st != CF_OK)
+            fprintf(stderr, "%s: %s\n", cases[i].spec, err.msg);
+        CHECK_EQ_INT(CF_OK, st);
+        const char *ptx = cf_kernel_ptx(k);
+        CHECK_CONTAINS(ptx, "wgmma.mma_async");
+        CHECK_CONTAINS(ptx, "cp.async.bulk.tensor");
+        CHECK_CONTAINS(ptx, "setmaxnreg");
+        cf_resources r;
+        CHECK_EQ_INT(CF_OK, cf_kernel_resources(k, &r, &err));
+        CHECK_EQ_INT(384, r.threads);
+        CHECK(r.smem_bytes > 0 && r.smem_bytes <= 232448);
+        CHECK(r.registers > 0);
+        if (cases[i].no_spill)
+            CHECK_EQ_INT(0, r.spill_bytes);
+        CHECK(!r.cache_hit);
+        cf_kernel_free(k);
+        /* the second build of the same kernel is a cache hit */
+        k = NULL;
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, cases[i].spec, &k, &err));
+        CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
+        CHECK(k && cf_kernel_resources(k, &r, &err) == CF_OK && r.cache_hit);
+        if (!r.cache_hit || (cases[i].no_spill && r.spill_bytes))
+            fprintf(stderr, "%s: cache_hit %d spills %d\n", cases[i].spec, r.cache_hit, r.spill_bytes);
+        cf_kernel_free(k);
+        cf_graph_free(g);
+    }
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK_EQ_INT(0, system(cmd));
+}
+
+int main(void)
+{
+    test_golden_sources();
+    test_source_shape();
+    test_rejections();
+    test_nvrtc();
+    return tu_finish("test_codegen");
+}
