@@ -393,8 +393,10 @@ __device__ __forceinline__ void cf_tma_load_2d_mc(unsigned dst, const cf_tma_des
 __device__ __forceinline__ unsigned cf_mapa(unsigned addr, unsigned rank) {
     unsigned r; asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank)); return r;
 }
+/* Remote arrive with the default (.release.cta) semantics, as CUTLASS's ClusterBarrier::arrive does:
+ * the .release.cluster form costs a cluster-scope fence per call and halved the throughput (v2). */
 __device__ __forceinline__ void cf_mbar_arrive_cluster(unsigned cluster_addr) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(cluster_addr) : "memory");
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(cluster_addr) : "memory");
 }
 __device__ __forceinline__ void cf_tma_store_2d(const cf_tma_desc *d, unsigned src, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];"

@@ -481,7 +481,7 @@ int main(int argc, char **argv) {
         for (auto &s : small) test_case(k, s.M, s.N, s.K, s.pad, false, &lt);
     /* the workload shapes, fully checked, for the main variants (cuBLAS checked beside) */
     const int wl[4][3] = {{8192, 4096, 4096}, {16384, 1024, 1024}, {16384, 2048, 1024}, {4096, 2048, 512}};
-    for (const char *nm : {"pp128cl2_kn_gelu", "pp128cl2_nk_gelu", "pp128_nk_id", "coopcl2_nk_id", "coopcl2_kn_gelu"})
+    for (const char *nm : {"pp128cl2_kn_gelu", "pp128cl2_nk_gelu", "pp128_nk_id", "coopcl2_nk_id", "coop128cl2_kn_gelu", "coop128cl2_nk_id"})
         if (const Kernel *k = find_kernel(nm))
             for (int i = 0; i < (quick ? 1 : 4); ++i) test_case(*k, wl[i][0], wl[i][1], wl[i][2], 0, i < 2, &lt);
     printf("correctness: %d passed, %d failed\n", g_pass, g_fail);
