@@ -19,8 +19,12 @@ for c in $B/pp128_nk_gelu.cubin $B/coop64x256_nk_id.cubin; do
     [ -f $c ] && cuobjdump -sass $c > "$OUTDIR/$(basename $c .cubin).sass" 2>&1 && \
         echo "$(basename $c): HGMMA $(grep -c HGMMA "$OUTDIR/$(basename $c .cubin).sass") LDL/STL $(grep -c -E 'LDL|STL' "$OUTDIR/$(basename $c .cubin).sass")"
 done
+nvidia-smi dmon -s pc -d 1 > "$OUTDIR/dmon.txt" 2>&1 &
+dmon=$!
 timeout ${HARNESS_TIMEOUT:-400} $B/gemm_harness $B "$@" 2>&1 | tee "$OUTDIR/harness.log"
 rc=${PIPESTATUS[0]}
+kill $dmon 2>/dev/null
+echo "power/clock samples during the run (dmon: pwr W, gtemp C, mclk, pclk MHz):"; awk 'NR>2 && $1 !~ /#/ {print $2, $3, $5, $6}' "$OUTDIR/dmon.txt" | sort -n -k4 | awk 'NR==1{print "min pclk:", $0} END{print "max pclk:", $0}' 
 echo "harness exit $rc"
 if [ -n "${NCU_KERNEL:-}" ]; then   # NCU_KERNEL="name M N K": hardware counters of that kernel and cuBLAS beside
     timeout ${NCU_TIMEOUT:-150} ncu --clock-control none -k regex:"gemm|xmma|sm90" -c 4 --metrics \
