@@ -200,7 +200,7 @@ CF_API cf_status cf_ir_interpret(const cf_ir *ir, const cf_bindings *b, double *
 
 /* ---- fused kernels -------------------------------------------------------- */
 
-/* Kernel shape; 0 in a field lets comfuse choose (cf_options_for_shape). */
+/* Kernel shape; 0 in a field lets comfuse choose (cf_options_for). */
 typedef struct cf_options {
     int block_m;         /* rows of a consumer warpgroup's tile: 64 or 128     */
     int block_n;         /* columns of a tile: a multiple of 16, at most 256   */
@@ -208,8 +208,10 @@ typedef struct cf_options {
     int cluster_n;       /* CTAs per thread-block cluster along N               */
 } cf_options;
 
-/* A good kernel shape for a GEMM of this size (all fields filled). */
-CF_API cf_options cf_options_for_shape(int64_t m, int64_t n, int64_t k);
+/* A good kernel shape for g at this GEMM size (all fields filled); n <= 0
+ * when the size is not known yet.  Graphs with row reductions need a whole
+ * row in one thread-block cluster, so N picks the cluster size. */
+CF_API cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k);
 
 typedef struct cf_kernel cf_kernel;
 

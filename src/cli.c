@@ -267,7 +267,7 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
         cf_ir *ir = NULL;
         cf_error err;
         if (cf_lower(*g, &ir, &err) == CF_OK) {
-            cf_options d = cf_options_for_shape(o->dims[ir->dim_m], o->dims[ir->dim_n], o->dims[ir->dim_k]);
+            cf_options d = cf_options_for(*g, o->dims[ir->dim_m], o->dims[ir->dim_n], o->dims[ir->dim_k]);
             if (!o->kopt.block_m)
                 o->kopt.block_m = d.block_m;
             if (!o->kopt.block_n)

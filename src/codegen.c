@@ -13,6 +13,7 @@
 #include "cf_internal.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- op expansions -------------------------------------------------------- */
@@ -86,6 +87,21 @@ static const struct {
      "    asm(\"{ .reg .f16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }\" : \"=f\"(f) : \"h\"(__ldg(p + i)));\n"
      "    return f;\n"
      "}"},
+    {"store_f32", "static __device__ __forceinline__ void store_f32(float *p, long long i, float v) { p[i] = v; }"},
+    {"store_bf16",
+     "static __device__ __forceinline__ void store_bf16(unsigned short *p, long long i, float v)\n"
+     "{\n"
+     "    unsigned short h;\n"
+     "    asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(v));\n"
+     "    p[i] = h;\n"
+     "}"},
+    {"store_f16",
+     "static __device__ __forceinline__ void store_f16(unsigned short *p, long long i, float v)\n"
+     "{\n"
+     "    unsigned short h;\n"
+     "    asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(v));\n"
+     "    p[i] = h;\n"
+     "}"},
     {"op_min",
      "static __device__ __forceinline__ float op_min(float a, float b)\n"
      "{\n"
@@ -95,11 +111,20 @@ static const struct {
 
 /* ---- emission context ------------------------------------------------------ */
 
+/* Where a value lives from one fragment loop to the next: tile arrays T<k>
+ * (T0 is the accumulator itself) for TILE and VEC_N values, row arrays R<k>
+ * (one value per row the thread holds) for VEC_M values, S_<id> for scalars. */
+enum { CLS_TILE, CLS_ROW, CLS_SCALAR };
+#define CG_MAX_ARRAYS 32
+
 typedef struct cg_ctx {
     const cf_ir *ir;
     const cf_cg_options *opt;
     cf_strbuf *sb;
     int indent;
+    int *arr;            /* by node id: its array, or -1 when it needs none    */
+    bool *pass;          /* by node id: a bypass that keeps its array          */
+    int n_arrays[2];     /* tile and row arrays used                            */
 } cg_ctx;
 
 __attribute__((format(printf, 2, 3)))
@@ -217,12 +242,53 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
     cf_sb_free(&e);
 }
 
+static int cls_of(cf_shape s)
+{
+    return s == CF_SHAPE_VEC_M ? CLS_ROW : s == CF_SHAPE_SCALAR ? CLS_SCALAR : CLS_TILE;
+}
+
+/* "T1[r]", "R0[cf_acc_slot(r)]" or "S_7": the storage of node n. */
+static const char *slot_ref(cg_ctx *c, const cf_ir_node *n, char *buf, size_t len)
+{
+    int k = c->arr[n->id];
+    switch (cls_of(n->shape)) {
+    case CLS_TILE: snprintf(buf, len, "T%d[r]", k); break;
+    case CLS_ROW: snprintf(buf, len, "R%d[cf_acc_slot(r)]", k); break;
+    default: snprintf(buf, len, "S_%d", k); break;
+    }
+    return buf;
+}
+
+static const char *red_op(cf_op op)
+{
+    return op == CF_OP_RMAX ? "CF_RED_MAX" : op == CF_OP_RMIN ? "CF_RED_MIN" : "CF_RED_SUM";
+}
+
+static void emit_placeholder(cg_ctx *c, const cf_ir_node *n)
+{
+    char id[96], ref[96], where[96];
+    if (n->is_stat)
+        line(c, "const float %s = red_%s[cf_acc_slot(r)];  /* statistic of the previous stage */",
+             ident(n, id, sizeof id), ident(n->ref, ref, sizeof ref));
+    else
+        line(c, "const float %s = %s;  /* bypass: %s, carried from stage %d */", ident(n, id, sizeof id),
+             slot_ref(c, n, where, sizeof where), ident(n->ref, ref, sizeof ref), n->ref->stage);
+}
+
+static void emit_reduce(cg_ctx *c, const cf_ir_node *n)
+{
+    char id[96], a0[96];
+    ident(n, id, sizeof id);
+    line(c, "if (col < t.N)  /* columns past N hold TMA's zero fill, not data */");
+    line(c, "    red_%s[cf_acc_slot(r)] = cf_red_combine<%s>(red_%s[cf_acc_slot(r)], %s);", id, red_op(n->op), id,
+         ident(n->args[0], a0, sizeof a0));
+}
+
+/* Stores happen after the loop, from the value's storage (see emit_stage). */
 static void emit_store(cg_ctx *c, const cf_ir_node *n)
 {
-    char a0[96];
-    const cf_ir_arg *a = &c->ir->args[n->arg];
-    CF_ASSERT(n->shape == CF_SHAPE_TILE);
-    line(c, "out_%s[r] = %s;  /* store fragment */", a->name, ident(n->args[0], a0, sizeof a0));
+    (void)c;
+    (void)n;
 }
 
 static void emit_unsupported(cg_ctx *c, const cf_ir_node *n)
@@ -236,8 +302,8 @@ static const emit_rule emit_rules[] = {
     [CF_IR_ACC] = emit_acc,
     [CF_IR_BCAST] = emit_bcast,
     [CF_IR_COMPUTE] = emit_compute,
-    [CF_IR_REDUCE] = emit_unsupported,
-    [CF_IR_PLACEHOLDER] = emit_unsupported,
+    [CF_IR_REDUCE] = emit_reduce,
+    [CF_IR_PLACEHOLDER] = emit_placeholder,
     [CF_IR_STORE] = emit_store,
     [CF_IR_MATMUL] = emit_unsupported,
 };
@@ -247,12 +313,15 @@ _Static_assert(CF_ARRAY_LEN(emit_rules) == CF_IR_KIND_COUNT, "emit_rules out of 
 
 void cf_cg_epi_layout(const cf_ir *ir, size_t *offsets, size_t *size, size_t *align)
 {
-    /* Mirrors the cf_epi_params emitted below: scalars are float, inputs are
-     * pointers, in A order; an empty struct gets one int. */
+    /* Mirrors the cf_epi_params emitted below: scalars are float, inputs and
+     * per-row outputs are pointers, in A order; an empty struct gets one int. */
     size_t off = 0, al = 4;
     for (int i = 0; i < ir->n_args; i++) {
         cf_arg_kind k = ir->args[i].kind;
-        size_t sz = k == CF_ARG_SCALAR ? 4 : (k == CF_ARG_VEC_N || k == CF_ARG_VEC_M || k == CF_ARG_TENSOR) ? 8 : 0;
+        bool row_out = k == CF_ARG_OUTPUT && cf_graph_output_info(ir->graph, ir->args[i].index).rank == 1;
+        size_t sz = k == CF_ARG_SCALAR ? 4
+                    : (k == CF_ARG_VEC_N || k == CF_ARG_VEC_M || k == CF_ARG_TENSOR || row_out) ? 8
+                                                                                               : 0;
         if (offsets)
             offsets[i] = 0;
         if (!sz)
@@ -280,21 +349,148 @@ static bool calls(const char *text, const char *name)
     return false;
 }
 
+/* ---- stages: storage planning and the fragment loop ------------------------- */
+
+static bool carried_out(const cf_ir_spec *sp, const cf_ir_node *v)
+{
+    const cf_ir_spec *next = sp->post;
+    for (int i = 0; next && i < next->n_nodes; i++)
+        if (next->nodes[i]->kind == CF_IR_PLACEHOLDER && !next->nodes[i]->is_stat && next->nodes[i]->ref == v)
+            return true;
+    return false;
+}
+
+static bool stored(const cf_ir_spec *sp, const cf_ir_node *v)
+{
+    for (int i = 0; i < sp->n_nodes; i++)
+        if (sp->nodes[i]->kind == CF_IR_STORE && sp->nodes[i]->args[0] == v)
+            return true;
+    return false;
+}
+
+/* Gives every value that must outlive its fragment loop (carried to the next
+ * stage, or stored after the loop) an array.  In-values are read at the top
+ * of iteration r and out-values written at its bottom, always at index r, so
+ * an out-value may take the array of any in-value that is not carried on. */
+static void plan_storage(cg_ctx *c, const cf_ir_spec *sp)
+{
+    bool busy[2][CG_MAX_ARRAYS] = {{false}};
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (n->kind == CF_IR_ACC)
+            c->arr[n->id] = 0;
+        else if (n->kind == CF_IR_PLACEHOLDER && !n->is_stat)
+            c->arr[n->id] = c->arr[n->ref->id];
+        else
+            continue;
+        c->pass[n->id] = carried_out(sp, n);
+        if (c->pass[n->id] && cls_of(n->shape) != CLS_SCALAR)
+            busy[cls_of(n->shape)][c->arr[n->id]] = true;
+    }
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (n->kind == CF_IR_STORE || n->kind == CF_IR_REDUCE || n->kind == CF_IR_MATMUL || c->pass[n->id] ||
+            !(carried_out(sp, n) || stored(sp, n)))
+            continue;
+        int cls = cls_of(n->shape);
+        if (cls == CLS_SCALAR) {
+            c->arr[n->id] = n->id;
+            continue;
+        }
+        int k = 0;
+        while (k < CG_MAX_ARRAYS - 1 && busy[cls][k])
+            k++;
+        busy[cls][k] = true;
+        c->arr[n->id] = k;
+        if (k + 1 > c->n_arrays[cls])
+            c->n_arrays[cls] = k + 1;
+    }
+    if (c->n_arrays[CLS_TILE] < 1)
+        c->n_arrays[CLS_TILE] = 1;
+}
+
+static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
+{
+    const cf_ir *ir = c->ir;
+    char id[96], where[96];
+    const cf_ir_node *red = sp->terminal && sp->terminal->kind == CF_IR_REDUCE ? sp->terminal : NULL;
+    if (sp->depth == 0)
+        line(c, "/* ---- stage 0: %d nodes, streamed one accumulator register at a time ---- */", sp->n_nodes);
+    else
+        line(c, "/* ---- stage %d (PostOp of the reduction above): %d nodes ---- */", sp->depth, sp->n_nodes);
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (cls_of(n->shape) == CLS_SCALAR && c->arr[n->id] == n->id && n->kind != CF_IR_PLACEHOLDER)
+            line(c, "float S_%d;", n->id);
+    }
+    if (red) {
+        ident(red, id, sizeof id);
+        line(c, "float red_%s[CF_ROWS];  /* %s over N: thread-local partials per row */", id, cf_op_name(red->op));
+        line(c, "#pragma unroll");
+        line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+        line(c, "    red_%s[s] = cf_red_identity<%s>();", id, red_op(red->op));
+    }
+    line(c, "#pragma unroll");
+    line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
+    c->indent++;
+    line(c, "const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);");
+    line(c, "(void)row;");
+    line(c, "(void)col;");
+    for (int i = 0; i < sp->n_nodes; i++)
+        emit_rules[sp->nodes[i]->kind](c, sp->nodes[i]);
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (c->arr[n->id] < 0 || c->pass[n->id] || n->kind == CF_IR_ACC || n->kind == CF_IR_PLACEHOLDER)
+            continue;
+        line(c, "%s = %s;  /* %s */", slot_ref(c, n, where, sizeof where), ident(n, id, sizeof id),
+             carried_out(sp, n) ? "carried to the next stage" : "kept for the store");
+    }
+    c->indent--;
+    line(c, "}");
+    /* Stores of this stage, from the values' arrays. */
+    int tile_out = 0;
+    for (int i = 0; i < ir->n_args; i++) {
+        const cf_ir_arg *a = &ir->args[i];
+        if (a->kind != CF_ARG_OUTPUT)
+            continue;
+        bool tile = cf_graph_output_info(ir->graph, a->index).rank == 2;
+        for (int j = 0; j < sp->n_nodes; j++) {
+            const cf_ir_node *n = sp->nodes[j];
+            if (n->kind != CF_IR_STORE || n->arg != i)
+                continue;
+            int k = c->arr[n->args[0]->id];
+            if (tile) {
+                line(c, "cf_store_tile_%s(args, t, %d, T%d);  /* output %s: %s [M,N] */", cf_dtype_name(a->dtype),
+                     tile_out, k, a->name, cf_dtype_name(a->dtype));
+            } else {
+                line(c, "#pragma unroll");
+                line(c, "for (int s = 0; s < CF_ROWS; ++s) {  /* output %s: %s [M], one writer per row */", a->name,
+                     cf_dtype_name(a->dtype));
+                line(c, "    const int row = t.m0 + cf_slot_row(t, s);");
+                line(c, "    if (t.n0 == 0 && (t.lane & 3) == 0 && row < t.M)");
+                line(c, "        store_%s(p.%s, row, R%d[s]);", cf_dtype_name(a->dtype), a->name, k);
+                line(c, "}");
+            }
+        }
+        tile_out += tile;
+    }
+    if (red) {
+        ident(red, id, sizeof id);
+        line(c, "cf_row_reduce<%s>(args, t, red_%s);  /* quad shuffles, then the cluster */", red_op(red->op), id);
+        if (red->op == CF_OP_MEAN) {
+            line(c, "#pragma unroll");
+            line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+            line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
+        }
+    }
+}
+
 cf_status cf_cg_check(const cf_ir *ir, cf_error *err)
 {
     if (ir->n_gemms != 1)
         return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
                          "code generation for B2B GEMMs (F(X*W1)*W2) is not implemented yet; "
                          "the IR is valid (see `comfuse explain`), fall back to unfused execution");
-    for (int i = 0; i < ir->n_args; i++)
-        if (ir->args[i].kind == CF_ARG_OUTPUT && cf_graph_output_info(ir->graph, ir->args[i].index).rank != 2)
-            return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
-                             "output '%s' is a per-row [M] value; code generation for per-row outputs "
-                             "comes with the reduction epilogue", ir->args[i].name);
-    if (ir->n_stages[0] > 1)
-        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
-                         "code generation for row reductions (%d-stage epilogue) is not implemented "
-                         "yet; fall back to unfused execution", ir->n_stages[0]);
     return CF_OK;
 }
 
@@ -308,7 +504,7 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     const cf_ir_arg *A = &ir->args[0];
     int n_out = 0;
     for (int i = 0; i < ir->n_args; i++)
-        n_out += ir->args[i].kind == CF_ARG_OUTPUT;
+        n_out += ir->args[i].kind == CF_ARG_OUTPUT && cf_graph_output_info(ir->graph, ir->args[i].index).rank == 2;
 
     line(&c, "/* Generated by comfuse %s (Psi) from %s: do not edit.", CF_VERSION, title ? title : "<graph>");
     line(&c, " * GEMM [M,N] = X[M,K] x W%s, %s operands, f32 accumulation, then a %d-stage epilogue",
@@ -321,7 +517,7 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     line(&c, "#define CF_CLUSTER_N %d", opt->cluster_n);
     line(&c, "#define CF_B_NK %d", ir->args[1].b_is_nk ? 1 : 0);
     line(&c, "#define CF_IN_F16 %d", A->dtype == CF_F16 ? 1 : 0);
-    line(&c, "#define CF_NUM_OUT %d", n_out);
+    line(&c, "#define CF_NUM_OUT %d%s", n_out ? n_out : 1, n_out ? "" : "  /* no tile output: one unused slot */");
     blank(&c);
     line(&c, "/* Epilogue inputs and runtime scalars (the IR's parameter table A). */");
     line(&c, "struct cf_epi_params {");
@@ -341,6 +537,13 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
                  cf_dtype_name(a->dtype));
             n_fields++;
             break;
+        case CF_ARG_OUTPUT:
+            if (cf_graph_output_info(ir->graph, a->index).rank == 1) {
+                line(&c, "%s%s;  /* a%d: per-row output, %s */", a->dtype == CF_F32 ? "float *" : "unsigned short *",
+                     a->name, i, cf_dtype_name(a->dtype));
+                n_fields++;
+            }
+            break;
         default:
             break;
         }
@@ -351,6 +554,8 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     line(&c, "};");
     blank(&c);
     line(&c, "#include \"cf_sm90.cuh\"");
+    if (ir->n_stages[0] > 1)
+        line(&c, "#include \"cf_reduce.cuh\"  /* row reductions: shuffles and the cluster exchange */");
     blank(&c);
     /* The epilogue goes into its own buffer first so only the helpers it
      * calls are emitted ahead of it. */
@@ -363,40 +568,29 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     e.indent++;
     line(&e, "const cf_epi_params &p = args.epi;");
     line(&e, "(void)p;");
-    /* The first output reuses the accumulator registers: acc[r] is read before
-     * out[r] is written, in the same iteration, so no second tile array is live. */
-    bool first = true;
-    for (int i = 0; i < ir->n_args; i++)
-        if (ir->args[i].kind == CF_ARG_OUTPUT) {
-            if (first)
-                line(&e, "float (&out_%s)[CF_ACC_REGS] = acc;", ir->args[i].name);
-            else
-                line(&e, "float out_%s[CF_ACC_REGS];", ir->args[i].name);
-            first = false;
-        }
-    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post) {
-        line(&e, "/* ---- stage %d: %d nodes, streamed one accumulator register at a time ---- */",
-             sp->depth, sp->n_nodes);
-        line(&e, "#pragma unroll");
-        line(&e, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
-        e.indent++;
-        line(&e, "const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);");
-        line(&e, "(void)row;");
-        line(&e, "(void)col;");
-        for (int i = 0; i < sp->n_nodes; i++)
-            emit_rules[sp->nodes[i]->kind](&e, sp->nodes[i]);
-        e.indent--;
-        line(&e, "}");
+    int n_ids = ir->n_nodes;
+    e.arr = calloc((size_t)n_ids, sizeof *e.arr);
+    e.pass = calloc((size_t)n_ids, sizeof *e.pass);
+    if (!e.arr || !e.pass) {
+        free(e.arr);
+        free(e.pass);
+        cf_sb_free(&epi);
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating code");
     }
-    int k = 0;
-    for (int i = 0; i < ir->n_args; i++) {
-        const cf_ir_arg *a = &ir->args[i];
-        if (a->kind != CF_ARG_OUTPUT)
-            continue;
-        line(&e, "cf_store_tile_%s(args, t, %d, out_%s);  /* output %s: %s [M,N] */", cf_dtype_name(a->dtype), k,
-             a->name, a->name, cf_dtype_name(a->dtype));
-        k++;
-    }
+    for (int i = 0; i < n_ids; i++)
+        e.arr[i] = -1;
+    /* Plan every stage's storage first so the arrays can be declared up front. */
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
+        plan_storage(&e, sp);
+    line(&e, "float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */");
+    for (int k = 1; k < e.n_arrays[CLS_TILE]; k++)
+        line(&e, "float T%d[CF_ACC_REGS];", k);
+    for (int k = 0; k < e.n_arrays[CLS_ROW]; k++)
+        line(&e, "float R%d[CF_ROWS];", k);
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
+        emit_stage(&e, sp);
+    free(e.arr);
+    free(e.pass);
     e.indent--;
     line(&e, "}");
     bool any_helper = false;
@@ -418,4 +612,43 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     if (out->oom)
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating code");
     return CF_OK;
+}
+
+/* ---- shared with rows.c (the unfused path's row kernel) ------------------------ */
+
+/* The same op templates, identifiers, literals and helper definitions as the
+ * fused epilogue, so both kernels compute every op identically. */
+const char *cf_cg_ident(const cf_ir_node *n, char *buf, size_t len) { return ident(n, buf, len); }
+
+void cf_cg_float_literal(double v, char *buf, size_t len) { float_literal(v, buf, len); }
+
+const char *cf_cg_load_fn(cf_dtype t) { return load_fn(t); }
+
+bool cf_cg_expand_op(cf_op op, const char *a0, const char *a1, cf_strbuf *out)
+{
+    const char *tmpl = op_expr(op);
+    if (!tmpl)
+        return false;
+    for (const char *p = tmpl; *p; p++) {
+        if (p[0] == '%' && (p[1] == '1' || p[1] == '2')) {
+            cf_sb_puts(out, p[1] == '1' ? a0 : (a1 ? a1 : "0.0f"));
+            p++;
+        } else {
+            char ch[2] = {*p, 0};
+            cf_sb_puts(out, ch);
+        }
+    }
+    return true;
+}
+
+int cf_cg_emit_helpers(const char *text, cf_strbuf *out)
+{
+    int n = 0;
+    for (int i = 0; i < CF_ARRAY_LEN(helpers); i++)
+        if (text && calls(text, helpers[i].name)) {
+            cf_sb_puts(out, helpers[i].def);
+            cf_sb_puts(out, "\n");
+            n++;
+        }
+    return n;
 }

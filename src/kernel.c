@@ -34,14 +34,32 @@ struct cf_kernel {
     int max_clusters;
 };
 
-cf_options cf_options_for_shape(int64_t m, int64_t n, int64_t k)
+static bool has_reductions(const cf_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        if (cf_op_class_of(g->nodes[i].op) == CF_OPC_REDUCE)
+            return true;
+    return false;
+}
+
+cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
 {
     (void)m;
     (void)k;
-    /* PingPong 128x128 tiles per consumer warpgroup: the epilogue of one
-     * warpgroup overlaps the other's mainloop.  Narrow outputs take 64-wide
-     * tiles so the grid still fills the 132 SMs. */
+    /* PingPong: each consumer warpgroup owns a tile, so one's epilogue
+     * overlaps the other's mainloop. */
     cf_options o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 5, .cluster_n = 1};
+    if (g && has_reductions(g)) {
+        /* A row must fit in one cluster (DSMEM exchange); 64-row tiles leave
+         * registers for the carried tile and the statistics. */
+        o.block_m = 64;
+        o.block_n = n > 16 * 128 ? 256 : 128;
+        int64_t tiles = n > 0 ? (n + o.block_n - 1) / o.block_n : 1;
+        while (o.cluster_n < tiles && o.cluster_n < 16)
+            o.cluster_n *= 2;
+        if (o.block_n == 256)
+            o.stages = 4;
+    }
     return o;
 }
 
@@ -68,7 +86,7 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     if (!k)
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     k->graph = g;
-    cf_options def = cf_options_for_shape(0, 0, 0);
+    cf_options def = cf_options_for(g, 0, 0, 0);
     k->opt = opt ? *opt : def;
     if (!k->opt.block_m)
         k->opt.block_m = def.block_m;
@@ -245,6 +263,12 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     if (M < 1 || N < 1 || K < 1 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
         return cf_errorf(err, CF_ERR_SHAPE, (cf_loc){0}, "M=%lld N=%lld K=%lld: every GEMM dim must be in [1, 2^31)",
                          (long long)M, (long long)N, (long long)K);
+    int64_t row_span = (int64_t)k->info[INFO_BN] * k->info[INFO_CLUSTER_N];
+    if (ir->n_stages[0] > 1 && N > row_span)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED,
+                         (cf_loc){0}, "N=%lld: rows wider than one cluster (%d CTAs x %d columns = %lld) cannot be "
+                         "reduced on chip by this kernel; build it for this N (cf_options_for) or fall back",
+                         (long long)N, k->info[INFO_CLUSTER_N], k->info[INFO_BN], (long long)row_span);
     for (int i = 0; i < g->n_params; i++)
         if (!a->params)
             return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "runtime scalar '%s' has no value",
@@ -277,8 +301,8 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     int o = 0;
     for (int i = 0; i < ir->n_args && o < n_out; i++) {
         const cf_ir_arg *x = &ir->args[i];
-        if (x->kind != CF_ARG_OUTPUT)
-            continue;
+        if (x->kind != CF_ARG_OUTPUT || cf_graph_output_info(g, x->index).rank != 2)
+            continue; /* per-row outputs are plain pointers in the epilogue struct */
         const void *po = (const void *)(uintptr_t)a->outputs[x->index];
         uint32_t box_cols = (uint32_t)(128 / cf_dtype_size(x->dtype));
         st = cf_rt_tensor_map_2d_named(block + l.tma_out + 128 * (size_t)o, x->name, x->dtype, po, (uint64_t)M,
@@ -301,6 +325,9 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
         if (x->kind == CF_ARG_SCALAR) {
             float v = (float)a->params[x->index];
             memcpy(dst, &v, 4);
+        } else if (x->kind == CF_ARG_OUTPUT && cf_graph_output_info(g, x->index).rank == 1) {
+            uint64_t ptr = a->outputs[x->index];
+            memcpy(dst, &ptr, 8);
         } else if (x->kind == CF_ARG_VEC_N || x->kind == CF_ARG_VEC_M || x->kind == CF_ARG_TENSOR) {
             uint64_t ptr = a->inputs[x->index];
             if (ptr % cf_dtype_size(x->dtype))

@@ -39,7 +39,7 @@ static char *read_all(const char *path)
  * CF_UPDATE_GOLDEN=1 rewrites them (review the diff before committing). */
 static void test_golden_sources(void)
 {
-    static const char *names[] = {"gemm", "gemm_bias_gelu"};
+    static const char *names[] = {"gemm", "gemm_bias_gelu", "gemm_bias_ln", "gemm_ln_softmax"};
     bool update = getenv("CF_UPDATE_GOLDEN") != NULL;
     for (int i = 0; i < CF_ARRAY_LEN(names); i++) {
         char spec[256], gold[256];
@@ -49,7 +49,7 @@ static void test_golden_sources(void)
         CHECK(g != NULL);
         cf_kernel *k = NULL, *k2 = NULL;
         cf_error err;
-        cf_options opt = {128, 128, 5, 1};
+        cf_options opt = {i < 2 ? 128 : 64, 128, 5, i < 2 ? 1 : 8};
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k, &err));
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k2, &err));
         if (!k || !k2)
@@ -67,8 +67,8 @@ static void test_golden_sources(void)
             CHECK(want != NULL);
             bool same = want && strcmp(want, cf_kernel_source(k)) == 0;
             if (!same)
-                fprintf(stderr, "golden mismatch: build/comfuse emit --block-m 128 --block-n 128 --stages 5 %s "
-                                "| diff %s -\n", spec, gold);
+                fprintf(stderr, "golden mismatch: build/comfuse emit --block-m %d --block-n 128 --stages 5 "
+                                "--cluster %d %s | diff %s -\n", opt.block_m, opt.cluster_n, spec, gold);
             CHECK(same);
             free(want);
         }
@@ -100,9 +100,11 @@ static void test_source_shape(void)
     CHECK_CONTAINS(src, "load_bf16(p.R, (long long)row * t.N + col)");
     CHECK_CONTAINS(src, "op_gelu_erf(");
     CHECK_CONTAINS(src, "static __device__ __forceinline__ float op_max(");
-    CHECK_CONTAINS(src, "cf_store_tile_bf16(args, t, 0, out_Y);");
-    CHECK_CONTAINS(src, "cf_store_tile_f32(args, t, 1, out_Z);");
-    CHECK_CONTAINS(src, "cf_store_tile_f16(args, t, 2, out_H);");
+    CHECK_CONTAINS(src, "cf_store_tile_bf16(args, t, 0, T0);");  /* Y reuses the accumulator */
+    CHECK_CONTAINS(src, "cf_store_tile_f32(args, t, 1, T1);");
+    CHECK_CONTAINS(src, "cf_store_tile_f16(args, t, 2, T2);");
+    CHECK(src && !strstr(src, "float T3["));                      /* one array per live tile value */
+    CHECK(src && !strstr(src, "cf_reduce.cuh"));
     CHECK_CONTAINS(src, "#define CF_B_NK 1");
     CHECK_CONTAINS(src, "#define CF_NUM_OUT 3");
     /* a helper that is not used is not emitted */

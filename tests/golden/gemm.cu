@@ -21,7 +21,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
 {
     const cf_epi_params &p = args.epi;
     (void)p;
-    float (&out_Y)[CF_ACC_REGS] = acc;
+    float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
     /* ---- stage 0: 2 nodes, streamed one accumulator register at a time ---- */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
@@ -29,7 +29,6 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         (void)row;
         (void)col;
         const float Y_0 = acc[r];  /* accumulator entry */
-        out_Y[r] = Y_0;  /* store fragment */
     }
-    cf_store_tile_bf16(args, t, 0, out_Y);  /* output Y: bf16 [M,N] */
+    cf_store_tile_bf16(args, t, 0, T0);  /* output Y: bf16 [M,N] */
 }

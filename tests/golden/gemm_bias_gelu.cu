@@ -33,7 +33,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
 {
     const cf_epi_params &p = args.epi;
     (void)p;
-    float (&out_Y)[CF_ACC_REGS] = acc;
+    float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
     /* ---- stage 0: 5 nodes, streamed one accumulator register at a time ---- */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
@@ -44,7 +44,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         const float bias_1 = col < t.N ? load_f32(p.bias, col) : 0.0f;  /* row-vector broadcast */
         const float v2 = (v0 + bias_1);
         const float Y_3 = op_gelu_tanh(v2);
-        out_Y[r] = Y_3;  /* store fragment */
+        T0[r] = Y_3;  /* kept for the store */
     }
-    cf_store_tile_bf16(args, t, 0, out_Y);  /* output Y: bf16 [M,N] */
+    cf_store_tile_bf16(args, t, 0, T0);  /* output Y: bf16 [M,N] */
 }
