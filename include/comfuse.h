@@ -206,7 +206,11 @@ typedef struct cf_options {
     int block_n;         /* columns of a tile: a multiple of 16, at most 256   */
     int stages;          /* shared-memory pipeline depth                        */
     int cluster_n;       /* CTAs per thread-block cluster along N               */
+    int reduce_mode;     /* row reductions across the cluster: 0 auto,
+                            CF_REDUCE_PEER (all-to-all) or CF_REDUCE_LEADER      */
 } cf_options;
+
+enum { CF_REDUCE_AUTO = 0, CF_REDUCE_PEER = 1, CF_REDUCE_LEADER = 2 };
 
 /* A good kernel shape for g at this GEMM size (all fields filled); n <= 0
  * when the size is not known yet.  Graphs with row reductions need a whole

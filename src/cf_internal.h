@@ -268,6 +268,7 @@ typedef struct cf_cg_options {
     int bm, bn;          /* rows / columns of one consumer warpgroup's tile    */
     int stages;          /* shared-memory pipeline depth                        */
     int cluster_n;       /* CTAs per cluster along N                            */
+    bool red_leader;     /* leader-follower cluster reductions (else peer-to-peer) */
 } cf_cg_options;
 
 /* CF_ERR_UNSUPPORTED when the IR uses what the code generator cannot emit yet. */
@@ -500,5 +501,52 @@ void cf_rt_cublas_plan_free(cf_rt_cublas_plan *plan);
 cf_status cf_rt_cublas_gemm(cf_dtype t, int64_t M, int64_t N, int64_t K, cf_rt_devptr A,
                             cf_rt_devptr B, bool b_is_nk, cf_rt_devptr C, cf_rt_stream s,
                             cf_error *err);
+
+/* ---- rows.c: the unfused path's row kernel ------------------------------ */
+
+/* Pieces of codegen.c shared with rows.c so both kernels spell every op the
+ * same way: the C identifier of a node, a float literal, the load helper for
+ * a dtype, an op's expression over operand texts a0/a1 (false for a
+ * non-elementwise op), and the definitions of the helpers `text` calls
+ * (appended to out; returns how many). */
+const char *cf_cg_ident(const cf_ir_node *n, char *buf, size_t len);
+void cf_cg_float_literal(double v, char *buf, size_t len);
+const char *cf_cg_load_fn(cf_dtype t);
+bool cf_cg_expand_op(cf_op op, const char *a0, const char *a1, cf_strbuf *out);
+int cf_cg_emit_helpers(const char *text, cf_strbuf *out);
+
+/* The unfused epilogue: one standalone kernel, cf_rows_kernel, that reads the
+ * GEMM output C [M,N] (row-major, pitch N, bf16/f16/f32) from global memory
+ * and runs epilogue 0 of a single-GEMM IR over it, one CTA per row
+ * (grid-stride), one column loop per stage, each REDUCE as thread partials ->
+ * warp shuffles -> shared memory; TILE values carried to a later stage go
+ * through a global f32 scratch [n_scratch, M, N] (like eager PyTorch).
+ *
+ * Kernel parameters (plain scalars and pointers, in this order):
+ *   const void *C, int c_dtype (a cf_dtype), long long M, int N,
+ *   float *scratch, then one per entry of A that is not a GEMM operand, in A
+ *   order: an input pointer (VEC_N, VEC_M, TENSOR), a float (SCALAR), or an
+ *   output pointer (OUTPUT). */
+typedef struct cf_rows cf_rows;
+
+/* Generates the source only (no NVRTC); *n_scratch (optional) gets the number
+ * of [M,N] f32 scratch planes.  CF_ERR_UNSUPPORTED for B2B IRs. */
+cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, int *n_scratch, cf_error *err);
+/* Generates and compiles (NVRTC through the cache; no GPU needed).  The IR
+ * (and its graph) must outlive the object. */
+cf_status cf_rows_build(const cf_ir *ir, const char *title, cf_rows **out, cf_error *err);
+const char *cf_rows_source(const cf_rows *r);
+const cf_rt_cubin *cf_rows_cubin(const cf_rows *r);
+int cf_rows_scratch_planes(const cf_rows *r);
+/* Threads per CTA (one CTA per row) the launch uses for rows of N columns. */
+int cf_rows_threads(int64_t N);
+/* Runs the epilogue over C on stream s.  a gives the dims (checked against
+ * M and N), the epilogue inputs, params and outputs indexed as for
+ * cf_kernel_launch (GEMM operands are not read; a->stream is ignored).  The
+ * first launch loads the module; the scratch buffer is (re)allocated when it
+ * is too small, and poisoned with NaN when allocated. */
+cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, cf_dtype c_dtype, int64_t M, int64_t N,
+                         const cf_launch_args *a, cf_rt_stream s, cf_error *err);
+void cf_rows_free(cf_rows *r);
 
 #endif /* CF_INTERNAL_H */

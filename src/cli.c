@@ -39,7 +39,9 @@ static const char kernel_opts_usage[] =
     "  --block-m 64|128    rows of a consumer warpgroup's tile\n"
     "  --block-n 64|128|192|256\n"
     "  --stages S          shared-memory pipeline depth\n"
-    "  --cluster C         CTAs per thread-block cluster along N (1, 2, 4, 8, 16)\n";
+    "  --cluster C         CTAs per thread-block cluster along N (1, 2, 4, 8, 16)\n"
+    "  --reduce-mode peer|leader\n"
+    "                      row reductions across the cluster: all-to-all, or via rank 0\n";
 
 static const char emit_usage[] =
     "usage: comfuse emit [kernel options] SPEC.cf\n"
@@ -225,6 +227,8 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
             o->kopt.stages = (int)x;
         } else if (strcmp(a, "--cluster") == 0 && parse_int(v, 1, 64, &x)) {
             o->kopt.cluster_n = (int)x;
+        } else if (strcmp(a, "--reduce-mode") == 0 && (strcmp(v, "peer") == 0 || strcmp(v, "leader") == 0)) {
+            o->kopt.reduce_mode = strcmp(v, "peer") == 0 ? CF_REDUCE_PEER : CF_REDUCE_LEADER;
         } else {
             fprintf(stderr, "comfuse: bad option %s %s\n%s%s", a, v, help, kernel_opts_usage);
             return 2;
@@ -276,6 +280,8 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
                 o->kopt.stages = d.stages;
             if (!o->kopt.cluster_n)
                 o->kopt.cluster_n = d.cluster_n;
+            if (!o->kopt.reduce_mode)
+                o->kopt.reduce_mode = d.reduce_mode;
         }
         cf_ir_free(ir);
     }

@@ -205,8 +205,11 @@ static void emit_bcast(cg_ctx *c, const cf_ir_node *n)
         line(c, "const float %s = p.%s;  /* runtime scalar */", id, a->name);
         break;
     case CF_BC_VEC_N:
-        line(c, "const float %s = col < t.N ? %s(p.%s, col) : 0.0f;  /* row-vector broadcast */", id,
-             load_fn(a->dtype), a->name);
+        if (a->dtype == CF_F32)
+            line(c, "const float %s = cv_%s[cf_col_slot(r)];  /* row-vector broadcast */", id, id);
+        else
+            line(c, "const float %s = col < t.N ? %s(p.%s, col) : 0.0f;  /* row-vector broadcast */", id,
+                 load_fn(a->dtype), a->name);
         break;
     case CF_BC_VEC_M:
         line(c, "const float %s = row < t.M ? %s(p.%s, row) : 0.0f;  /* column-vector broadcast */", id,
@@ -430,6 +433,16 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         line(c, "for (int s = 0; s < CF_ROWS; ++s)");
         line(c, "    red_%s[s] = cf_red_identity<%s>();", id, red_op(red->op));
     }
+    /* f32 row vectors: every column this thread touches, loaded at once before
+     * the loop (independent loads; one latency instead of one per register). */
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N && ir->args[n->arg].dtype == CF_F32) {
+            ident(n, id, sizeof id);
+            line(c, "float cv_%s[CF_COLS];", id);
+            line(c, "cf_load_cols(t, p.%s, cv_%s);", ir->args[n->arg].name, id);
+        }
+    }
     line(c, "#pragma unroll");
     line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
     c->indent++;
@@ -518,6 +531,14 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     line(&c, "#define CF_B_NK %d", ir->args[1].b_is_nk ? 1 : 0);
     line(&c, "#define CF_IN_F16 %d", A->dtype == CF_F16 ? 1 : 0);
     line(&c, "#define CF_NUM_OUT %d%s", n_out ? n_out : 1, n_out ? "" : "  /* no tile output: one unused slot */");
+    if (opt->cluster_n > 1 && (opt->bm / opt->cluster_n) % 8 != 0)
+        line(&c, "#define CF_MULTICAST 0  /* a %d-row slice per CTA is too thin for TMA multicast */",
+             opt->bm / opt->cluster_n);
+    if (ir->n_stages[0] > 1) {
+        line(&c, "#define CF_HAS_REDUCE 1");
+        line(&c, "#define CF_RED_LEADER %d  /* cluster reductions: %s */", opt->red_leader ? 1 : 0,
+             opt->red_leader ? "leader-follower" : "peer-to-peer");
+    }
     blank(&c);
     line(&c, "/* Epilogue inputs and runtime scalars (the IR's parameter table A). */");
     line(&c, "struct cf_epi_params {");

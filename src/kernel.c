@@ -45,21 +45,26 @@ static bool has_reductions(const cf_graph *g)
 cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
 {
     (void)m;
-    (void)k;
     /* PingPong: each consumer warpgroup owns a tile, so one's epilogue
      * overlaps the other's mainloop. */
-    cf_options o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 5, .cluster_n = 1};
+    /* Measured (docs/perf-notes.md): 128x128 pingpong with 6 stages; at large K
+     * a 2-CTA cluster multicasting X halves its L2 traffic (0.87 -> 1.00 of
+     * cuBLAS); larger clusters idle SMs (120 of 132 co-resident). */
+    cf_options o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 6,
+                    .cluster_n = k >= 2048 ? 2 : 1};
     if (g && has_reductions(g)) {
         /* A row must fit in one cluster (DSMEM exchange); 64-row tiles leave
          * registers for the carried tile and the statistics. */
         o.block_m = 64;
         o.block_n = n > 16 * 128 ? 256 : 128;
+        o.cluster_n = 1;
         int64_t tiles = n > 0 ? (n + o.block_n - 1) / o.block_n : 1;
         while (o.cluster_n < tiles && o.cluster_n < 16)
             o.cluster_n *= 2;
-        if (o.block_n == 256)
-            o.stages = 4;
+        o.stages = o.block_n == 256 ? 4 : 6;
     }
+    /* Peer-to-peer below 8 CTAs, leader-follower from 8 (see docs/perf-notes.md). */
+    o.reduce_mode = o.cluster_n >= 8 ? CF_REDUCE_LEADER : CF_REDUCE_PEER;
     return o;
 }
 
@@ -96,6 +101,8 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
         k->opt.stages = def.stages;
     if (!k->opt.cluster_n)
         k->opt.cluster_n = def.cluster_n;
+    if (!k->opt.reduce_mode)
+        k->opt.reduce_mode = k->opt.cluster_n >= 8 ? CF_REDUCE_LEADER : CF_REDUCE_PEER;
     cf_status st;
     const cf_options *o = &k->opt;
     if (o->block_m != 64 && o->block_m != 128)
@@ -116,7 +123,8 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     else
         st = cf_lower(g, &k->ir, err);
     if (st == CF_OK) {
-        cf_cg_options cg = {.bm = o->block_m, .bn = o->block_n, .stages = o->stages, .cluster_n = o->cluster_n};
+        cf_cg_options cg = {.bm = o->block_m, .bn = o->block_n, .stages = o->stages, .cluster_n = o->cluster_n,
+                            .red_leader = o->reduce_mode == CF_REDUCE_LEADER};
         st = cf_codegen(k->ir, &cg, title, &k->src, err);
     }
     if (st != CF_OK) {

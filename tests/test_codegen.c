@@ -49,7 +49,7 @@ static void test_golden_sources(void)
         CHECK(g != NULL);
         cf_kernel *k = NULL, *k2 = NULL;
         cf_error err;
-        cf_options opt = {i < 2 ? 128 : 64, 128, 5, i < 2 ? 1 : 8};
+        cf_options opt = {i < 2 ? 128 : 64, 128, 5, i < 2 ? 1 : 8, CF_REDUCE_PEER};
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k, &err));
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k2, &err));
         if (!k || !k2)
@@ -126,10 +126,10 @@ static void test_rejections(void)
     cf_graph *g = parse("examples/gemm_bias_ln.cf");
     cf_kernel *k = NULL;
     cf_error err;
-    cf_options bad = {96, 128, 5, 1};
+    cf_options bad = {96, 128, 5, 1, 0};
     CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(g, &bad, "x", &k, &err));
     CHECK_CONTAINS(err.msg, "block_m 96");
-    cf_options big = {128, 256, 5, 1};
+    cf_options big = {128, 256, 5, 1, 0};
     CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(g, &big, "x", &k, &err));
     CHECK_CONTAINS(err.msg, "more than 128 accumulator registers");
     cf_graph_free(g);
@@ -146,16 +146,22 @@ static void test_nvrtc(void)
     static const struct {
         const char *spec;
         bool no_spill;
+        cf_options opt;
+        const char *ptx_needs; /* an instruction this configuration must use */
     } cases[] = {
-        {"examples/gemm.cf", true},
-        {"examples/gemm_bias_gelu.cf", true},
-        {"tests/specs/all_elementwise.cf", false},
+        {"examples/gemm.cf", true, {128, 128, 6, 2, 0}, "multicast::cluster"},
+        {"examples/gemm_bias_gelu.cf", true, {128, 128, 6, 1, 0}, "tanh.approx"},
+        {"tests/specs/all_elementwise.cf", false, {64, 128, 4, 1, 0}, "ld.global"},
+        {"examples/gemm_bias_ln.cf", true, {64, 128, 6, 8, CF_REDUCE_PEER}, "st.async"},
+        {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER}, "st.async"},
+        {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER}, "mapa"},
+        {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER}, "shfl.sync.bfly"},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         cf_graph *g = parse(cases[i].spec);
         cf_kernel *k = NULL;
         cf_error err;
-        cf_options opt = {i == 2 ? 64 : 128, 128, 4, 1};
+        cf_options opt = cases[i].opt;
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, cases[i].spec, &k, &err));
         cf_status st = k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL;
         if (st != CF_OK)
@@ -165,6 +171,7 @@ static void test_nvrtc(void)
         CHECK_CONTAINS(ptx, "wgmma.mma_async");
         CHECK_CONTAINS(ptx, "cp.async.bulk.tensor");
         CHECK_CONTAINS(ptx, "setmaxnreg");
+        CHECK_CONTAINS(ptx, cases[i].ptx_needs);
         cf_resources r;
         CHECK_EQ_INT(CF_OK, cf_kernel_resources(k, &r, &err));
         CHECK_EQ_INT(384, r.threads);

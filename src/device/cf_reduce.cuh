@@ -46,6 +46,134 @@ template <int OP> __device__ __forceinline__ float cf_red_combine(float a, float
     return OP == CF_RED_MAX ? (a > b ? a : b) : (a < b ? a : b);
 }
 
+/* ---- level 3: across the CTAs of the cluster, through DSMEM -----------------------------
+ * CTAs of a cluster hold the same rows (the scheduler keeps them on one row block) and the
+ * same thread ids hold the same rows in every CTA, so a partial needs no reordering: quad
+ * leader q of warpgroup w writes its CF_ROWS row partials straight into slot
+ * [w][buf][my rank][row] of the peers' buffers with st.async, which also counts the bytes on
+ * the receiver's mbarrier.  Two modes:
+ *   peer-to-peer (CF_RED_LEADER 0): every CTA sends to every other and combines locally;
+ *     C(C-1) messages per row, one round trip.
+ *   leader-follower (CF_RED_LEADER 1): followers send to rank 0, which combines and sends
+ *     the result back; 2(C-1) messages, two round trips.
+ * Buffers and barriers are double-buffered by reduction sequence number (per warpgroup): a
+ * peer can be at most one reduction ahead, since it cannot finish reduction j+1 without our
+ * partial, which we send only after reading reduction j's buffer.  One buffer set serves
+ * every reduction of every stage (O(1) in the number of reductions). */
+#if CF_CLUSTER_N > 1
+#ifndef CF_RED_LEADER
+#define CF_RED_LEADER 0
+#endif
+
+__shared__ __align__(16) float cf_red_part[2][2][CF_CLUSTER_N][CF_BM]; /* [wg][buf][rank][row] */
+#if CF_RED_LEADER
+__shared__ __align__(16) float cf_red_res[2][2][CF_BM];                /* results from rank 0 */
+__shared__ __align__(8) unsigned long long cf_red_res_bar[2][2];
+#endif
+__shared__ __align__(8) unsigned long long cf_red_bar[2][2];
+__shared__ unsigned cf_red_seq[2][128];                                  /* per consumer thread */
+
+__device__ __forceinline__ void cf_reduce_init()
+{
+    for (int w = 0; w < 2; ++w)
+        for (int b = 0; b < 2; ++b) {
+            cf_mbar_init(cf_smem_u32(&cf_red_bar[w][b]), 1);
+#if CF_RED_LEADER
+            cf_mbar_init(cf_smem_u32(&cf_red_res_bar[w][b]), 1);
+#endif
+        }
+    for (int i = 0; i < 256; ++i)
+        cf_red_seq[i >> 7][i & 127] = 0;
+}
+
+__device__ __forceinline__ void cf_st_async(unsigned local_addr, float v, unsigned local_bar, unsigned rank)
+{
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                 :: "r"(cf_mapa(local_addr, rank)), "r"(__float_as_uint(v)), "r"(cf_mapa(local_bar, rank))
+                 : "memory");
+}
+
+/* Waits for the phase with this parity; acquire at cluster scope makes the peers' st.async
+ * data visible. */
+__device__ __forceinline__ void cf_mbar_wait_cluster(unsigned bar, unsigned parity)
+{
+    asm volatile("{\n.reg .pred P1;\nCF_CWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P1, [%0], %1;\n"
+                 "@!P1 bra CF_CWAIT_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
+}
+
+template <int OP> __device__ __forceinline__ void cf_cluster_row_combine(const cf_tile &t, float (&part)[CF_ROWS])
+{
+    const unsigned seq = cf_red_seq[t.wg][t.tid];
+    cf_red_seq[t.wg][t.tid] = seq + 1;
+    const int b = (int)(seq & 1u);
+    const unsigned parity = (seq >> 1) & 1u;
+    const unsigned me = (unsigned)t.rank;
+    const bool writer = (t.lane & 3) == 0;
+    const unsigned bar = cf_smem_u32(&cf_red_bar[t.wg][b]);
+#if !CF_RED_LEADER
+    if (t.tid == 0)
+        cf_mbar_expect_tx(bar, (CF_CLUSTER_N - 1) * CF_BM * 4);
+    if (writer) {
+#pragma unroll
+        for (unsigned q = 1; q < CF_CLUSTER_N; ++q) {
+            const unsigned peer = (me + q) % CF_CLUSTER_N; /* stagger: not everyone hits rank 0 first */
+#pragma unroll
+            for (int s = 0; s < CF_ROWS; ++s)
+                cf_st_async(cf_smem_u32(&cf_red_part[t.wg][b][me][cf_slot_row(t, s)]), part[s], bar, peer);
+        }
+    }
+    cf_mbar_wait_cluster(bar, parity);
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        float v = cf_red_identity<OP>();
+#pragma unroll
+        for (unsigned q = 0; q < CF_CLUSTER_N; ++q)
+            v = cf_red_combine<OP>(v, q == me ? part[s] : cf_red_part[t.wg][b][q][cf_slot_row(t, s)]);
+        part[s] = v;
+    }
+#else
+    const unsigned res_bar = cf_smem_u32(&cf_red_res_bar[t.wg][b]);
+    if (me != 0) {
+        if (t.tid == 0)
+            cf_mbar_expect_tx(res_bar, CF_BM * 4);
+        if (writer) {
+#pragma unroll
+            for (int s = 0; s < CF_ROWS; ++s)
+                cf_st_async(cf_smem_u32(&cf_red_part[t.wg][b][me][cf_slot_row(t, s)]), part[s], bar, 0);
+        }
+        cf_mbar_wait_cluster(res_bar, parity);
+#pragma unroll
+        for (int s = 0; s < CF_ROWS; ++s)
+            part[s] = cf_red_res[t.wg][b][cf_slot_row(t, s)];
+    } else {
+        if (t.tid == 0)
+            cf_mbar_expect_tx(bar, (CF_CLUSTER_N - 1) * CF_BM * 4);
+        cf_mbar_wait_cluster(bar, parity);
+#pragma unroll
+        for (int s = 0; s < CF_ROWS; ++s) {
+            float v = cf_red_identity<OP>();
+#pragma unroll
+            for (unsigned q = 0; q < CF_CLUSTER_N; ++q)
+                v = cf_red_combine<OP>(v, q == 0 ? part[s] : cf_red_part[t.wg][b][q][cf_slot_row(t, s)]);
+            part[s] = v;
+        }
+        if (writer) {
+#pragma unroll
+            for (unsigned q = 1; q < CF_CLUSTER_N; ++q)
+#pragma unroll
+                for (int s = 0; s < CF_ROWS; ++s)
+                    cf_st_async(cf_smem_u32(&cf_red_res[t.wg][b][cf_slot_row(t, s)]), part[s], res_bar, q);
+        }
+    }
+#endif
+}
+#else
+__device__ __forceinline__ void cf_reduce_init()
+{
+}
+#endif
+
 /* Completes the reduction of part[] over the whole row (levels 2 and 3). */
 template <int OP> __device__ __forceinline__ void cf_row_reduce(const cf_gemm_args &args, const cf_tile &t,
                                                                 float (&part)[CF_ROWS])

@@ -96,6 +96,9 @@
 #ifndef CF_PINGPONG
 #define CF_PINGPONG 1
 #endif
+#ifndef CF_HAS_REDUCE
+#define CF_HAS_REDUCE 0                            /* set by epilogues that include cf_reduce.cuh */
+#endif
 #ifndef CF_GROUP_M
 #define CF_GROUP_M 8
 #endif
@@ -631,6 +634,11 @@ __device__ __forceinline__ void cf_store_direct_f32(const cf_gemm_args &args, co
  * -------------------------------------------------------------------------------------- */
 /* Defined by the generated code AFTER this header. */
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS]);
+#if CF_HAS_REDUCE
+/* Epilogues with row reductions (cf_reduce.cuh): barriers of the cluster exchange, set up by one
+ * thread before the kernel's first cluster sync so no peer can signal an uninitialised barrier. */
+__device__ __forceinline__ void cf_reduce_init();
+#endif
 
 /* a consumer warp releases a ring stage: lane 0 arrives locally, or with multicast lane p < CLUSTER_N
  * arrives on CTA p's empty barrier (every CTA's producer multicasts into this stage) */
@@ -691,6 +699,9 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             /* one arrival per consumer warp (of every CTA of the cluster with multicast) */
             cf_mbar_init(bar_empty + 8 * s, (CF_PINGPONG ? 4 : 8) * (CF_MULTICAST ? CF_CLUSTER_N : 1));
         }
+#if CF_HAS_REDUCE
+        cf_reduce_init();
+#endif
         cf_fence_barrier_init();
     }
     __syncthreads();

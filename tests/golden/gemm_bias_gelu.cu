@@ -26,7 +26,6 @@ static __device__ __forceinline__ float op_gelu_tanh(float x)
     asm("tanh.approx.f32 %0, %1;" : "=f"(th) : "f"(u));
     return 0.5f * x * (1.0f + th);
 }
-static __device__ __forceinline__ float load_f32(const float *p, long long i) { return __ldg(p + i); }
 
 /* Runs once per tile of a consumer warpgroup, after its mainloop. */
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS])
@@ -35,13 +34,15 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     (void)p;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
     /* ---- stage 0: 5 nodes, streamed one accumulator register at a time ---- */
+    float cv_bias_1[CF_COLS];
+    cf_load_cols(t, p.bias, cv_bias_1);
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
         (void)row;
         (void)col;
         const float v0 = acc[r];  /* accumulator entry */
-        const float bias_1 = col < t.N ? load_f32(p.bias, col) : 0.0f;  /* row-vector broadcast */
+        const float bias_1 = cv_bias_1[cf_col_slot(r)];  /* row-vector broadcast */
         const float v2 = (v0 + bias_1);
         const float Y_3 = op_gelu_tanh(v2);
         T0[r] = Y_3;  /* kept for the store */
