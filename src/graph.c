@@ -71,8 +71,10 @@ double cf_eval_binary(cf_op op, double a, double b)
     case CF_OP_SUB: return a - b;
     case CF_OP_MUL: return a * b;
     case CF_OP_DIV: return a / b;
-    case CF_OP_MAX: return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b);
-    case CF_OP_MIN: return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b);
+    /* NaN-propagating; symmetric on signed zeros (+0 is the max, -0 the min),
+     * so CSE may reorder the operands of these commutative ops freely. */
+    case CF_OP_MAX: return (isnan(a) || isnan(b)) ? NAN : a == b ? (signbit(a) ? b : a) : (a > b ? a : b);
+    case CF_OP_MIN: return (isnan(a) || isnan(b)) ? NAN : a == b ? (signbit(a) ? a : b) : (a < b ? a : b);
     case CF_OP_POW: return pow(a, b);
     default: CF_ASSERT(!"not a binary op");
     }
