@@ -15,9 +15,11 @@ static const char usage[] =
     "commands:\n"
     "  explain SPEC          print the Fusion Spec IR: stages, nodes, edges, bypasses\n"
     "  emit SPEC             print the generated CUDA source of the fused kernel\n"
+    "                        (--unfused: of the unfused path's row kernel)\n"
     "  compile SPEC          compile the kernel (NVRTC, sm_90a) into the cache; no GPU needed\n"
     "  run SPEC --shape ...  run on the GPU; --check compares with the float64 reference\n"
     "  bench SPEC --shape .. time the fused kernel beside cuBLAS doing the GEMM alone\n"
+    "                        and the unfused path (cuBLAS GEMM, then a row kernel)\n"
     "\n"
     "`comfuse <command> --help` describes each command.  Exit status: 0 on\n"
     "success, 1 on an error, 2 on bad usage, 3 when the spec is outside what\n"
@@ -48,7 +50,9 @@ static const char emit_usage[] =
     "\n"
     "Prints the CUDA C source of the fused kernel that Ψ generates for SPEC:\n"
     "the epilogue parameter struct and the epilogue, over the hand-written\n"
-    "sm_90a mainloop of src/device/cf_sm90.cuh.  Needs no GPU.\n\n";
+    "sm_90a mainloop of src/device/cf_sm90.cuh.  --unfused prints instead the\n"
+    "unfused path's row kernel (cf_rows_kernel: the epilogue over a GEMM output\n"
+    "read from memory, one CTA per row).  Needs no GPU.\n\n";
 
 static const char compile_usage[] =
     "usage: comfuse compile [kernel options] [--ptx] SPEC.cf\n"
@@ -59,7 +63,7 @@ static const char compile_usage[] =
     "--ptx also prints the PTX.  Needs NVRTC, not a GPU.\n\n";
 
 static const char run_usage[] =
-    "usage: comfuse run --shape D=n,... [--check] [--rows R] [--seed S]\n"
+    "usage: comfuse run --shape D=n,... [--check] [--unfused] [--rows R] [--seed S]\n"
     "                   [--param NAME=VALUE]... [kernel options] SPEC.cf\n"
     "\n"
     "Runs the fused kernel on the GPU with fresh random inputs and outputs\n"
@@ -67,7 +71,11 @@ static const char run_usage[] =
     "with the float64 CPU reference and prints the max and relative Frobenius\n"
     "errors (pass: <= 1e-2 for 16-bit outputs, 2e-3 for f32; non-finite values\n"
     "must match).  All rows are checked unless --rows R asks for an even sample\n"
-    "of R rows (each output row depends only on its own input rows).\n\n";
+    "of R rows (each output row depends only on its own input rows).\n"
+    "--unfused runs (and checks) the unfused path instead: cuBLASLt writes the\n"
+    "GEMM output to memory in the operands' dtype, then a row kernel runs the\n"
+    "epilogue over it, carried values going through an f32 scratch buffer.\n"
+    "Without it, a spec the fused kernel cannot take yet exits with status 3.\n\n";
 
 static const char bench_usage[] =
     "usage: comfuse bench --shape D=n,... [--iters N] [kernel options] SPEC.cf\n"
@@ -75,7 +83,11 @@ static const char bench_usage[] =
     "Times the fused kernel (median of N event-timed launches after a warm-up,\n"
     "L2 flushed before each) beside cuBLASLt doing the GEMM alone, in the same\n"
     "process, and prints TFLOP/s, GB/s and the ratios to cuBLAS and to the\n"
-    "physical floor max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s).\n\n";
+    "physical floor max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s).  A third line\n"
+    "times the unfused path (cuBLASLt GEMM, then the row kernel, timed together).\n"
+    "A path comfuse cannot build for the spec is reported as not available.\n"
+    "The last line, BENCH<TAB>spec<TAB>shape<TAB>fused_ms<TAB>cublas_ms<TAB>floor_ms\n"
+    "<TAB>unfused_ms ('-' for a path not available), is for scripts.\n\n";
 
 static int exit_code(cf_status st) { return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : 1; }
 
@@ -192,6 +204,9 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
         if (strcmp(a, "--check") == 0) {
             o->check = true;
             takes = false;
+        } else if (strcmp(a, "--unfused") == 0) {
+            o->unfused = true;
+            takes = false;
         } else if (strcmp(a, "--ptx") == 0 && want_ptx) {
             *want_ptx = true;
             takes = false;
@@ -217,7 +232,7 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
             o->seed = (uint64_t)x;
         } else if (strcmp(a, "--iters") == 0 && parse_int(v, 1, 100000, &x)) {
             o->iters = (int)x;
-        } else if (strcmp(a, "--rows") == 0 && parse_int(v, 1, INT64_MAX, &x)) {
+        } else if (strcmp(a, "--rows") == 0 && parse_int(v, 0, INT64_MAX, &x)) {
             o->check_rows = x;
         } else if (strcmp(a, "--block-m") == 0 && parse_int(v, 1, 1024, &x)) {
             o->kopt.block_m = (int)x;
@@ -303,6 +318,24 @@ static cf_status make_kernel(const cli_opts *o, const cf_graph *g, bool compile,
     return st;
 }
 
+/* `emit --unfused`: the row kernel of the unfused path (no NVRTC, no GPU). */
+static int emit_unfused(const cf_graph *g, const cli_opts *o)
+{
+    cf_ir *ir = NULL;
+    cf_error err;
+    cf_strbuf src = {0};
+    cf_status st = cf_lower(g, &ir, &err);
+    if (st == CF_OK)
+        st = cf_rows_generate(ir, o->spec, &src, NULL, &err);
+    if (st == CF_OK)
+        fputs(src.data, stdout);
+    else
+        fprintf(stderr, "comfuse emit: %s\n", err.msg);
+    cf_sb_free(&src);
+    cf_ir_free(ir);
+    return exit_code(st);
+}
+
 static int cmd_kernel(const char *verb, int argc, char **argv)
 {
     const char *help = strcmp(verb, "emit") == 0      ? emit_usage
@@ -324,6 +357,22 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
         cf_graph_free(g);
         return 2;
     }
+    if (gpu) {
+        /* run and bench build what they time (the fused kernel may not exist yet) */
+        rc = strcmp(verb, "run") == 0 ? cli_run(g, &o) : cli_bench(g, &o);
+        cf_graph_free(g);
+        return rc;
+    }
+    if (o.unfused) {
+        if (strcmp(verb, "emit") != 0) {
+            fprintf(stderr, "comfuse %s: --unfused applies to emit, run and bench\n", verb);
+            cf_graph_free(g);
+            return 2;
+        }
+        rc = emit_unfused(g, &o);
+        cf_graph_free(g);
+        return rc;
+    }
     cf_status st = make_kernel(&o, g, strcmp(verb, "emit") != 0, &k);
     if (st != CF_OK) {
         rc = exit_code(st);
@@ -342,10 +391,6 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
         printf("  cubin: %s\n", r.cache_path[0] ? r.cache_path : "(not cached)");
         if (want_ptx)
             fputs(cf_kernel_ptx(k), stdout);
-    } else if (strcmp(verb, "run") == 0) {
-        rc = cli_run(k, g, &o);
-    } else {
-        rc = cli_bench(k, g, &o);
     }
     cf_kernel_free(k);
     cf_graph_free(g);
