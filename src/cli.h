@@ -13,13 +13,15 @@ typedef struct cli_opts {
     bool params_set[64];
     cf_options kopt;             /* 0 fields: chosen from the shape               */
     bool check;
+    bool unfused;                /* run / emit: the unfused path (cuBLAS + rows)  */
     int64_t check_rows;          /* 0: all rows (or a sample for huge shapes)     */
     uint64_t seed;
     int iters;
 } cli_opts;
 
-#define cli_kernel_ir cf_kernel_ir
-int cli_run(cf_kernel *k, const cf_graph *g, const cli_opts *o);
-int cli_bench(cf_kernel *k, const cf_graph *g, const cli_opts *o);
+/* `run` and `bench`: they build what they time themselves, so a graph the
+ * fused kernel cannot take yet still runs on the unfused path. */
+int cli_run(const cf_graph *g, const cli_opts *o);
+int cli_bench(const cf_graph *g, const cli_opts *o);
 
 #endif

@@ -291,26 +291,139 @@ done:
     return st;
 }
 
-int cli_run(cf_kernel *k, const cf_graph *g, const cli_opts *o)
+/* ---- the two paths ------------------------------------------------------------ */
+
+/* Builds and compiles the fused kernel.  CF_ERR_UNSUPPORTED (the reason in
+ * err) when Ψ cannot fuse this graph yet. */
+static cf_status build_fused(const cf_graph *g, const cli_opts *o, cf_kernel **k, cf_error *err)
+{
+    cf_status st = cf_kernel_build(g, &o->kopt, o->spec, k, err);
+    if (st == CF_OK)
+        st = cf_kernel_compile(*k, err);
+    if (st != CF_OK) {
+        cf_kernel_free(*k);
+        *k = NULL;
+    }
+    return st;
+}
+
+/* The unfused path, as a user runs it today: cuBLASLt writes C = X*W in the
+ * operands' 16-bit dtype to global memory, then cf_rows_kernel reads it back
+ * and runs the whole epilogue, one CTA per row. */
+typedef struct unfused {
+    const cf_ir *ir;
+    cf_rows *rows;
+    cf_rt_cublas_plan *plan;
+    cf_rt_devptr c;
+    cf_dtype c_dtype;
+    int64_t M, N, K;
+    session *s;
+} unfused;
+
+static void unfused_free(unfused *u)
+{
+    cf_rt_cublas_plan_free(u->plan);
+    cf_rows_free(u->rows);
+    if (u->c)
+        cf_rt_free(u->c, NULL);
+    memset(u, 0, sizeof *u);
+}
+
+/* The row kernel (CPU side: codegen + NVRTC; CF_ERR_UNSUPPORTED for B2B). */
+static cf_status unfused_build(unfused *u, const cf_ir *ir, const cli_opts *o, cf_error *err)
+{
+    memset(u, 0, sizeof *u);
+    u->ir = ir;
+    u->M = o->dims[ir->dim_m];
+    u->N = o->dims[ir->dim_n];
+    u->K = o->dims[ir->dim_k];
+    u->c_dtype = ir->args[0].dtype;
+    return cf_rows_build(ir, o->spec, &u->rows, err);
+}
+
+/* The GPU side: the C buffer and the cuBLASLt plan. */
+static cf_status unfused_prepare(unfused *u, session *s, cf_error *err)
+{
+    u->s = s;
+    cf_status st = cf_rt_malloc(&u->c, (size_t)u->M * (size_t)u->N * cf_dtype_size(u->c_dtype), err);
+    if (st == CF_OK)
+        st = cf_rt_cublas_plan_create(u->c_dtype, u->M, u->N, u->K, u->ir->args[1].b_is_nk, &u->plan, err);
+    return st;
+}
+
+static cf_status run_unfused(void *ctx, cf_rt_stream stream, cf_error *err)
+{
+    unfused *u = ctx;
+    const cf_ir_arg *A = &u->ir->args[0], *B = &u->ir->args[1];
+    cf_status st = cf_rt_cublas_plan_run(u->plan, u->s->d_in[A->index], u->s->d_in[B->index], u->c, stream, err);
+    if (st != CF_OK)
+        return st;
+    cf_launch_args a = {.dims = u->s->dims, .inputs = u->s->d_in, .params = u->s->params, .outputs = u->s->d_out,
+                        .stream = stream};
+    return cf_rows_launch(u->rows, u->c, u->c_dtype, u->M, u->N, &a, stream, err);
+}
+
+/* Lowers g for the CLI; prints the error. */
+static cf_status lower_for_cli(const cf_graph *g, const char *verb, cf_ir **ir)
 {
     cf_error err;
+    cf_status st = cf_lower(g, ir, &err);
+    if (st != CF_OK)
+        fprintf(stderr, "comfuse %s: %s\n", verb, err.msg);
+    return st;
+}
+
+static int exit_code_of(cf_status st) { return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : 1; }
+
+int cli_run(const cf_graph *g, const cli_opts *o)
+{
+    cf_error err;
+    cf_ir *ir = NULL;
+    cf_kernel *k = NULL;
+    unfused u;
+    memset(&u, 0, sizeof u);
     session s;
-    cf_status st = cf_rt_init(&err);
-    if (st == CF_OK)
-        st = session_init(&s, g, o, o->seed, &err);
+    memset(&s, 0, sizeof s);
+    cf_status st = lower_for_cli(g, "run", &ir);
+    if (st != CF_OK)
+        return exit_code_of(st);
+    const char *path = o->unfused ? "unfused: cuBLAS + rows" : "fused";
+    st = o->unfused ? unfused_build(&u, ir, o, &err) : build_fused(g, o, &k, &err);
+    if (st == CF_ERR_UNSUPPORTED && !o->unfused) {
+        fprintf(stderr, "comfuse run: the fused kernel is not available: %s\n", err.msg);
+        if (ir->n_gemms == 1)
+            fprintf(stderr, "  (`comfuse run --unfused` runs and checks the unfused path: cuBLAS GEMM + row kernel)\n");
+        cf_ir_free(ir);
+        return 3;
+    }
+    if (st != CF_OK) {
+        fprintf(stderr, "comfuse run: %s%s\n", o->unfused ? "unfused path: " : "", err.msg);
+        cf_ir_free(ir);
+        return exit_code_of(st);
+    }
     bool ok = true;
-    const cf_ir *ir = cli_kernel_ir(k);
-    if (st == CF_OK && (st = poison_outputs(&s, &err)) == CF_OK && (st = launch(k, &s, NULL, &err)) == CF_OK &&
+    if ((st = cf_rt_init(&err)) == CF_OK && (st = session_init(&s, g, o, o->seed, &err)) == CF_OK &&
+        (!o->unfused || (st = unfused_prepare(&u, &s, &err)) == CF_OK) && (st = poison_outputs(&s, &err)) == CF_OK &&
+        (st = o->unfused ? run_unfused(&u, NULL, &err) : launch(k, &s, NULL, &err)) == CF_OK &&
         (st = cf_rt_ctx_sync(&err)) == CF_OK) {
-        printf("ran %s at %s (seed %llu)\n", o->spec, o->shape_text, (unsigned long long)o->seed);
+        if (o->unfused)
+            printf("ran %s at %s (seed %llu) on the unfused path: cuBLASLt GEMM -> %s C -> row kernel "
+                   "(%d threads per row, %d scratch plane%s)\n",
+                   o->spec, o->shape_text, (unsigned long long)o->seed, cf_dtype_name(u.c_dtype),
+                   cf_rows_threads(u.N), cf_rows_scratch_planes(u.rows), cf_rows_scratch_planes(u.rows) == 1 ? "" : "s");
+        else
+            printf("ran %s at %s (seed %llu)\n", o->spec, o->shape_text, (unsigned long long)o->seed);
         if (o->check)
             st = check_outputs(&s, ir->dim_m, o->check_rows, &ok, &err);
     }
     if (st != CF_OK)
-        fprintf(stderr, "comfuse run: %s\n", err.msg);
+        fprintf(stderr, "comfuse run (%s): %s\n", path, err.msg);
+    unfused_free(&u);
+    cf_kernel_free(k);
     session_free(&s);
+    cf_ir_free(ir);
     if (st != CF_OK)
-        return st == CF_ERR_UNSUPPORTED ? 3 : 1;
+        return exit_code_of(st);
     if (o->check)
         printf("%s\n", ok ? "check passed" : "check FAILED");
     return ok ? 0 : 4;
@@ -394,25 +507,70 @@ static double floor_bytes(const session *s)
     return b;
 }
 
-int cli_bench(cf_kernel *k, const cf_graph *g, const cli_opts *o)
+/* Why a path is not available, for the report ("" when it is). */
+typedef struct why {
+    char text[400];
+} why;
+
+static void set_why(why *w, const cf_error *err)
+{
+    /* the first line of the message is enough for a table */
+    size_t n = strcspn(err->msg, "\n");
+    if (n >= sizeof w->text)
+        n = sizeof w->text - 1;
+    memcpy(w->text, err->msg, n);
+    w->text[n] = 0;
+}
+
+int cli_bench(const cf_graph *g, const cli_opts *o)
 {
     cf_error err;
     session s;
     memset(&s, 0, sizeof s);
-    const cf_ir *ir = cli_kernel_ir(k);
+    cf_ir *ir = NULL;
+    cf_kernel *k = NULL;
+    unfused u;
+    memset(&u, 0, sizeof u);
+    bool have_unfused = false;
+    why no_fused = {""}, no_unfused = {""};
+    cf_status st = lower_for_cli(g, "bench", &ir);
+    if (st != CF_OK)
+        return exit_code_of(st);
     int64_t M = o->dims[ir->dim_m], N = o->dims[ir->dim_n], K = o->dims[ir->dim_k];
     const size_t flush_bytes = 256u << 20;
     cf_rt_devptr flush = 0, c_buf = 0;
     cublas_ctx cb = {0};
-    float t_fused = 0, t_cublas = 0;
-    cf_status st = cf_rt_init(&err);
+    float t_fused = 0, t_cublas = 0, t_unfused = 0;
+
+    /* Either path may be outside what comfuse does yet; bench what exists. */
+    st = build_fused(g, o, &k, &err);
+    if (st == CF_ERR_UNSUPPORTED) {
+        set_why(&no_fused, &err);
+        st = CF_OK;
+    }
+    if (st == CF_OK) {
+        st = unfused_build(&u, ir, o, &err);
+        have_unfused = st == CF_OK;
+        if (st == CF_ERR_UNSUPPORTED) {
+            set_why(&no_unfused, &err);
+            st = CF_OK;
+        }
+    }
+    if (st == CF_OK && !k && !have_unfused) {
+        fprintf(stderr, "comfuse bench: nothing to time for %s:\n  fused: %s\n  unfused: %s\n", o->spec,
+                no_fused.text, no_unfused.text);
+        st = CF_ERR_UNSUPPORTED;
+        goto done;
+    }
+    if (st == CF_OK)
+        st = cf_rt_init(&err);
     if (st == CF_OK)
         st = session_init(&s, g, o, o->seed, &err);
     if (st == CF_OK)
         st = cf_rt_malloc(&flush, flush_bytes, &err);
     if (st == CF_OK)
         st = cf_rt_malloc(&c_buf, (size_t)M * (size_t)N * 2, &err);
-    if (st == CF_OK) {
+    if (st == CF_OK && k) {
         fused_ctx f = {k, &s};
         st = time_median(run_fused, &f, o->iters, flush, flush_bytes, &t_fused, &err);
     }
@@ -425,25 +583,46 @@ int cli_bench(cf_kernel *k, const cf_graph *g, const cli_opts *o)
         if (st == CF_OK)
             st = time_median(run_cublas, &cb, o->iters, flush, flush_bytes, &t_cublas, &err);
     }
+    if (st == CF_OK && have_unfused && (st = unfused_prepare(&u, &s, &err)) == CF_OK)
+        st = time_median(run_unfused, &u, o->iters, flush, flush_bytes, &t_unfused, &err);
     if (st == CF_OK) {
         double flops = 2.0 * (double)M * (double)N * (double)K, bytes = floor_bytes(&s);
         double floor_ms = fmax(flops / 790e12, bytes / 4.3e12) * 1e3;
+        char fused_col[32] = "-", unfused_col[32] = "-";
         printf("bench %s at %s (median of %d, L2 flushed)\n", o->spec, o->shape_text, o->iters);
         printf("  %-22s %9s %9s %9s %10s %10s\n", "implementation", "ms", "TFLOP/s", "GB/s", "vs cuBLAS", "vs floor");
-        printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n", "comfuse fused", t_fused, flops / t_fused / 1e9,
-               bytes / t_fused / 1e6, t_fused / t_cublas, t_fused / floor_ms);
+        if (k) {
+            printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n", "comfuse fused", t_fused, flops / t_fused / 1e9,
+                   bytes / t_fused / 1e6, t_fused / t_cublas, t_fused / floor_ms);
+            snprintf(fused_col, sizeof fused_col, "%.5f", t_fused);
+        } else {
+            printf("  %-22s not available (%s)\n", "comfuse fused", no_fused.text);
+        }
         printf("  %-22s %9.4f %9.1f %9s %10.3f %10.3f\n", "cuBLASLt GEMM alone", t_cublas, flops / t_cublas / 1e9,
                "-", 1.0, t_cublas / floor_ms);
+        if (have_unfused) {
+            printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n", "unfused: cuBLAS + rows", t_unfused,
+                   flops / t_unfused / 1e9, bytes / t_unfused / 1e6, t_unfused / t_cublas, t_unfused / floor_ms);
+            snprintf(unfused_col, sizeof unfused_col, "%.5f", t_unfused);
+        } else {
+            printf("  %-22s not available (%s)\n", "unfused: cuBLAS + rows", no_unfused.text);
+        }
         printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
-        printf("BENCH\t%s\t%s\t%.5f\t%.5f\t%.5f\n", o->spec, o->shape_text, t_fused, t_cublas, floor_ms);
+        /* columns: spec shape fused cublas floor unfused ("-" for a path not available) */
+        printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\n", o->spec, o->shape_text, fused_col, t_cublas, floor_ms,
+               unfused_col);
     }
-    if (st != CF_OK)
+done:
+    if (st != CF_OK && st != CF_ERR_UNSUPPORTED)
         fprintf(stderr, "comfuse bench: %s\n", err.msg);
     cf_rt_cublas_plan_free(cb.plan);
+    unfused_free(&u);
+    cf_kernel_free(k);
     if (flush)
         cf_rt_free(flush, NULL);
     if (c_buf)
         cf_rt_free(c_buf, NULL);
     session_free(&s);
-    return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : 1;
+    cf_ir_free(ir);
+    return exit_code_of(st);
 }
