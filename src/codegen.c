@@ -536,6 +536,12 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
              opt->bm / opt->cluster_n);
     if (ir->n_stages[0] > 1) {
         line(&c, "#define CF_HAS_REDUCE 1");
+        /* cf_reduce.cuh's static buffers: partials [2 wg][2 buf][cluster][rows], leader
+         * results, barriers and sequence counters; the pipeline gets the rest. */
+        int red = opt->cluster_n > 1 ? 2 * 2 * opt->cluster_n * opt->bm * 4 + (opt->red_leader ? 2 * 2 * opt->bm * 4 + 32 : 0) +
+                                           32 + 2 * 128 * 4
+                                     : 0;
+        line(&c, "#define CF_STATIC_SMEM %d", red + 128 /* alignment slack */);
         line(&c, "#define CF_RED_LEADER %d  /* cluster reductions: %s */", opt->red_leader ? 1 : 0,
              opt->red_leader ? "leader-follower" : "peer-to-peer");
     }

@@ -99,6 +99,10 @@
 #ifndef CF_HAS_REDUCE
 #define CF_HAS_REDUCE 0                            /* set by epilogues that include cf_reduce.cuh */
 #endif
+#ifndef CF_STATIC_SMEM
+#define CF_STATIC_SMEM 0                           /* static shared memory of the epilogue (cf_reduce.cuh) */
+#endif
+#define CF_SMEM_LIMIT (232448 - CF_STATIC_SMEM)    /* opt-in limit left for the dynamic part */
 #ifndef CF_GROUP_M
 #define CF_GROUP_M 8
 #endif
@@ -139,9 +143,9 @@
 #define CF_STG_CHUNK_BYTES (CF_BM * 128)
 #define CF_SMEM_FIXED (1024 + 2 * 8 * CF_STAGES + 64)   /* alignment slack + mbarriers */
 #ifndef CF_STG_CHUNKS
-#if (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * (CF_BN / 64) * CF_STG_CHUNK_BYTES) <= 232448
+#if (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * (CF_BN / 64) * CF_STG_CHUNK_BYTES) <= CF_SMEM_LIMIT
 #define CF_STG_CHUNKS (CF_BN / 64)
-#elif (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * ((CF_BN / 64 + 1) / 2) * CF_STG_CHUNK_BYTES) <= 232448
+#elif (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * ((CF_BN / 64 + 1) / 2) * CF_STG_CHUNK_BYTES) <= CF_SMEM_LIMIT
 #define CF_STG_CHUNKS ((CF_BN / 64 + 1) / 2)
 #else
 #define CF_STG_CHUNKS 1
@@ -165,7 +169,7 @@
 #if CF_ACC_REGS > 128
 #error "more than 128 accumulator registers per thread would spill (CF_BM*CF_BN > 16384)"
 #endif
-#if CF_SMEM_BYTES > 232448
+#if CF_SMEM_BYTES > CF_SMEM_LIMIT
 #error "shared memory over the 227 KB opt-in limit: lower CF_STAGES or CF_STG_CHUNKS"
 #endif
 #if CF_MULTICAST && (CF_CLUSTER_N < 2 || CF_A_BOX_ROWS % 8 != 0)

@@ -9,6 +9,7 @@
 #define CF_IN_F16 0
 #define CF_NUM_OUT 1
 #define CF_HAS_REDUCE 1
+#define CF_STATIC_SMEM 9376
 #define CF_RED_LEADER 0  /* cluster reductions: peer-to-peer */
 
 /* Epilogue inputs and runtime scalars (the IR's parameter table A). */
