@@ -531,7 +531,7 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
     cf_kernel *k = NULL;
     unfused u;
     memset(&u, 0, sizeof u);
-    bool have_unfused = false;
+    bool have_unfused = false, fused_failed = false;
     why no_fused = {""}, no_unfused = {""};
     cf_status st = lower_for_cli(g, "bench", &ir);
     if (st != CF_OK)
@@ -571,8 +571,17 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
     if (st == CF_OK)
         st = cf_rt_malloc(&c_buf, (size_t)M * (size_t)N * 2, &err);
     if (st == CF_OK && k) {
+        /* A fused kernel that fails to launch still leaves the baselines worth
+         * timing; the bench then reports it and exits 1. */
         fused_ctx f = {k, &s};
-        st = time_median(run_fused, &f, o->iters, flush, flush_bytes, &t_fused, &err);
+        if (time_median(run_fused, &f, o->iters, flush, flush_bytes, &t_fused, &err) != CF_OK) {
+            fprintf(stderr, "comfuse bench: the fused kernel failed: %s\n", err.msg);
+            set_why(&no_fused, &err);
+            fused_failed = true;
+            cf_kernel_free(k);
+            k = NULL;
+            cf_rt_ctx_sync(NULL); /* let a failed launch finish before the others run */
+        }
     }
     if (st == CF_OK) {
         const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
@@ -596,7 +605,7 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
                    bytes / t_fused / 1e6, t_fused / t_cublas, t_fused / floor_ms);
             snprintf(fused_col, sizeof fused_col, "%.5f", t_fused);
         } else {
-            printf("  %-22s not available (%s)\n", "comfuse fused", no_fused.text);
+            printf("  %-22s %s (%s)\n", "comfuse fused", fused_failed ? "FAILED" : "not available", no_fused.text);
         }
         printf("  %-22s %9.4f %9.1f %9s %10.3f %10.3f\n", "cuBLASLt GEMM alone", t_cublas, flops / t_cublas / 1e9,
                "-", 1.0, t_cublas / floor_ms);
@@ -624,5 +633,5 @@ done:
         cf_rt_free(c_buf, NULL);
     session_free(&s);
     cf_ir_free(ir);
-    return exit_code_of(st);
+    return st == CF_OK && fused_failed ? 1 : exit_code_of(st);
 }
