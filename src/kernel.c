@@ -45,26 +45,26 @@ static bool has_reductions(const cf_graph *g)
 cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
 {
     (void)m;
-    /* PingPong: each consumer warpgroup owns a tile, so one's epilogue
-     * overlaps the other's mainloop. */
-    /* Measured (docs/perf-notes.md): 128x128 pingpong with 6 stages; at large K
-     * a 2-CTA cluster multicasting X halves its L2 traffic (0.87 -> 1.00 of
-     * cuBLAS); larger clusters idle SMs (120 of 132 co-resident). */
-    cf_options o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 6,
-                    .cluster_n = k >= 2048 ? 2 : 1};
+    (void)k;
+    /* Measured on the H200 beside cuBLAS (docs/perf-notes.md, bench/sweep.sh):
+     * 128x128 PingPong tiles, 6 stages, no cluster; a 2-CTA cluster with X
+     * multicast measured slower in the same run (1.106 vs 1.050 of cuBLAS at
+     * 8192x4096x4096). */
+    cf_options o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 6, .cluster_n = 1};
     if (g && has_reductions(g)) {
-        /* A row must fit in one cluster (DSMEM exchange); 64-row tiles leave
-         * registers for the carried tile and the statistics. */
-        o.block_m = 64;
+        /* A row must fit in one cluster for the DSMEM exchange: 128x128 tiles up
+         * to 16 x 128 = 2048 columns (fastest for LayerNorm), 64x256 tiles for
+         * wider rows; 4 stages leave room for the exchange buffers. */
+        o.block_m = n > 16 * 128 ? 64 : 128;
         o.block_n = n > 16 * 128 ? 256 : 128;
-        o.cluster_n = 1;
+        o.stages = 4;
         int64_t tiles = n > 0 ? (n + o.block_n - 1) / o.block_n : 1;
         while (o.cluster_n < tiles && o.cluster_n < 16)
             o.cluster_n *= 2;
-        o.stages = o.block_n == 256 ? 4 : 6;
     }
-    /* Peer-to-peer below 8 CTAs, leader-follower from 8 (see docs/perf-notes.md). */
-    o.reduce_mode = o.cluster_n >= 8 ? CF_REDUCE_LEADER : CF_REDUCE_PEER;
+    /* The two exchange modes measured within noise of each other up to 8 CTAs;
+     * leader-follower sends 2(C-1) messages instead of C(C-1), so it takes 16. */
+    o.reduce_mode = o.cluster_n >= 16 ? CF_REDUCE_LEADER : CF_REDUCE_PEER;
     return o;
 }
 
@@ -102,7 +102,7 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     if (!k->opt.cluster_n)
         k->opt.cluster_n = def.cluster_n;
     if (!k->opt.reduce_mode)
-        k->opt.reduce_mode = k->opt.cluster_n >= 8 ? CF_REDUCE_LEADER : CF_REDUCE_PEER;
+        k->opt.reduce_mode = k->opt.cluster_n >= 16 ? CF_REDUCE_LEADER : CF_REDUCE_PEER;
     cf_status st;
     const cf_options *o = &k->opt;
     if (o->block_m != 64 && o->block_m != 128)
