@@ -260,6 +260,9 @@ void cf_ir_format(const cf_ir *ir, cf_strbuf *sb);
 /* ---- kernel.c ----------------------------------------------------------- */
 
 const cf_ir *cf_kernel_ir(const cf_kernel *k);
+/* Whether a launch with N columns takes the wide-row path (rows wider than one
+ * cluster: GEMM to f32 in device memory, then the row kernel of rows.c). */
+bool cf_kernel_wide(const cf_kernel *k, int64_t n);
 
 /* ---- codegen.c: Ψ ----------------------------------------------------- */
 

@@ -32,6 +32,15 @@ struct cf_kernel {
     cf_rt_module module;
     cf_rt_func func;
     int max_clusters;
+    /* Rows wider than a cluster: our GEMM into an f32 buffer, then the row
+     * kernel (rows.c) runs the epilogue; built on the first such launch. */
+    struct {
+        cf_graph *graph;     /* X, W -> C = X @ W as f32                          */
+        cf_kernel *gemm;
+        cf_rows *rows;
+        cf_rt_devptr c;
+        size_t c_bytes;
+    } wide;
 };
 
 static bool has_reductions(const cf_graph *g)
@@ -74,6 +83,11 @@ void cf_kernel_free(cf_kernel *k)
         return;
     if (k->module)
         cf_rt_module_unload(k->module, NULL);
+    if (k->wide.c)
+        cf_rt_free(k->wide.c, NULL);
+    cf_rows_free(k->wide.rows);
+    cf_kernel_free(k->wide.gemm);
+    cf_graph_free(k->wide.graph);
     cf_rt_cubin_free(&k->cubin);
     cf_sb_free(&k->src);
     cf_ir_free(k->ir);
@@ -257,6 +271,70 @@ static cf_status load_module(cf_kernel *k, cf_error *err)
 
 static int64_t dim_of(const cf_launch_args *a, cf_dim d) { return d >= 0 ? a->dims[d] : 0; }
 
+bool cf_kernel_wide(const cf_kernel *k, int64_t n)
+{
+    return k && k->compiled && k->ir->n_stages[0] > 1 &&
+           n > (int64_t)k->info[INFO_BN] * k->info[INFO_CLUSTER_N];
+}
+
+/* The GEMM of the wide path: the same X and W, C = X @ W kept in f32. */
+static cf_status build_wide(cf_kernel *k, int64_t M, int64_t N, int64_t K, cf_error *err)
+{
+    const cf_ir *ir = k->ir;
+    cf_tensor_info x = cf_graph_input_info(k->graph, ir->args[0].index);
+    cf_tensor_info w = cf_graph_input_info(k->graph, ir->args[1].index);
+    cf_graph *g = cf_graph_new();
+    if (!g)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+    cf_dim d[CF_MAX_DIMS];
+    for (int i = 0; i < cf_graph_num_dims(k->graph); i++)
+        d[i] = cf_graph_dim(g, cf_graph_dim_name(k->graph, i));
+    cf_value X = cf_graph_input(g, x.name, x.dtype, 2, (cf_dim[]){d[x.dims[0]], d[x.dims[1]]});
+    cf_value W = cf_graph_input(g, w.name, w.dtype, 2, (cf_dim[]){d[w.dims[0]], d[w.dims[1]]});
+    cf_graph_output(g, "C", cf_graph_matmul(g, X, W), CF_F32);
+    k->wide.graph = g;
+    if (cf_graph_error(g)->status != CF_OK) {
+        if (err)
+            *err = *cf_graph_error(g);
+        return cf_graph_error(g)->status;
+    }
+    cf_options o = cf_options_for(g, M, N, K);
+    cf_status st = cf_kernel_build(g, &o, "wide-row GEMM", &k->wide.gemm, err);
+    if (st == CF_OK)
+        st = cf_kernel_compile(k->wide.gemm, err);
+    if (st == CF_OK)
+        st = cf_rows_build(ir, "wide-row epilogue", &k->wide.rows, err);
+    return st;
+}
+
+/* Rows wider than one cluster cannot be reduced on chip: C goes through
+ * device memory once (f32) and the row kernel runs the epilogue over it. */
+static cf_status launch_wide(cf_kernel *k, const cf_launch_args *a, int64_t M, int64_t N, int64_t K, cf_error *err)
+{
+    cf_status st = CF_OK;
+    if (!k->wide.gemm && (st = build_wide(k, M, N, K, err)) != CF_OK)
+        return st;
+    size_t bytes = (size_t)M * (size_t)N * 4;
+    if (bytes > k->wide.c_bytes) {
+        if (k->wide.c)
+            cf_rt_free(k->wide.c, NULL);
+        k->wide.c = 0;
+        k->wide.c_bytes = 0;
+        if ((st = cf_rt_malloc(&k->wide.c, bytes, err)) != CF_OK)
+            return st;
+        k->wide.c_bytes = bytes;
+    }
+    /* The GEMM's graph has just X and W (inputs 0 and 1), and the same dims. */
+    uint64_t c = k->wide.c, xw[2] = {a->inputs[k->ir->args[0].index], a->inputs[k->ir->args[1].index]};
+    cf_launch_args ga = *a;
+    ga.inputs = xw;
+    ga.outputs = &c;
+    ga.params = NULL;
+    if ((st = cf_kernel_launch(k->wide.gemm, &ga, err)) != CF_OK)
+        return st;
+    return cf_rows_launch(k->wide.rows, k->wide.c, CF_F32, M, N, a, a->stream, err);
+}
+
 cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
 {
     cf_error_clear(err);
@@ -271,12 +349,8 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     if (M < 1 || N < 1 || K < 1 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
         return cf_errorf(err, CF_ERR_SHAPE, (cf_loc){0}, "M=%lld N=%lld K=%lld: every GEMM dim must be in [1, 2^31)",
                          (long long)M, (long long)N, (long long)K);
-    int64_t row_span = (int64_t)k->info[INFO_BN] * k->info[INFO_CLUSTER_N];
-    if (ir->n_stages[0] > 1 && N > row_span)
-        return cf_errorf(err, CF_ERR_UNSUPPORTED,
-                         (cf_loc){0}, "N=%lld: rows wider than one cluster (%d CTAs x %d columns = %lld) cannot be "
-                         "reduced on chip by this kernel; build it for this N (cf_options_for) or fall back",
-                         (long long)N, k->info[INFO_CLUSTER_N], k->info[INFO_BN], (long long)row_span);
+    if (cf_kernel_wide(k, N))
+        return launch_wide(k, a, M, N, K, err);
     for (int i = 0; i < g->n_params; i++)
         if (!a->params)
             return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "runtime scalar '%s' has no value",

@@ -196,11 +196,36 @@ static void test_nvrtc(void)
     CHECK_EQ_INT(0, system(cmd));
 }
 
+/* Rows wider than the cluster take the GEMM + row-kernel path, chosen per launch. */
+static void test_wide_rows(void)
+{
+    cf_graph *g = parse("examples/gemm_bias_ln.cf");
+    cf_kernel *k = NULL;
+    cf_error err;
+    cf_options opt = {128, 128, 4, 8, CF_REDUCE_PEER};
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "ln", &k, &err));
+    CHECK(!cf_kernel_wide(k, 1024)); /* not compiled yet: nothing is decided */
+    CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
+    CHECK(!cf_kernel_wide(k, 1024)); /* 8 CTAs x 128 columns */
+    CHECK(cf_kernel_wide(k, 1025));
+    CHECK(cf_kernel_wide(k, 32768));
+    cf_kernel_free(k);
+    k = NULL;
+    cf_graph_free(g);
+    g = parse("examples/gemm_bias_gelu.cf");
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, NULL, "gelu", &k, &err));
+    CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
+    CHECK(!cf_kernel_wide(k, 1 << 20)); /* no reduction: any width streams */
+    cf_kernel_free(k);
+    cf_graph_free(g);
+}
+
 int main(void)
 {
     test_golden_sources();
     test_source_shape();
     test_rejections();
     test_nvrtc();
+    test_wide_rows();
     return tu_finish("test_codegen");
 }
