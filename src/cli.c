@@ -80,11 +80,12 @@ static const char run_usage[] =
 static const char bench_usage[] =
     "usage: comfuse bench --shape D=n,... [--iters N] [kernel options] SPEC.cf\n"
     "\n"
-    "Times the fused kernel (median of N event-timed launches after a warm-up,\n"
-    "L2 flushed before each) beside cuBLASLt doing the GEMM alone, in the same\n"
-    "process, and prints TFLOP/s, GB/s and the ratios to cuBLAS and to the\n"
-    "physical floor max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s).  A third line\n"
-    "times the unfused path (cuBLASLt GEMM, then the row kernel, timed together).\n"
+    "Times the fused kernel beside cuBLASLt doing the GEMM alone and beside the\n"
+    "unfused path (cuBLASLt GEMM, then the row kernel, timed together), in the\n"
+    "same process, launch by launch in turns so clock drift cancels (median of N\n"
+    "event-timed launches each after a warm-up, L2 flushed before each), and\n"
+    "prints TFLOP/s, GB/s and the ratios to cuBLAS and to the physical floor\n"
+    "max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s).\n"
     "A path comfuse cannot build for the spec is reported as not available.\n"
     "The last line, BENCH<TAB>spec<TAB>shape<TAB>fused_ms<TAB>cublas_ms<TAB>floor_ms\n"
     "<TAB>unfused_ms ('-' for a path not available), is for scripts.\n\n";

@@ -412,7 +412,10 @@ int cli_run(const cf_graph *g, const cli_opts *o)
                    o->spec, o->shape_text, (unsigned long long)o->seed, cf_dtype_name(u.c_dtype),
                    cf_rows_threads(u.N), cf_rows_scratch_planes(u.rows), cf_rows_scratch_planes(u.rows) == 1 ? "" : "s");
         else
-            printf("ran %s at %s (seed %llu)\n", o->spec, o->shape_text, (unsigned long long)o->seed);
+            printf("ran %s at %s (seed %llu)%s\n", o->spec, o->shape_text, (unsigned long long)o->seed,
+                   cf_kernel_wide(k, s.dims[ir->dim_n])
+                       ? ": rows wider than one cluster, so our GEMM -> f32 C -> row kernel"
+                       : "");
         if (o->check)
             st = check_outputs(&s, ir->dim_m, o->check_rows, &ok, &err);
     }
@@ -439,27 +442,34 @@ static int cmp_float(const void *a, const void *b)
 
 typedef cf_status (*timed_fn)(void *ctx, cf_rt_stream s, cf_error *err);
 
-/* Median of `iters` launches, each timed by events, with L2 flushed before it. */
-static cf_status time_median(timed_fn fn, void *ctx, int iters, cf_rt_devptr flush, size_t flush_bytes,
-                             float *median_ms, cf_error *err)
+/* Times n implementations launch by launch, in turns (cuBLAS, fused, unfused,
+ * cuBLAS, ...), each behind an L2 flush and between its own events, and
+ * returns the medians.  Taking turns keeps clock drift over the run (seen on
+ * the H200: the same cuBLAS kernel 0.34 -> 0.45 ms within a second of load)
+ * out of the ratios. */
+static cf_status time_paired(int n, timed_fn const *fns, void *const *ctxs, int iters, cf_rt_devptr flush,
+                             size_t flush_bytes, float *median_ms, cf_error *err)
 {
     cf_rt_event e0 = NULL, e1 = NULL;
-    float *t = calloc((size_t)iters, sizeof *t);
+    float *t = calloc((size_t)iters * (size_t)n, sizeof *t);
     cf_status st = t ? CF_OK : cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     if (st == CF_OK && (st = cf_rt_event_create(&e0, err)) == CF_OK)
         st = cf_rt_event_create(&e1, err);
     for (int i = 0; i < 5 && st == CF_OK; i++)
-        st = fn(ctx, NULL, err);
-    for (int i = 0; i < iters && st == CF_OK; i++) {
-        if ((st = cf_rt_memset_d32(flush, (uint32_t)i, flush_bytes / 4, err)) != CF_OK ||
-            (st = cf_rt_event_record(e0, NULL, err)) != CF_OK || (st = fn(ctx, NULL, err)) != CF_OK ||
-            (st = cf_rt_event_record(e1, NULL, err)) != CF_OK || (st = cf_rt_event_sync(e1, err)) != CF_OK ||
-            (st = cf_rt_event_elapsed_ms(e0, e1, &t[i], err)) != CF_OK)
-            break;
-    }
-    if (st == CF_OK) {
-        qsort(t, (size_t)iters, sizeof *t, cmp_float);
-        *median_ms = t[iters / 2];
+        for (int j = 0; j < n && st == CF_OK; j++)
+            st = fns[j](ctxs[j], NULL, err);
+    for (int i = 0; i < iters && st == CF_OK; i++)
+        for (int j = 0; j < n && st == CF_OK; j++) {
+            if ((st = cf_rt_memset_d32(flush, (uint32_t)i, flush_bytes / 4, err)) != CF_OK ||
+                (st = cf_rt_event_record(e0, NULL, err)) != CF_OK || (st = fns[j](ctxs[j], NULL, err)) != CF_OK ||
+                (st = cf_rt_event_record(e1, NULL, err)) != CF_OK || (st = cf_rt_event_sync(e1, err)) != CF_OK)
+                break;
+            st = cf_rt_event_elapsed_ms(e0, e1, &t[(size_t)j * (size_t)iters + (size_t)i], err);
+        }
+    for (int j = 0; j < n && st == CF_OK; j++) {
+        float *tj = t + (size_t)j * (size_t)iters;
+        qsort(tj, (size_t)iters, sizeof *tj, cmp_float);
+        median_ms[j] = tj[iters / 2];
     }
     if (e0)
         cf_rt_event_destroy(e0, NULL);
@@ -573,8 +583,10 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
     if (st == CF_OK && k) {
         /* A fused kernel that fails to launch still leaves the baselines worth
          * timing; the bench then reports it and exits 1. */
-        fused_ctx f = {k, &s};
-        cf_status fs = time_median(run_fused, &f, o->iters, flush, flush_bytes, &t_fused, &err);
+        fused_ctx f0 = {k, &s};
+        cf_status fs = run_fused(&f0, NULL, &err);
+        if (fs == CF_OK)
+            fs = cf_rt_ctx_sync(&err);
         if (fs != CF_OK) {
             /* CF_ERR_UNSUPPORTED at launch: a shape the kernel declines (not a failure) */
             fused_failed = fs != CF_ERR_UNSUPPORTED;
@@ -586,17 +598,30 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
             cf_rt_ctx_sync(NULL); /* let a failed launch finish before the others run */
         }
     }
+    fused_ctx f = {k, &s};
     if (st == CF_OK) {
         const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
         cb.a = s.d_in[A->index];
         cb.b = s.d_in[B->index];
         cb.c = c_buf;
         st = cf_rt_cublas_plan_create(A->dtype, M, N, K, B->b_is_nk, &cb.plan, &err);
-        if (st == CF_OK)
-            st = time_median(run_cublas, &cb, o->iters, flush, flush_bytes, &t_cublas, &err);
     }
-    if (st == CF_OK && have_unfused && (st = unfused_prepare(&u, &s, &err)) == CF_OK)
-        st = time_median(run_unfused, &u, o->iters, flush, flush_bytes, &t_unfused, &err);
+    if (st == CF_OK && have_unfused)
+        st = unfused_prepare(&u, &s, &err);
+    if (st == CF_OK) {
+        timed_fn fns[3];
+        void *ctxs[3];
+        float *outs[3], med[3];
+        int n = 0;
+        fns[n] = run_cublas, ctxs[n] = &cb, outs[n++] = &t_cublas;
+        if (k)
+            fns[n] = run_fused, ctxs[n] = &f, outs[n++] = &t_fused;
+        if (have_unfused)
+            fns[n] = run_unfused, ctxs[n] = &u, outs[n++] = &t_unfused;
+        st = time_paired(n, fns, ctxs, o->iters, flush, flush_bytes, med, &err);
+        for (int j = 0; j < n && st == CF_OK; j++)
+            *outs[j] = med[j];
+    }
     if (st == CF_OK) {
         double flops = 2.0 * (double)M * (double)N * (double)K, bytes = floor_bytes(&s);
         double floor_ms = fmax(flops / 790e12, bytes / 4.3e12) * 1e3;
@@ -604,7 +629,8 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
         printf("bench %s at %s (median of %d, L2 flushed)\n", o->spec, o->shape_text, o->iters);
         printf("  %-22s %9s %9s %9s %10s %10s\n", "implementation", "ms", "TFLOP/s", "GB/s", "vs cuBLAS", "vs floor");
         if (k) {
-            printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n", "comfuse fused", t_fused, flops / t_fused / 1e9,
+            printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n",
+                   cf_kernel_wide(k, N) ? "comfuse (wide rows)" : "comfuse fused", t_fused, flops / t_fused / 1e9,
                    bytes / t_fused / 1e6, t_fused / t_cublas, t_fused / floor_ms);
             snprintf(fused_col, sizeof fused_col, "%.5f", t_fused);
         } else {
