@@ -216,6 +216,8 @@ enum { CF_REDUCE_AUTO = 0, CF_REDUCE_PEER = 1, CF_REDUCE_LEADER = 2 };
  * when the size is not known yet.  Graphs with row reductions need a whole
  * row in one thread-block cluster, so N picks the cluster size. */
 CF_API cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k);
+/* Sets the 0 fields of o from def (reduce_mode from the cluster size). */
+CF_API void cf_options_fill(cf_options *o, cf_options def);
 
 typedef struct cf_kernel cf_kernel;
 

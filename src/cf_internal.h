@@ -246,6 +246,9 @@ struct cf_ir {
     cf_dim dim_m, dim_k, dim_n, dim_n2;  /* dim_n2 < 0 unless B2B           */
 };
 
+/* The shape of a compute node over operands of shapes a and b: the lattice
+ * SCALAR < VEC_N, VEC_M < TILE (VEC_N joined with VEC_M is TILE). */
+cf_shape cf_shape_join(cf_shape a, cf_shape b);
 const char *cf_ir_kind_name(cf_ir_kind k);
 const char *cf_shape_name(cf_shape s);
 const char *cf_arg_kind_name(cf_arg_kind k);

@@ -288,16 +288,7 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
         cf_error err;
         if (cf_lower(*g, &ir, &err) == CF_OK) {
             cf_options d = cf_options_for(*g, o->dims[ir->dim_m], o->dims[ir->dim_n], o->dims[ir->dim_k]);
-            if (!o->kopt.block_m)
-                o->kopt.block_m = d.block_m;
-            if (!o->kopt.block_n)
-                o->kopt.block_n = d.block_n;
-            if (!o->kopt.stages)
-                o->kopt.stages = d.stages;
-            if (!o->kopt.cluster_n)
-                o->kopt.cluster_n = d.cluster_n;
-            if (!o->kopt.reduce_mode)
-                o->kopt.reduce_mode = d.reduce_mode;
+            cf_options_fill(&o->kopt, d);
         }
         cf_ir_free(ir);
     }

@@ -65,17 +65,7 @@ static double load_elem(const void *p, cf_dtype t, size_t i)
     }
 }
 
-/* The lattice SCALAR < VEC_N, VEC_M < TILE. */
-static cf_shape join(cf_shape a, cf_shape b)
-{
-    if (a == b || b == CF_SHAPE_SCALAR)
-        return a;
-    if (a == CF_SHAPE_SCALAR)
-        return b;
-    return CF_SHAPE_TILE;
-}
-
-static bool fits_in(cf_shape a, cf_shape b) { return (unsigned)a < CF_SHAPE_COUNT && join(a, b) == b; }
+static bool fits_in(cf_shape a, cf_shape b) { return (unsigned)a < CF_SHAPE_COUNT && cf_shape_join(a, b) == b; }
 
 static double combine(cf_op op, double a, double b)
 {
@@ -222,7 +212,7 @@ static cf_status check_ir(interp *in, cf_error *err)
                     if (x->kind == CF_IR_REDUCE || x->kind == CF_IR_STORE || x->kind == CF_IR_MATMUL)
                         return BAD("%s uses %s, which has no value inside its stage", nb,
                                    label(x, nb2, sizeof nb2));
-                    arg_join = join(arg_join, x->shape);
+                    arg_join = cf_shape_join(arg_join, x->shape);
                 }
                 int want_args = 0;
                 cf_status st = CF_OK;

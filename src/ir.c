@@ -45,7 +45,7 @@ int cf_ir_num_stages(const cf_ir *ir) { return ir ? ir->n_stages[0] : 0; }
 
 /* ---- verifier ---------------------------------------------------------- */
 
-static cf_shape join(cf_shape a, cf_shape b)
+cf_shape cf_shape_join(cf_shape a, cf_shape b)
 {
     if (a == b || b == CF_SHAPE_SCALAR)
         return a;
@@ -101,7 +101,7 @@ static cf_status verify_epilogue(const cf_ir *ir, int g, cf_error *err)
                     return bad(err, n, "compute node with the wrong arity");
                 cf_shape s = n->args[0]->shape;
                 if (n->nargs == 2)
-                    s = join(s, n->args[1]->shape);
+                    s = cf_shape_join(s, n->args[1]->shape);
                 if (s != n->shape)
                     return bad(err, n, "compute shape is not the join of its operands");
                 break;

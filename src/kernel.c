@@ -77,6 +77,20 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
     return o;
 }
 
+void cf_options_fill(cf_options *o, cf_options def)
+{
+    if (!o->block_m)
+        o->block_m = def.block_m;
+    if (!o->block_n)
+        o->block_n = def.block_n;
+    if (!o->stages)
+        o->stages = def.stages;
+    if (!o->cluster_n)
+        o->cluster_n = def.cluster_n;
+    if (!o->reduce_mode) /* the mode follows the cluster size actually used */
+        o->reduce_mode = o->cluster_n >= 16 ? CF_REDUCE_LEADER : CF_REDUCE_PEER;
+}
+
 void cf_kernel_free(cf_kernel *k)
 {
     if (!k)
@@ -105,18 +119,8 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     if (!k)
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     k->graph = g;
-    cf_options def = cf_options_for(g, 0, 0, 0);
-    k->opt = opt ? *opt : def;
-    if (!k->opt.block_m)
-        k->opt.block_m = def.block_m;
-    if (!k->opt.block_n)
-        k->opt.block_n = def.block_n;
-    if (!k->opt.stages)
-        k->opt.stages = def.stages;
-    if (!k->opt.cluster_n)
-        k->opt.cluster_n = def.cluster_n;
-    if (!k->opt.reduce_mode)
-        k->opt.reduce_mode = k->opt.cluster_n >= 16 ? CF_REDUCE_LEADER : CF_REDUCE_PEER;
+    k->opt = opt ? *opt : (cf_options){0};
+    cf_options_fill(&k->opt, cf_options_for(g, 0, 0, 0));
     cf_status st;
     const cf_options *o = &k->opt;
     if (o->block_m != 64 && o->block_m != 128)

@@ -96,21 +96,6 @@ static const struct {
      "           : t == CF_C_BF16 ? load_bf16((const unsigned short *)C, i)\n"
      "                            : load_f16((const unsigned short *)C, i);\n"
      "}"},
-    {"store_f32", "static __device__ __forceinline__ void store_f32(float *p, long long i, float v) { p[i] = v; }"},
-    {"store_bf16",
-     "static __device__ __forceinline__ void store_bf16(unsigned short *p, long long i, float v)\n"
-     "{\n"
-     "    unsigned short h;\n"
-     "    asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(v));\n"
-     "    p[i] = h;\n"
-     "}"},
-    {"store_f16",
-     "static __device__ __forceinline__ void store_f16(unsigned short *p, long long i, float v)\n"
-     "{\n"
-     "    unsigned short h;\n"
-     "    asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(v));\n"
-     "    p[i] = h;\n"
-     "}"},
     {"cf_combine",
      "/* Row reductions: sum (and mean), max, min; max/min propagate NaN like the reference. */\n"
      "enum { CF_SUM, CF_MAX, CF_MIN };\n"
@@ -489,7 +474,7 @@ cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, i
     cf_sb_puts(&scan, body.data ? body.data : "");
     cf_cg_emit_helpers(scan.data, &helpers);
     cf_sb_free(&scan);
-    /* a helper codegen.c also defines (the 16-bit stores) is taken from there */
+    /* (the stores and loads come from codegen.c's helpers) */
     cf_sb_free(&own);
     for (int i = 0; i < CF_ARRAY_LEN(row_helpers); i++)
         if (wanted[i] && !uses(helpers.data, row_helpers[i].name)) {

@@ -102,6 +102,21 @@ __device__ __forceinline__ void cf_mbar_wait_cluster(unsigned bar, unsigned pari
                  "@!P1 bra CF_CWAIT_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
 }
 
+/* Folds the cluster's partials of this thread's rows in rank order (so every
+ * CTA computes bit-identical statistics); rank `me`'s own is still in part[]. */
+template <int OP> __device__ __forceinline__ void cf_combine_partials(const cf_tile &t, int b, unsigned me,
+                                                                     float (&part)[CF_ROWS])
+{
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        float v = cf_red_identity<OP>();
+#pragma unroll
+        for (unsigned q = 0; q < CF_CLUSTER_N; ++q)
+            v = cf_red_combine<OP>(v, q == me ? part[s] : cf_red_part[t.wg][b][q][cf_slot_row(t, s)]);
+        part[s] = v;
+    }
+}
+
 template <int OP> __device__ __forceinline__ void cf_cluster_row_combine(const cf_tile &t, float (&part)[CF_ROWS])
 {
     const unsigned seq = cf_red_seq[t.wg][t.tid];
@@ -124,14 +139,7 @@ template <int OP> __device__ __forceinline__ void cf_cluster_row_combine(const c
         }
     }
     cf_mbar_wait_cluster(bar, parity);
-#pragma unroll
-    for (int s = 0; s < CF_ROWS; ++s) {
-        float v = cf_red_identity<OP>();
-#pragma unroll
-        for (unsigned q = 0; q < CF_CLUSTER_N; ++q)
-            v = cf_red_combine<OP>(v, q == me ? part[s] : cf_red_part[t.wg][b][q][cf_slot_row(t, s)]);
-        part[s] = v;
-    }
+    cf_combine_partials<OP>(t, b, me, part);
 #else
     const unsigned res_bar = cf_smem_u32(&cf_red_res_bar[t.wg][b]);
     if (me != 0) {
@@ -150,14 +158,7 @@ template <int OP> __device__ __forceinline__ void cf_cluster_row_combine(const c
         if (t.tid == 0)
             cf_mbar_expect_tx(bar, (CF_CLUSTER_N - 1) * CF_BM * 4);
         cf_mbar_wait_cluster(bar, parity);
-#pragma unroll
-        for (int s = 0; s < CF_ROWS; ++s) {
-            float v = cf_red_identity<OP>();
-#pragma unroll
-            for (unsigned q = 0; q < CF_CLUSTER_N; ++q)
-                v = cf_red_combine<OP>(v, q == 0 ? part[s] : cf_red_part[t.wg][b][q][cf_slot_row(t, s)]);
-            part[s] = v;
-        }
+        cf_combine_partials<OP>(t, b, 0, part);
         if (writer) {
 #pragma unroll
             for (unsigned q = 1; q < CF_CLUSTER_N; ++q)
