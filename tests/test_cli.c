@@ -78,10 +78,11 @@ int main(int argc, char **argv)
         fputs("input X: bf16[M, K]\ninput W: bf16[K, N]\noutput Y = gelu(X @ W\n", f);
         fclose(f);
     }
-    CHECK_EQ_INT(1, cf("explain build/tests/bad_parse.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "build/tests/bad_parse.cf:4:1: expected ')'");
-    CHECK_CONTAINS(buf, "expected ')'");
-    f = fopen("build/tests/outside.cf", "w");
+    snprintf(cmd, sizeof cmd, "explain %s", path);
+    CHECK_EQ_INT(1, cf(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "bad_parse.cf:4:1: expected ')'");
+    snprintf(path, sizeof path, "%s/outside.cf", dir);
+    f = fopen(path, "w");
     CHECK(f != NULL);
     if (f) {
         fputs("input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\noutput Y = x - sum(x, axis=0)\n", f);
