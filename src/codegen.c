@@ -511,7 +511,7 @@ cf_status cf_cg_check(const cf_ir *ir, cf_error *err)
 {
     if (ir->n_gemms != 1)
         return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
-                         "code generation for B2B GEMMs (F(X*W1)*W2) is not implemented yet; "
+                         "B2B GEMMs (F(X*W1)*W2) have no code generator yet; "
                          "the IR is valid (see `comfuse explain`), fall back to unfused execution");
     return CF_OK;
 }
