@@ -26,6 +26,7 @@ typedef struct sym {
 typedef struct parser {
     cf_lexer lx;
     cf_token tok;        /* the current token                                 */
+    cf_token prev;       /* the one before it (where an unfinished spec ends)  */
     cf_graph *g;
     cf_error *err;
     const char *file;    /* owned by the graph's arena: nodes keep pointing at it */
@@ -43,7 +44,11 @@ typedef struct parser {
 
 /* ---- tokens --------------------------------------------------------------------- */
 
-static cf_status advance(parser *p) { return cf_lex_next(&p->lx, &p->tok, p->err); }
+static cf_status advance(parser *p)
+{
+    p->prev = p->tok;
+    return cf_lex_next(&p->lx, &p->tok, p->err);
+}
 
 /* The token after the current one, without consuming anything.  A lexical
  * error there shows up as EOF here and is reported when the parser gets to it. */
@@ -98,6 +103,13 @@ static cf_status error_at(parser *p, const cf_token *t, const char *fmt, ...)
 static cf_status error_expected(parser *p, const char *what)
 {
     char near[64];
+    if (p->tok.kind == CF_TOK_EOF && p->prev.len > 0) {
+        /* Point just past the last token, not at the empty line after it. */
+        cf_token at = p->prev;
+        at.col += (int)at.len;
+        return error_at(p, &at, "expected %s after %s, at the end of the input", what,
+                        tok_desc(p, &p->prev, near, sizeof near));
+    }
     return error_at(p, &p->tok, "expected %s near %s", what, tok_desc(p, &p->tok, near, sizeof near));
 }
 

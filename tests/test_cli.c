@@ -80,7 +80,7 @@ int main(int argc, char **argv)
     }
     snprintf(cmd, sizeof cmd, "explain %s", path);
     CHECK_EQ_INT(1, cf(cmd, buf, sizeof buf));
-    CHECK_CONTAINS(buf, "bad_parse.cf:4:1: expected ')'");
+    CHECK_CONTAINS(buf, "bad_parse.cf:3:22: expected ')' after 'W', at the end of the input");
     snprintf(path, sizeof path, "%s/outside.cf", dir);
     f = fopen(path, "w");
     CHECK(f != NULL);
