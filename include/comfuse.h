@@ -237,6 +237,7 @@ typedef struct cf_resources {
     int registers;            /* per thread (ptxas)                               */
     int spill_bytes;          /* stores + loads to local memory (ptxas)            */
     int smem_bytes;           /* dynamic shared memory per CTA                     */
+    int static_smem_bytes;    /* static shared memory (the reduction exchange)     */
     int cluster_n;
     int block_m, block_n, stages;
     bool cache_hit;

@@ -33,7 +33,9 @@ static const char explain_usage[] =
     "row reduction, nested as the reduction's PostOp), each node with its\n"
     "category (accumulator, broadcast, compute, reduction, placeholder, store,\n"
     "matmul), shape, operands and edges, and the values carried from one stage\n"
-    "to the next (bypass).  Needs no GPU.\n";
+    "to the next (bypass).  Then the fused kernel's resources: registers,\n"
+    "spills, shared memory, cluster shape (compiled with NVRTC for the kernel\n"
+    "options below, chosen from --shape when given).  Needs no GPU.\n\n";
 
 static const char kernel_opts_usage[] =
     "kernel options (default: chosen from --shape):\n"
@@ -110,26 +112,6 @@ static cf_status load_spec(const char *path, cf_graph **g, cf_ir **ir)
     if (st != CF_OK)
         fprintf(stderr, "comfuse: %s\n", err.msg);
     return st;
-}
-
-static int cmd_explain(int argc, char **argv)
-{
-    if (wants_help(argc, argv)) {
-        fputs(explain_usage, stdout);
-        return 0;
-    }
-    if (argc != 1) {
-        fputs(explain_usage, stderr);
-        return 2;
-    }
-    cf_graph *g = NULL;
-    cf_ir *ir = NULL;
-    cf_status st = load_spec(argv[0], &g, &ir);
-    if (st == CF_OK)
-        cf_ir_print(ir, stdout);
-    cf_ir_free(ir);
-    cf_graph_free(g);
-    return exit_code(st);
 }
 
 /* ---- options ------------------------------------------------------------ */
@@ -326,6 +308,54 @@ static int emit_unfused(const cf_graph *g, const cli_opts *o)
     cf_sb_free(&src);
     cf_ir_free(ir);
     return exit_code(st);
+}
+
+/* The resources of the kernel Ψ makes for the spec (NVRTC; no GPU). */
+static void print_resources(const cli_opts *o, const cf_graph *g)
+{
+    cf_kernel *k = NULL;
+    cf_error err;
+    cf_resources r;
+    cf_status st = cf_kernel_build(g, &o->kopt, o->spec, &k, &err);
+    if (st == CF_OK)
+        st = cf_kernel_compile(k, &err);
+    if (st == CF_OK)
+        st = cf_kernel_resources(k, &r, &err);
+    if (st != CF_OK) {
+        printf("fused kernel: none (%s)\n", err.msg);
+    } else {
+        printf("fused kernel (%s): tile %dx%d per consumer warpgroup, %d stages, cluster %dx1, %d threads\n",
+               o->have_shape ? o->shape_text : "no --shape: default options", r.block_m, r.block_n, r.stages,
+               r.cluster_n, r.threads);
+        printf("  registers %d/thread at launch (the consumer warpgroups raise theirs with setmaxnreg), "
+               "spills %d bytes\n", r.registers, r.spill_bytes);
+        printf("  shared memory %d bytes dynamic (operand ring, output staging, barriers) + %d static "
+               "(reduction exchange)\n", r.smem_bytes, r.static_smem_bytes);
+    }
+    cf_kernel_free(k);
+}
+
+static int cmd_explain(int argc, char **argv)
+{
+    cli_opts o;
+    cf_graph *g = NULL;
+    cf_ir *ir = NULL;
+    int rc = parse_opts(argc, argv, explain_usage, &o, &g, NULL);
+    if (rc == 0) {
+        cf_error err;
+        cf_status st = cf_lower(g, &ir, &err);
+        if (st != CF_OK) {
+            fprintf(stderr, "comfuse: %s\n", err.msg);
+            rc = exit_code(st);
+        } else {
+            cf_ir_print(ir, stdout);
+            fflush(stdout);
+            print_resources(&o, g);
+        }
+    }
+    cf_ir_free(ir);
+    cf_graph_free(g);
+    return rc < 0 ? 0 : rc;
 }
 
 static int cmd_kernel(const char *verb, int argc, char **argv)

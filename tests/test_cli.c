@@ -66,6 +66,12 @@ int main(int argc, char **argv)
     CHECK_CONTAINS(buf, "accumulator");
     CHECK_CONTAINS(buf, "edges:");
     CHECK_CONTAINS(buf, "runtime parameters (A):");
+    CHECK_CONTAINS(buf, "fused kernel (no --shape: default options): tile 128x128");
+    CHECK_CONTAINS(buf, "static (reduction exchange)");
+    CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 examples/gemm_bias_ln.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "cluster 16x1");
+    CHECK_EQ_INT(0, cf("explain examples/b2b_ln.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "fused kernel: none (B2B");
 
     /* Errors: a parse error names file:line:col (status 1); a spec outside
      * the domain exits 3 so a caller can fall back. */
