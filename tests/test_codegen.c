@@ -39,7 +39,8 @@ static char *read_all(const char *path)
  * CF_UPDATE_GOLDEN=1 rewrites them (review the diff before committing). */
 static void test_golden_sources(void)
 {
-    static const char *names[] = {"gemm", "gemm_bias_gelu", "gemm_bias_ln", "gemm_ln_softmax"};
+    static const char *names[] = {"gemm",         "gemm_bias_gelu", "gemm_bias_ln",
+                                  "gemm_rmsnorm", "gemm_softmax",   "gemm_ln_softmax"};
     bool update = getenv("CF_UPDATE_GOLDEN") != NULL;
     for (int i = 0; i < CF_ARRAY_LEN(names); i++) {
         char spec[256], gold[256];
