@@ -378,7 +378,7 @@ static cf_status plan_segment(lower_ctx *c, int s)
 {
     close_segment(c, s);
     cf_value mm = c->mm[s];
-    int n_red = 0, last = -1;
+    int n_red = 0;
     /* Earliest stages, and one stage per reduction in topological order. */
     for (int v = 0; v < c->n; v++) {
         if (!c->in_seg[v])
@@ -404,16 +404,14 @@ static cf_status plan_segment(lower_ctx *c, int s)
                 return reject(c, v, "'%s' is not a row reduction of the GEMM output",
                               nname(c, v, b1, sizeof b1));
             }
-            c->stage_of_red[v] = e > last + 1 ? e : last + 1;
-            last = c->stage_of_red[v];
+            /* Reductions close stages in topological order, one per stage: the
+             * operand is ready by then (e <= n_red, since every value so far
+             * exists by the stage after the last reduction seen). */
+            CF_ASSERT(e <= n_red);
+            c->stage_of_red[v] = n_red;
             c->reds[n_red++] = v;
         }
     }
-    /* stage_of_red is increasing in topological order, so reds[] is in stage
-     * order; make stages contiguous (an independent reduction may have been
-     * able to go earlier, but each stage has exactly one reduction). */
-    for (int i = 0; i < n_red; i++)
-        CF_ASSERT(c->stage_of_red[c->reds[i]] == i);
     c->n_stages = n_red + 1;
     for (int i = 0; i < c->g->n_outputs; i++) {
         cf_value v = c->canon[c->g->outputs[i].value];
