@@ -35,7 +35,6 @@ typedef struct lower_ctx {
     int *stage_of_red;   /* REDUCE: its stage                                   */
     int *earliest, *place, *last_use;
     int n_stages;
-    cf_value *reds;      /* reductions of the segment in stage order            */
     cf_ir_node **cur;    /* the IR node that holds each value in the current stage */
     cf_ir_node **prev;   /* ... in the previous stage                           */
     int cap_args;
@@ -409,7 +408,7 @@ static cf_status plan_segment(lower_ctx *c, int s)
              * exists by the stage after the last reduction seen). */
             CF_ASSERT(e <= n_red);
             c->stage_of_red[v] = n_red;
-            c->reds[n_red++] = v;
+            n_red++;
         }
     }
     c->n_stages = n_red + 1;
@@ -705,12 +704,11 @@ cf_status cf_lower(const cf_graph *g, cf_ir **out, cf_error *err)
     c.earliest = calloc(n, sizeof *c.earliest);
     c.place = calloc(n, sizeof *c.place);
     c.last_use = calloc(n, sizeof *c.last_use);
-    c.reds = calloc(n, sizeof *c.reds);
     c.cur = calloc(n, sizeof *c.cur);
     c.prev = calloc(n, sizeof *c.prev);
     c.ir = calloc(1, sizeof *c.ir);
     if (!c.live || !c.canon || !c.n_users || !c.users || !c.seg || !c.in_seg || !c.stage_of_red ||
-        !c.earliest || !c.place || !c.last_use || !c.reds || !c.cur || !c.prev || !c.ir) {
+        !c.earliest || !c.place || !c.last_use || !c.cur || !c.prev || !c.ir) {
         st = oom(&c);
         goto done;
     }
@@ -752,7 +750,6 @@ done:
     free(c.earliest);
     free(c.place);
     free(c.last_use);
-    free(c.reds);
     free(c.cur);
     free(c.prev);
     if (st != CF_OK) {
