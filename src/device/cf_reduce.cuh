@@ -41,9 +41,7 @@ template <int OP> __device__ __forceinline__ float cf_red_combine(float a, float
 {
     if (OP == CF_RED_SUM)
         return a + b;
-    if (a != a || b != b)
-        return __int_as_float(0x7fffffff);
-    return OP == CF_RED_MAX ? (a > b ? a : b) : (a < b ? a : b);
+    return OP == CF_RED_MAX ? cf_fmax(a, b) : cf_fmin(a, b); /* max.NaN / min.NaN */
 }
 
 /* ---- level 3: across the CTAs of the cluster, through DSMEM -----------------------------

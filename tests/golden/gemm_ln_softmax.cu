@@ -141,7 +141,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         (void)col;
         const float e_27 = T0[r];  /* bypass: e_25, carried from stage 3 */
         const float v28 = red_v26[cf_acc_slot(r)];  /* statistic of the previous stage */
-        const float Y_29 = (e_27 / v28);
+        const float Y_29 = (e_27 * (1.0f / v28));
         T0[r] = Y_29;  /* kept for the store */
     }
     cf_store_tile_bf16(args, t, 0, T0);  /* output Y: bf16 [M,N] */

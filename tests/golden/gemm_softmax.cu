@@ -81,7 +81,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         (void)col;
         const float e_9 = T0[r];  /* bypass: e_7, carried from stage 1 */
         const float v10 = red_v8[cf_acc_slot(r)];  /* statistic of the previous stage */
-        const float Y_11 = (e_9 / v10);
+        const float Y_11 = (e_9 * (1.0f / v10));
         T0[r] = Y_11;  /* kept for the store */
     }
     cf_store_tile_bf16(args, t, 0, T0);  /* output Y: bf16 [M,N] */
