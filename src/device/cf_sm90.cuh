@@ -52,7 +52,7 @@
  * row blocks (L2 reuse): inside a group the row index runs fastest.
  * Ragged M/N/K: TMA zero-fills out-of-bounds loads; TMA stores clip.  Requirements: K >= 1,
  * K*2 and N*2 (row pitches) multiples of 16 bytes, i.e. K % 8 == 0 and N % 8 == 0, base pointers
- * 16-byte aligned, output ld*elem_size a multiple of 16.  (cf_store_direct_* have no such need.)
+ * 16-byte aligned, output ld*elem_size a multiple of 16. 
  *
  * Recommended (measured on H200, docs/perf-notes.md): pingpong CF_BM=128 CF_BN=128 CF_STAGES=6,
  * CF_CLUSTER_N=2 when K >= 2048 else 1 (plain GEMM at 0.99-1.06 of cuBLAS, fused bias+GELU 0.94-0.97
@@ -61,7 +61,7 @@
  * Epilogue helpers: cf_acc_row/col(_global), cf_*_in_bounds, cf_load_cols + cf_col_slot (batched
  * per-column vector loads: use them, per-register loads serialise), cf_quad_sum/max, cf_fmax/fmin
  * (NaN-propagating), cf_exp/exp2/tanh/rcp/rsqrt/sigmoid/silu/gelu_tanh/gelu_erf, conversions
- * cf_pack_bf16x2/f16x2, stores cf_store_tile_{bf16,f16,f32} (TMA) and cf_store_direct_{bf16,f32}.
+ * cf_pack_bf16x2/f16x2, stores cf_store_tile_{bf16,f16,f32} (TMA).
  *
  * Named barriers: 0 = __syncthreads, 1..2 pingpong order, 3..4 per-WG epilogue (t.bar_id, 128
  * threads).  Ids CF_BAR_USER_FIRST (5) .. 15 are free for generated code.
@@ -225,7 +225,7 @@ struct alignas(64) cf_tma_desc { unsigned long long v[16]; };
  *   tma_out[o] output o [M, ld] row-major: dims {N, M}, strides {out_ld[o]*esize},
  *              box {128/esize, CF_BM} (64 for bf16/f16, 32 for f32), SWIZZLE_128B
  *              (only needed for outputs stored with cf_store_tile_*; else may be left zero)
- *   out[o]     base pointer of output o (for cf_store_direct_* and generated code)
+ *   out[o]     base pointer of output o (for generated code)
  *   M, N, K    problem size; out_ld[o] leading dimension (elements) of output o
  *   epi        generated epilogue parameters
  * All maps: CU_TENSOR_MAP_INTERLEAVE_NONE, elementStrides {1,1}, OOB fill NONE (zeros);
@@ -603,35 +603,6 @@ __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, cons
 
 /* Direct predicated global stores (no TMA, no alignment needs beyond the element): for outputs
  * whose pitch is not a multiple of 16 bytes, or partial/strided outputs.  Slower (uncoalesced). */
-__device__ __forceinline__ void cf_store_direct_bf16(const cf_gemm_args &args, const cf_tile &t, int o,
-                                                     const float (&y)[CF_ACC_REGS]) {
-    cf_bf16 *p = (cf_bf16 *)args.out[o];
-    const long long ld = args.out_ld[o];
-    const bool pair_ok = ((ld & 1) == 0) && ((((unsigned long long)p) & 3) == 0);
-#pragma unroll
-    for (int r = 0; r < CF_ACC_REGS; r += 2) {
-        const int row = cf_acc_row_global(t, r), col = cf_acc_col_global(t, r);
-        if (row < t.M) {
-            cf_bf16 *q = p + row * ld + col;
-            if (pair_ok && col + 1 < t.N) {
-                *(unsigned *)q = cf_pack_bf16x2(y[r], y[r + 1]);
-            } else {
-                if (col < t.N) q[0] = cf_f32_to_bf16(y[r]);
-                if (col + 1 < t.N) q[1] = cf_f32_to_bf16(y[r + 1]);
-            }
-        }
-    }
-}
-__device__ __forceinline__ void cf_store_direct_f32(const cf_gemm_args &args, const cf_tile &t, int o,
-                                                    const float (&y)[CF_ACC_REGS]) {
-    float *p = (float *)args.out[o];
-    const long long ld = args.out_ld[o];
-#pragma unroll
-    for (int r = 0; r < CF_ACC_REGS; ++r) {
-        const int row = cf_acc_row_global(t, r), col = cf_acc_col_global(t, r);
-        if (row < t.M && col < t.N) p[row * ld + col] = y[r];
-    }
-}
 
 /* ----------------------------------------------------------------------------------------
  * The kernel
