@@ -205,18 +205,21 @@ typedef struct cf_options {
     int block_m;         /* rows of a consumer warpgroup's tile: 64 or 128     */
     int block_n;         /* columns of a tile: a multiple of 16, at most 256   */
     int stages;          /* shared-memory pipeline depth                        */
-    int cluster_n;       /* CTAs per thread-block cluster along N               */
-    int reduce_mode;     /* row reductions across the cluster: 0 auto,
-                            CF_REDUCE_PEER (all-to-all) or CF_REDUCE_LEADER      */
+    int cluster_n;       /* CTAs along N that share a row block: a thread-block
+                            cluster, except with CF_REDUCE_GLOBAL              */
+    int reduce_mode;     /* how those CTAs combine row partials: 0 auto,
+                            CF_REDUCE_PEER (DSMEM all-to-all), CF_REDUCE_LEADER
+                            (DSMEM via rank 0) or CF_REDUCE_GLOBAL (through L2,
+                            no cluster; the kernel launches cooperatively)     */
 } cf_options;
 
-enum { CF_REDUCE_AUTO = 0, CF_REDUCE_PEER = 1, CF_REDUCE_LEADER = 2 };
+enum { CF_REDUCE_AUTO = 0, CF_REDUCE_PEER = 1, CF_REDUCE_LEADER = 2, CF_REDUCE_GLOBAL = 3 };
 
 /* A good kernel shape for g at this GEMM size (all fields filled); n <= 0
- * when the size is not known yet.  Graphs with row reductions need a whole
- * row in one thread-block cluster, so N picks the cluster size. */
+ * when the size is not known yet.  Graphs with row reductions need all of a
+ * row's column tiles resident at once, so N picks cluster_n. */
 CF_API cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k);
-/* Sets the 0 fields of o from def (reduce_mode from the cluster size). */
+/* Sets the 0 fields of o from def. */
 CF_API void cf_options_fill(cf_options *o, cf_options def);
 
 typedef struct cf_kernel cf_kernel;
@@ -240,6 +243,10 @@ typedef struct cf_resources {
     int static_smem_bytes;    /* static shared memory (the reduction exchange)     */
     int cluster_n;
     int block_m, block_n, stages;
+    int resident_ctas;        /* CTAs the GPU holds at once (0 before the first launch) */
+    int row_ctas;             /* CTAs that share a row block (cluster_n unless reductions
+                                 go through L2, which needs no cluster)           */
+    int reduce_mode;          /* CF_REDUCE_*, 0 without row reductions             */
     bool cache_hit;
     double compile_ms;
     char cache_path[1024];

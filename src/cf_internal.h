@@ -273,8 +273,10 @@ bool cf_kernel_wide(const cf_kernel *k, int64_t n);
 typedef struct cf_cg_options {
     int bm, bn;          /* rows / columns of one consumer warpgroup's tile    */
     int stages;          /* shared-memory pipeline depth                        */
-    int cluster_n;       /* CTAs per cluster along N                            */
+    int cluster_n;       /* CTAs per hardware cluster along N                   */
+    int row_ctas;        /* CTAs that share a row block (a multiple of cluster_n) */
     bool red_leader;     /* leader-follower cluster reductions (else peer-to-peer) */
+    bool red_global;     /* row partials through L2 between row_ctas CTAs      */
 } cf_cg_options;
 
 /* CF_ERR_UNSUPPORTED when the IR uses what the code generator cannot emit yet. */
@@ -453,6 +455,7 @@ typedef struct cf_rt_launch_cfg {
     unsigned cluster[3];       /* {0,0,0} or {1,1,1}: no cluster attribute          */
     unsigned dyn_smem;
     cf_rt_stream stream;
+    bool cooperative;          /* all CTAs resident at once, or the launch fails     */
 } cf_rt_launch_cfg;
 
 /* cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION. */

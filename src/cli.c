@@ -43,9 +43,12 @@ static const char kernel_opts_usage[] =
     "  --block-m 64|128    rows of a consumer warpgroup's tile\n"
     "  --block-n 64|128|192|256\n"
     "  --stages S          shared-memory pipeline depth\n"
-    "  --cluster C         CTAs per thread-block cluster along N (1, 2, 4, 8, 16)\n"
-    "  --reduce-mode peer|leader\n"
-    "                      row reductions across the cluster: all-to-all, or via rank 0\n";
+    "  --cluster C         CTAs along N that share a row block (1, 2, 4, 8, 16; 32, 64\n"
+    "                      with --reduce-mode global): a thread-block cluster for\n"
+    "                      DSMEM, plain co-resident CTAs for global\n"
+    "  --reduce-mode peer|leader|global\n"
+    "                      row reductions across those CTAs: DSMEM all-to-all, DSMEM\n"
+    "                      via rank 0, or through L2 (the default)\n";
 
 static const char emit_usage[] =
     "usage: comfuse emit [kernel options] SPEC.cf\n"
@@ -225,8 +228,11 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
             o->kopt.stages = (int)x;
         } else if (strcmp(a, "--cluster") == 0 && parse_int(v, 1, 64, &x)) {
             o->kopt.cluster_n = (int)x;
-        } else if (strcmp(a, "--reduce-mode") == 0 && (strcmp(v, "peer") == 0 || strcmp(v, "leader") == 0)) {
-            o->kopt.reduce_mode = strcmp(v, "peer") == 0 ? CF_REDUCE_PEER : CF_REDUCE_LEADER;
+        } else if (strcmp(a, "--reduce-mode") == 0 &&
+                   (strcmp(v, "peer") == 0 || strcmp(v, "leader") == 0 || strcmp(v, "global") == 0)) {
+            o->kopt.reduce_mode = strcmp(v, "peer") == 0     ? CF_REDUCE_PEER
+                                  : strcmp(v, "leader") == 0 ? CF_REDUCE_LEADER
+                                                             : CF_REDUCE_GLOBAL;
         } else {
             fprintf(stderr, "comfuse: bad option %s %s\n%s%s", a, v, help, kernel_opts_usage);
             return 2;
@@ -311,6 +317,17 @@ static int emit_unfused(const cf_graph *g, const cli_opts *o)
 }
 
 /* The resources of the kernel Ψ makes for the spec (NVRTC; no GPU). */
+/* "cluster 1x1, rows over 8 CTAs through L2", for explain and compile. */
+static const char *layout_text(const cf_resources *r, char *buf, size_t n)
+{
+    static const char *const how[] = {"", "DSMEM peer-to-peer", "DSMEM via rank 0", "L2"};
+    int len = snprintf(buf, n, "cluster %dx1", r->cluster_n);
+    if (r->reduce_mode && r->row_ctas > 1 && len > 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, ", row reductions over %d CTAs through %s", r->row_ctas,
+                 how[r->reduce_mode]);
+    return buf;
+}
+
 static void print_resources(const cli_opts *o, const cf_graph *g)
 {
     cf_kernel *k = NULL;
@@ -324,9 +341,10 @@ static void print_resources(const cli_opts *o, const cf_graph *g)
     if (st != CF_OK) {
         printf("fused kernel: none (%s)\n", err.msg);
     } else {
-        printf("fused kernel (%s): tile %dx%d per consumer warpgroup, %d stages, cluster %dx1, %d threads\n",
+        char lay[128];
+        printf("fused kernel (%s): tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n",
                o->have_shape ? o->shape_text : "no --shape: default options", r.block_m, r.block_n, r.stages,
-               r.cluster_n, r.threads);
+               layout_text(&r, lay, sizeof lay), r.threads);
         printf("  registers %d/thread at launch (the consumer warpgroups raise theirs with setmaxnreg), "
                "spills %d bytes\n", r.registers, r.spill_bytes);
         printf("  shared memory %d bytes dynamic (operand ring, output staging, barriers) + %d static "
@@ -406,8 +424,9 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
         cf_kernel_resources(k, &r, &err);
         printf("compiled %s for sm_90a: %s in %.0f ms\n", o.spec, r.cache_hit ? "cache hit" : "NVRTC",
                r.compile_ms);
-        printf("  tile %dx%d per consumer warpgroup, %d stages, cluster %dx1, %d threads\n", r.block_m, r.block_n,
-               r.stages, r.cluster_n, r.threads);
+        char lay[128];
+        printf("  tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n", r.block_m, r.block_n, r.stages,
+               layout_text(&r, lay, sizeof lay), r.threads);
         printf("  registers %d/thread, spills %d bytes, dynamic shared memory %d bytes\n", r.registers,
                r.spill_bytes, r.smem_bytes);
         printf("  cubin: %s\n", r.cache_path[0] ? r.cache_path : "(not cached)");

@@ -633,6 +633,11 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
                    cf_kernel_wide(k, N) ? "comfuse (wide rows)" : "comfuse fused", t_fused, flops / t_fused / 1e9,
                    bytes / t_fused / 1e6, t_fused / t_cublas, t_fused / floor_ms);
             snprintf(fused_col, sizeof fused_col, "%.5f", t_fused);
+            cf_resources r;
+            if (cf_kernel_resources(k, &r, NULL) == CF_OK)
+                printf("  %-22s %dx%d tiles, %d stages, cluster %d, row CTAs %d (mode %d), %d regs, %d+%d B smem, %d CTAs resident\n",
+                       "  fused kernel:", r.block_m, r.block_n, r.stages, r.cluster_n, r.row_ctas, r.reduce_mode, r.registers, r.smem_bytes,
+                       r.static_smem_bytes, r.resident_ctas);
         } else {
             printf("  %-22s %s (%s)\n", "comfuse fused", fused_failed ? "FAILED" : "not available", no_fused.text);
         }

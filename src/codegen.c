@@ -139,6 +139,7 @@ typedef struct cg_ctx {
     int *arr;            /* by node id: its array, or -1 when it needs none    */
     bool *pass;          /* by node id: a bypass that keeps its array          */
     int n_arrays[2];     /* tile and row arrays used                            */
+    int n_red;           /* reductions emitted so far (each has its own exchange slots) */
 } cg_ctx;
 
 __attribute__((format(printf, 2, 3)))
@@ -508,7 +509,8 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
     }
     if (red) {
         ident(red, id, sizeof id);
-        line(c, "cf_row_reduce<%s>(args, t, red_%s);  /* quad shuffles, then the cluster */", red_op(red->op), id);
+        line(c, "cf_row_reduce<%s, %d>(args, t, red_%s);  /* quad shuffles, then across the row's CTAs */",
+             red_op(red->op), c->n_red++, id);
         if (red->op == CF_OP_MEAN) {
             line(c, "#pragma unroll");
             line(c, "for (int s = 0; s < CF_ROWS; ++s)");
@@ -547,6 +549,8 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     line(&c, "#define CF_BN %d", opt->bn);
     line(&c, "#define CF_STAGES %d", opt->stages);
     line(&c, "#define CF_CLUSTER_N %d", opt->cluster_n);
+    if (opt->row_ctas != opt->cluster_n)
+        line(&c, "#define CF_ROW_CTAS %d  /* CTAs per row block */", opt->row_ctas);
     line(&c, "#define CF_B_NK %d", ir->args[1].b_is_nk ? 1 : 0);
     line(&c, "#define CF_IN_F16 %d", A->dtype == CF_F16 ? 1 : 0);
     line(&c, "#define CF_NUM_OUT %d%s", n_out ? n_out : 1, n_out ? "" : "  /* no tile output: one unused slot */");
@@ -555,14 +559,19 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
              opt->bm / opt->cluster_n);
     if (ir->n_stages[0] > 1) {
         line(&c, "#define CF_HAS_REDUCE 1");
-        /* cf_reduce.cuh's static buffers: partials [2 wg][2 buf][cluster][rows], leader
-         * results, barriers and sequence counters; the pipeline gets the rest. */
-        int red = opt->cluster_n > 1 ? 2 * 2 * opt->cluster_n * opt->bm * 4 + (opt->red_leader ? 2 * 2 * opt->bm * 4 + 32 : 0) +
-                                           32 + 2 * 128 * 4
-                                     : 0;
+        line(&c, "#define CF_NUM_RED %d", ir->n_stages[0] - 1);
+        /* cf_reduce.cuh's static buffers for the DSMEM exchange: partials [2 wg][2 buf][cluster]
+         * [rows], leader results, barriers and sequence counters; the pipeline gets the rest. */
+        bool dsmem = opt->row_ctas > 1 && !opt->red_global;
+        int red = dsmem ? 2 * 2 * opt->cluster_n * opt->bm * 4 + (opt->red_leader ? 2 * 2 * opt->bm * 4 + 32 : 0) + 32 +
+                              2 * 128 * 4
+                        : 0;
         line(&c, "#define CF_STATIC_SMEM %d", red + 128 /* alignment slack */);
-        line(&c, "#define CF_RED_LEADER %d  /* cluster reductions: %s */", opt->red_leader ? 1 : 0,
-             opt->red_leader ? "leader-follower" : "peer-to-peer");
+        if (opt->red_global)
+            line(&c, "#define CF_RED_GLOBAL 1  /* row partials through L2 (cooperative launch) */");
+        else
+            line(&c, "#define CF_RED_LEADER %d  /* cluster reductions: %s */", opt->red_leader ? 1 : 0,
+                 opt->red_leader ? "leader-follower" : "peer-to-peer");
     }
     blank(&c);
     line(&c, "/* Epilogue inputs and runtime scalars (the IR's parameter table A). */");

@@ -12,12 +12,12 @@
 
 /* Indices of the kernel's exported configuration (cf_kernel_info in
  * src/device/cf_sm90.cuh). */
-#define DEVICE_HEADER_VERSION 2 /* CF_SM90_VERSION this host code packs arguments for */
+#define DEVICE_HEADER_VERSION 3 /* CF_SM90_VERSION this host code packs arguments for */
 
 enum {
     INFO_VERSION, INFO_SMEM, INFO_BM, INFO_BN, INFO_TILE_M, INFO_STAGES, INFO_CLUSTER_N, INFO_B_NK,
     INFO_IN_F16, INFO_NUM_OUT, INFO_PINGPONG, INFO_THREADS, INFO_STG_CHUNKS, INFO_GROUP_M,
-    INFO_A_BOX_ROWS, INFO_B_BOX, INFO_COUNT
+    INFO_A_BOX_ROWS, INFO_B_BOX, INFO_ROW_CTAS, INFO_RED_GLOBAL, INFO_NUM_RED, INFO_COUNT
 };
 
 struct cf_kernel {
@@ -32,6 +32,10 @@ struct cf_kernel {
     cf_rt_module module;
     cf_rt_func func;
     int max_clusters;
+    /* Row partials exchanged through L2 (CF_RED_GLOBAL): (value, epoch) slots, and
+     * the epoch / finished-CTA counters the kernel keeps; see cf_reduce.cuh. */
+    cf_rt_devptr xchg, xsync;
+    size_t xchg_bytes;
     /* Rows wider than a cluster: our GEMM into an f32 buffer, then the row
      * kernel (rows.c) runs the epilogue; built on the first such launch. */
     struct {
@@ -61,24 +65,35 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
      * 8192x4096x4096). */
     cf_options o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 6, .cluster_n = 1};
     if (g && has_reductions(g)) {
-        /* A row must fit in one cluster for the DSMEM exchange: 128x128 tiles up
-         * to 16 x 128 = 2048 columns (fastest for LayerNorm), 64x256 tiles for
-         * wider rows; 4 stages leave room for the exchange buffers. */
-        o.block_m = n > 16 * 128 ? 64 : 128;
-        o.block_n = n > 16 * 128 ? 256 : 128;
-        o.stages = 4;
+        /* A row block's column tiles run at once on cluster_n CTAs that exchange
+         * row partials through L2 (docs/perf-notes.md v8: a hardware cluster of
+         * 4 or more CTAs keeps only 120 of 132 SMs busy and couples the CTAs'
+         * pipelines, +25-30 % before any epilogue work); rows up to 64 x 128. */
         int64_t tiles = n > 0 ? (n + o.block_n - 1) / o.block_n : 1;
-        while (o.cluster_n < tiles && o.cluster_n < 16)
+        while (o.cluster_n < tiles && o.cluster_n < 64)
             o.cluster_n *= 2;
+        o.reduce_mode = CF_REDUCE_GLOBAL;
+    } else {
+        o.reduce_mode = CF_REDUCE_PEER; /* unused without reductions */
     }
-    /* The two exchange modes measured within noise of each other up to 8 CTAs;
-     * leader-follower sends 2(C-1) messages instead of C(C-1), so it takes 16. */
-    o.reduce_mode = o.cluster_n >= 16 ? CF_REDUCE_LEADER : CF_REDUCE_PEER;
     return o;
 }
 
 void cf_options_fill(cf_options *o, cf_options def)
 {
+    if (!o->reduce_mode)
+        o->reduce_mode = def.reduce_mode;
+    /* def is for a graph with reductions when its mode is global.  The DSMEM
+     * modes hold a row in one hardware cluster (at most 16 CTAs: 64x256 tiles
+     * past 2048 columns), and their static buffers take two stages' room. */
+    if (def.reduce_mode == CF_REDUCE_GLOBAL && o->reduce_mode != CF_REDUCE_GLOBAL) {
+        def.stages = 4;
+        if (def.cluster_n > 16 && !o->block_m && !o->block_n && !o->cluster_n) {
+            def.block_m = 64;
+            def.block_n = 256;
+            def.cluster_n /= 2;
+        }
+    }
     if (!o->block_m)
         o->block_m = def.block_m;
     if (!o->block_n)
@@ -87,8 +102,6 @@ void cf_options_fill(cf_options *o, cf_options def)
         o->stages = def.stages;
     if (!o->cluster_n)
         o->cluster_n = def.cluster_n;
-    if (!o->reduce_mode) /* the mode follows the cluster size actually used */
-        o->reduce_mode = o->cluster_n >= 16 ? CF_REDUCE_LEADER : CF_REDUCE_PEER;
 }
 
 void cf_kernel_free(cf_kernel *k)
@@ -99,6 +112,10 @@ void cf_kernel_free(cf_kernel *k)
         cf_rt_module_unload(k->module, NULL);
     if (k->wide.c)
         cf_rt_free(k->wide.c, NULL);
+    if (k->xchg)
+        cf_rt_free(k->xchg, NULL);
+    if (k->xsync)
+        cf_rt_free(k->xsync, NULL);
     cf_rows_free(k->wide.rows);
     cf_kernel_free(k->wide.gemm);
     cf_graph_free(k->wide.graph);
@@ -123,6 +140,7 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     cf_options_fill(&k->opt, cf_options_for(g, 0, 0, 0));
     cf_status st;
     const cf_options *o = &k->opt;
+    const bool global = o->reduce_mode == CF_REDUCE_GLOBAL && has_reductions(g);
     if (o->block_m != 64 && o->block_m != 128)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "block_m %d: must be 64 or 128", o->block_m);
     else if (o->block_n != 64 && o->block_n != 128 && o->block_n != 192 && o->block_n != 256)
@@ -134,15 +152,18 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
                        o->block_m, o->block_n);
     else if (o->stages < 2 || o->stages > 12)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "stages %d: must be 2..12", o->stages);
-    else if (o->cluster_n != 1 && o->cluster_n != 2 && o->cluster_n != 4 && o->cluster_n != 8 &&
-             o->cluster_n != 16)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cluster_n %d: must be 1, 2, 4, 8 or 16",
-                       o->cluster_n);
+    else if (o->reduce_mode < CF_REDUCE_AUTO || o->reduce_mode > CF_REDUCE_GLOBAL)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "reduce_mode %d: unknown", o->reduce_mode);
+    else if (o->cluster_n < 1 || o->cluster_n > (global ? 64 : 16) || (o->cluster_n & (o->cluster_n - 1)))
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cluster_n %d: must be 1, 2, 4, 8 or 16%s",
+                       o->cluster_n, global ? " (32 or 64 with reductions through L2)" : "");
     else
         st = cf_lower(g, &k->ir, err);
     if (st == CF_OK) {
-        cf_cg_options cg = {.bm = o->block_m, .bn = o->block_n, .stages = o->stages, .cluster_n = o->cluster_n,
-                            .red_leader = o->reduce_mode == CF_REDUCE_LEADER};
+        /* Through L2 the row's CTAs need no hardware cluster. */
+        cf_cg_options cg = {.bm = o->block_m, .bn = o->block_n, .stages = o->stages,
+                            .cluster_n = global ? 1 : o->cluster_n, .row_ctas = o->cluster_n,
+                            .red_leader = o->reduce_mode == CF_REDUCE_LEADER, .red_global = global};
         st = cf_codegen(k->ir, &cg, title, &k->src, err);
     }
     if (st != CF_OK) {
@@ -220,6 +241,10 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
     r->block_m = k->info[INFO_BM];
     r->block_n = k->info[INFO_BN];
     r->stages = k->info[INFO_STAGES];
+    r->resident_ctas = k->max_clusters * k->info[INFO_CLUSTER_N];
+    r->row_ctas = k->info[INFO_ROW_CTAS];
+    r->reduce_mode = !k->info[INFO_NUM_RED] ? 0 : k->info[INFO_RED_GLOBAL] ? CF_REDUCE_GLOBAL
+                                                                          : k->opt.reduce_mode;
     r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;
     r->compile_ms = k->cubin.compile_ms;
     snprintf(r->cache_path, sizeof r->cache_path, "%s", k->cubin.cache_path);
@@ -235,14 +260,15 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
  * (64-byte aligned), output pointers, M N K, output pitches, then the
  * generated cf_epi_params. */
 typedef struct args_layout {
-    size_t tma_out, out_ptr, mnk, out_ld, epi, size;
+    size_t tma_out, xchg, out_ptr, mnk, out_ld, epi, size;
 } args_layout;
 
 static args_layout layout_of(const cf_ir *ir, int n_out, size_t *epi_size, size_t *epi_align)
 {
     args_layout l;
     l.tma_out = 256;
-    l.out_ptr = l.tma_out + 128 * (size_t)n_out;
+    l.xchg = l.tma_out + 128 * (size_t)n_out; /* xchg, xsync */
+    l.out_ptr = l.xchg + 16;
     l.mnk = l.out_ptr + 8 * (size_t)n_out;
     l.out_ld = l.mnk + 12;
     cf_cg_epi_layout(ir, NULL, epi_size, epi_align);
@@ -274,12 +300,43 @@ static cf_status load_module(cf_kernel *k, cf_error *err)
     return st;
 }
 
+/* The L2 exchange's slots for tiles_m row tiles (grown, never shrunk; zeroed,
+ * which no epoch matches) and its counters {epoch 1, 0 finished}. */
+static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_error *err)
+{
+    cf_status st;
+    size_t bytes = (size_t)k->info[INFO_NUM_RED] * (size_t)tiles_m * (size_t)k->info[INFO_ROW_CTAS] *
+                   (size_t)k->info[INFO_BM] * 8;
+    if (bytes > k->xchg_bytes) {
+        if (k->xchg)
+            cf_rt_free(k->xchg, NULL);
+        k->xchg = 0;
+        k->xchg_bytes = 0;
+        if ((st = cf_rt_malloc(&k->xchg, bytes, err)) != CF_OK)
+            return st;
+        if ((st = cf_rt_memset_d8(k->xchg, 0, bytes, err)) != CF_OK)
+            return st;
+        k->xchg_bytes = bytes;
+    }
+    if (!k->xsync) {
+        const uint32_t init[2] = {1, 0};
+        if ((st = cf_rt_malloc(&k->xsync, sizeof init, err)) != CF_OK)
+            return st;
+        if ((st = cf_rt_memcpy_htod(k->xsync, init, sizeof init, err)) != CF_OK) {
+            cf_rt_free(k->xsync, NULL);
+            k->xsync = 0;
+            return st;
+        }
+    }
+    return CF_OK;
+}
+
 static int64_t dim_of(const cf_launch_args *a, cf_dim d) { return d >= 0 ? a->dims[d] : 0; }
 
 bool cf_kernel_wide(const cf_kernel *k, int64_t n)
 {
     return k && k->compiled && k->ir->n_stages[0] > 1 &&
-           n > (int64_t)k->info[INFO_BN] * k->info[INFO_CLUSTER_N];
+           n > (int64_t)k->info[INFO_BN] * k->info[INFO_ROW_CTAS];
 }
 
 /* The GEMM of the wide path: the same X and W, C = X @ W kept in f32. */
@@ -426,19 +483,31 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     }
     if (!k->module && (st = load_module(k, err)) != CF_OK)
         return st;
-    /* Persistent grid: as many clusters as fit at once, no more than there are
-     * cluster tiles. */
-    int cl = k->info[INFO_CLUSTER_N];
+    /* Persistent grid: as many row groups (of row_ctas CTAs, whole clusters) as
+     * fit at once, no more than there are row-group tiles. */
+    int cl = k->info[INFO_CLUSTER_N], rc = k->info[INFO_ROW_CTAS];
     int64_t tiles_m = (M + k->info[INFO_TILE_M] - 1) / k->info[INFO_TILE_M];
     int64_t tiles_n = (N + bn - 1) / bn;
-    int64_t cluster_tiles = tiles_m * ((tiles_n + cl - 1) / cl);
-    int64_t n_clusters = k->max_clusters < cluster_tiles ? k->max_clusters : cluster_tiles;
+    int64_t group_tiles = tiles_m * ((tiles_n + rc - 1) / rc);
+    int64_t groups = (int64_t)k->max_clusters * cl / rc;
+    if (groups < 1)
+        return cf_errorf(err, CF_ERR_CUDA, (cf_loc){0},
+                         "a row group of %d CTAs does not fit on this GPU at once (%d resident)", rc,
+                         k->max_clusters * cl);
+    if (groups > group_tiles)
+        groups = group_tiles;
+    bool global = k->info[INFO_RED_GLOBAL] && rc > 1;
+    if (global && (st = prepare_exchange(k, tiles_m, err)) != CF_OK)
+        return st;
+    uint64_t xptr[2] = {global ? k->xchg : 0, global ? k->xsync : 0};
+    memcpy(block + l.xchg, xptr, sizeof xptr);
     cf_rt_launch_cfg cfg = {
-        .grid = {(unsigned)(n_clusters * cl), 1, 1},
+        .grid = {(unsigned)(groups * rc), 1, 1},
         .block = {(unsigned)k->info[INFO_THREADS], 1, 1},
         .cluster = {(unsigned)cl, 1, 1},
         .dyn_smem = (unsigned)k->info[INFO_SMEM],
         .stream = a->stream,
+        .cooperative = global, /* a row group's CTAs wait for each other: all must be resident */
     };
     void *params[] = {block};
     return cf_rt_launch(k->func, &cfg, params, err);

@@ -726,18 +726,23 @@ cf_status cf_rt_launch(cf_rt_func f, const cf_rt_launch_cfg *c, void **args, cf_
 {
     cf_status st;
     INIT();
-    CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
+    CUlaunchAttribute attrs[2] = {{.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION}};
     unsigned cx = c->cluster[0] ? c->cluster[0] : 1, cy = c->cluster[1] ? c->cluster[1] : 1;
     unsigned cz = c->cluster[2] ? c->cluster[2] : 1;
-    attr.value.clusterDim.x = cx;
-    attr.value.clusterDim.y = cy;
-    attr.value.clusterDim.z = cz;
+    attrs[0].value.clusterDim.x = cx;
+    attrs[0].value.clusterDim.y = cy;
+    attrs[0].value.clusterDim.z = cz;
+    unsigned n_attrs = cx * cy * cz > 1 ? 1 : 0;
+    if (c->cooperative) {
+        attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+        attrs[n_attrs++].value.cooperative = 1;
+    }
     CUlaunchConfig cfg = {
         .gridDimX = c->grid[0], .gridDimY = c->grid[1] ? c->grid[1] : 1,
         .gridDimZ = c->grid[2] ? c->grid[2] : 1, .blockDimX = c->block[0],
         .blockDimY = c->block[1] ? c->block[1] : 1, .blockDimZ = c->block[2] ? c->block[2] : 1,
         .sharedMemBytes = c->dyn_smem, .hStream = (CUstream)c->stream,
-        .attrs = &attr, .numAttrs = cx * cy * cz > 1 ? 1 : 0};
+        .attrs = attrs, .numAttrs = n_attrs};
     if (cfg.gridDimX % cx || cfg.gridDimY % cy || cfg.gridDimZ % cz)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
                          "grid %ux%ux%u is not a multiple of the cluster %ux%ux%u", cfg.gridDimX,

@@ -69,7 +69,11 @@ int main(int argc, char **argv)
     CHECK_CONTAINS(buf, "fused kernel (no --shape: default options): tile 128x128");
     CHECK_CONTAINS(buf, "static (reduction exchange)");
     CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 examples/gemm_bias_ln.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "cluster 16x1");
+    CHECK_CONTAINS(buf, "cluster 1x1, row reductions over 16 CTAs through L2");
+    CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 --reduce-mode leader examples/gemm_bias_ln.cf", buf,
+                       sizeof buf));
+    CHECK_CONTAINS(buf, "4 stages, cluster 16x1, row reductions over 16 CTAs through DSMEM via rank 0");
+    CHECK_EQ_INT(2, cf("explain --reduce-mode bogus examples/gemm_bias_ln.cf", buf, sizeof buf));
     CHECK_EQ_INT(0, cf("explain examples/b2b_ln.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "fused kernel: none (B2B");
 

@@ -50,7 +50,8 @@ static void test_golden_sources(void)
         CHECK(g != NULL);
         cf_kernel *k = NULL, *k2 = NULL;
         cf_error err;
-        cf_options opt = {i < 2 ? 128 : 64, 128, 5, i < 2 ? 1 : 8, CF_REDUCE_PEER};
+        /* reductions: LayerNorm and Softmax through DSMEM, RMSNorm and LN+Softmax through L2 */
+        cf_options opt = {i < 2 ? 128 : 64, 128, 5, i < 2 ? 1 : 8, i < 2 || i % 2 == 0 ? CF_REDUCE_PEER : CF_REDUCE_GLOBAL};
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k, &err));
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k2, &err));
         if (!k || !k2)
@@ -69,7 +70,8 @@ static void test_golden_sources(void)
             bool same = want && strcmp(want, cf_kernel_source(k)) == 0;
             if (!same)
                 fprintf(stderr, "golden mismatch: build/comfuse emit --block-m %d --block-n 128 --stages 5 "
-                                "--cluster %d %s | diff %s -\n", opt.block_m, opt.cluster_n, spec, gold);
+                                "--cluster %d --reduce-mode %s %s | diff %s -\n", opt.block_m, opt.cluster_n,
+                        opt.reduce_mode == CF_REDUCE_GLOBAL ? "global" : "peer", spec, gold);
             CHECK(same);
             free(want);
         }
@@ -157,6 +159,10 @@ static void test_nvrtc(void)
         {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER}, "st.async"},
         {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER}, "mapa"},
         {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER}, "shfl.sync.bfly"},
+        /* through L2: (partial, epoch) pairs with coherent 64-bit loads and stores */
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL}, "ld.relaxed.gpu.global.u64"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL}, "st.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL}, "atom.global.add"},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         cf_graph *g = parse(cases[i].spec);

@@ -7,8 +7,9 @@
  *   1. thread-local: the epilogue folds each fragment into part[slot];
  *   2. within the warp: butterfly shuffles over the quad (xor 1, 2); a row
  *      never spans warps or warpgroups here, so no shared-memory step;
- *   3. across the CTAs of the cluster that hold the same rows (CF_CLUSTER_N > 1),
- *      through DSMEM (cf_cluster_row_combine, provided by the kernel header).
+ *   3. across the CTAs that hold the same rows (CF_ROW_CTAS > 1): through DSMEM inside
+ *      their thread-block cluster (cf_cluster_row_combine), or with CF_RED_GLOBAL through
+ *      L2 between the co-resident CTAs of a row group (cf_global_row_combine).
  * Every participant combines the partials in the same order, so all CTAs get
  * bit-identical statistics.
  */
@@ -58,7 +59,7 @@ template <int OP> __device__ __forceinline__ float cf_red_combine(float a, float
  * peer can be at most one reduction ahead, since it cannot finish reduction j+1 without our
  * partial, which we send only after reading reduction j's buffer.  One buffer set serves
  * every reduction of every stage (O(1) in the number of reductions). */
-#if CF_CLUSTER_N > 1
+#if CF_ROW_CTAS > 1 && !CF_RED_GLOBAL
 #ifndef CF_RED_LEADER
 #define CF_RED_LEADER 0
 #endif
@@ -173,9 +174,68 @@ __device__ __forceinline__ void cf_reduce_init()
 }
 #endif
 
-/* Completes the reduction of part[] over the whole row (levels 2 and 3). */
-template <int OP> __device__ __forceinline__ void cf_row_reduce(const cf_gemm_args &args, const cf_tile &t,
-                                                                float (&part)[CF_ROWS])
+/* ---- level 3 through L2 (CF_RED_GLOBAL) ----------------------------------------------------
+ * No cluster: the CF_ROW_CTAS CTAs of a row group are ordinary CTAs of a cooperative launch
+ * (so all are resident and a wait always ends), scheduled on the same row block at the same
+ * time.  Reduction RED of row tile tm has its own slots in args.xchg:
+ *     xchg[((RED * tiles_m + tm) * CF_ROW_CTAS + rank) * CF_BM + row]
+ * each an 8-byte (partial, epoch) pair written with one store, so a reader that sees this
+ * launch's epoch sees the partial too: no fences, flags or atomics on the critical path.
+ * Every slot is written once per launch and the epoch differs between launches, so no
+ * slot is ever reset.  Each row's total is folded in rank order by one lane (two for
+ * 64-row tiles), the same in every CTA, so all get bit-identical statistics. */
+#if CF_RED_GLOBAL
+template <int OP, int RED> __device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args,
+                                                                               const cf_tile &t,
+                                                                               float (&part)[CF_ROWS])
+{
+    const int tiles_m = (t.M + CF_TILE_M - 1) / CF_TILE_M;
+    unsigned long long *slots = args.xchg + (size_t)(RED * tiles_m + t.tile_m) * CF_ROW_CTAS * CF_BM;
+    if ((t.lane & 3) == 0) {
+#pragma unroll
+        for (int s = 0; s < CF_ROWS; ++s)
+            cf_st_relaxed_u64(slots + t.rank * CF_BM + cf_slot_row(t, s),
+                              (unsigned long long)t.epoch << 32 | __float_as_uint(part[s]));
+    }
+    /* Gather: lane l of the warp totals warp row ri = l % RW over ranks l / RW, + LPR, ...
+     * (coalesced: a rank's rows are contiguous), CHUNK loads in flight at a time. */
+    constexpr int RW = 16 * (CF_BM / 64);   /* rows of the tile held by one warp */
+    constexpr int LPR = 32 / RW;            /* lanes per row */
+    constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
+    constexpr int CHUNK = PER_LANE < 8 ? PER_LANE : 8;
+    const int ri = t.lane % RW;
+    const unsigned long long *mine = slots + 64 * (ri >> 4) + 16 * t.warp + (ri & 15);
+    float total = cf_red_identity<OP>();
+#pragma unroll 1
+    for (int c0 = 0; c0 < PER_LANE; c0 += CHUNK) {
+        unsigned long long v[CHUNK];
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) {
+            const int q = (c0 + c) * LPR + t.lane / RW;
+            v[c] = q < CF_ROW_CTAS ? cf_ld_relaxed_u64(mine + q * CF_BM) : 0ull;
+        }
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) {
+            const int q = (c0 + c) * LPR + t.lane / RW;
+            if (q < CF_ROW_CTAS) {
+                while ((unsigned)(v[c] >> 32) != t.epoch) /* that CTA has not got there yet */
+                    v[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
+                total = cf_red_combine<OP>(total, __uint_as_float((unsigned)v[c]));
+            }
+        }
+    }
+    if (LPR == 2)
+        total = cf_red_combine<OP>(total, __shfl_xor_sync(0xffffffffu, total, 16));
+    /* slot s of this thread is warp row 16 (s >> 1) + 8 (s & 1) + lane / 4 */
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s)
+        part[s] = __shfl_sync(0xffffffffu, total, 16 * (s >> 1) + 8 * (s & 1) + (t.lane >> 2));
+}
+#endif
+
+/* Completes reduction number RED of the tile's epilogue over the whole row (levels 2, 3). */
+template <int OP, int RED> __device__ __forceinline__ void cf_row_reduce(const cf_gemm_args &args, const cf_tile &t,
+                                                                         float (&part)[CF_ROWS])
 {
     (void)args;
 #pragma unroll
@@ -183,7 +243,9 @@ template <int OP> __device__ __forceinline__ void cf_row_reduce(const cf_gemm_ar
         part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 1));
         part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 2));
     }
-#if CF_CLUSTER_N > 1
+#if CF_ROW_CTAS > 1 && CF_RED_GLOBAL
+    cf_global_row_combine<OP, RED>(args, t, part);
+#elif CF_ROW_CTAS > 1
     cf_cluster_row_combine<OP>(t, part);
 #else
     (void)t;

@@ -26,7 +26,7 @@
  * file defines cf_epilogue AFTER the include.  (The two-header variant cannot work as written:
  * cf_gemm_args embeds cf_epi_params, and the store helpers take cf_gemm_args.)
  * The kernel: extern "C" __global__ void cf_gemm_kernel(const __grid_constant__ cf_gemm_args args)
- * It also exports  extern "C" __device__ const int cf_kernel_info[16]  (see CF_INFO_*) so the host
+ * It also exports  extern "C" __device__ const int cf_kernel_info[19]  (see CF_INFO_*) so the host
  * can read the compiled configuration (smem bytes, tile sizes, ...) with cuModuleGetGlobal.
  *
  * ===================================================================================
@@ -105,6 +105,18 @@
 #define CF_SMEM_LIMIT (232448 - CF_STATIC_SMEM)    /* opt-in limit left for the dynamic part */
 #ifndef CF_GROUP_M
 #define CF_GROUP_M 8
+#endif
+/* CTAs that work on one row block at the same time, each on its own column tile: a hardware
+ * cluster (DSMEM exchange), or with CF_RED_GLOBAL a group of co-resident CTAs of a cooperative
+ * launch that exchange row partials through L2 (cf_reduce.cuh). */
+#ifndef CF_ROW_CTAS
+#define CF_ROW_CTAS CF_CLUSTER_N
+#endif
+#ifndef CF_RED_GLOBAL
+#define CF_RED_GLOBAL 0
+#endif
+#if CF_ROW_CTAS % CF_CLUSTER_N != 0
+#error "CF_ROW_CTAS must be a multiple of CF_CLUSTER_N"
 #endif
 /* TMA multicast of the A tile inside a cluster (all CTAs of a cluster share the row block):
  * CTA rank r loads rows [r*CF_TILE_M/CF_CLUSTER_N, (r+1)*CF_TILE_M/CF_CLUSTER_N) of the A tile
@@ -195,7 +207,7 @@
 #define CF_INFO_BN 3
 #define CF_INFO_TILE_M 4       /* rows of one scheduler tile (== BM pingpong, 2*BM cooperative) */
 #define CF_INFO_STAGES 5
-#define CF_INFO_CLUSTER_N 6
+#define CF_INFO_CLUSTER_N 6    /* hardware cluster (launch attribute) */
 #define CF_INFO_B_NK 7
 #define CF_INFO_IN_F16 8
 #define CF_INFO_NUM_OUT 9
@@ -205,7 +217,10 @@
 #define CF_INFO_GROUP_M 13
 #define CF_INFO_A_BOX_ROWS 14  /* TMA box of A: {64, this} (CF_TILE_M / CF_CLUSTER_N with multicast) */
 #define CF_INFO_B_BOX 15       /* TMA box of B: B_NK ? {64, this} : {64, 64} (this == 64) */
-#define CF_SM90_VERSION 2
+#define CF_INFO_ROW_CTAS 16    /* CTAs per row group (grid is a multiple of it) */
+#define CF_INFO_RED_GLOBAL 17  /* 1: row partials go through L2; cooperative launch, args.xchg */
+#define CF_INFO_NUM_RED 18     /* row reductions per tile (sizes args.xchg) */
+#define CF_SM90_VERSION 3
 
 /* ----------------------------------------------------------------------------------------
  * Types shared with the host
@@ -234,6 +249,8 @@ struct cf_gemm_args {
     cf_tma_desc tma_a;
     cf_tma_desc tma_b;
     cf_tma_desc tma_out[CF_NUM_OUT];
+    unsigned long long *xchg;  /* CF_RED_GLOBAL: row partials, (value, epoch) pairs (cf_reduce.cuh) */
+    unsigned *xsync;           /* CF_RED_GLOBAL: [0] launch epoch, [1] CTAs finished in this launch */
     void *out[CF_NUM_OUT];
     int M, N, K;
     int out_ld[CF_NUM_OUT];
@@ -249,7 +266,8 @@ struct cf_tile {
     int tid;           /* thread within the WG (0..127) */
     int wg;            /* consumer WG index (0, 1) */
     int tile_m, tile_n;/* scheduler tile indices (tile_n = column tile, tile_m = row tile) */
-    int rank;          /* CTA rank within the cluster (0..CF_CLUSTER_N-1) == tile_n % CF_CLUSTER_N */
+    int rank;          /* CTA rank in its row group (0..CF_ROW_CTAS-1) == tile_n % CF_ROW_CTAS */
+    unsigned epoch;    /* CF_RED_GLOBAL: this launch's tag for exchanged partials */
     int bar_id;        /* named barrier of this WG (128 threads) */
     unsigned stg;      /* shared-window address of this WG's staging buffer (CF_STG_BYTES, 1024-aligned) */
 };
@@ -264,6 +282,20 @@ __device__ __forceinline__ unsigned cf_smem_u32(const void *p) {
     unsigned r;
     asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
     return r;
+}
+/* Coherent at GPU scope (through L2, never a stale L1 line); no ordering implied. */
+__device__ __forceinline__ unsigned cf_ld_relaxed_u32(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned long long cf_ld_relaxed_u64(const unsigned long long *p) {
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void cf_st_relaxed_u64(unsigned long long *p, unsigned long long v) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
 }
 
 /* ---- accumulator layout (wgmma m64nNk16, fp32 D) --------------------------------------
@@ -625,12 +657,15 @@ __device__ __forceinline__ void cf_release_stage(unsigned bar, int lane) {
 #endif
 }
 
-extern "C" __device__ const int cf_kernel_info[16] = {
+#ifndef CF_NUM_RED
+#define CF_NUM_RED 0                               /* row reductions per tile (generated) */
+#endif
+extern "C" __device__ const int cf_kernel_info[19] = {
     CF_SM90_VERSION, CF_SMEM_BYTES, CF_BM, CF_BN, CF_TILE_M, CF_STAGES, CF_CLUSTER_N, CF_B_NK,
     CF_IN_F16, CF_NUM_OUT, CF_PINGPONG, CF_NUM_THREADS, CF_STG_CHUNKS, CF_GROUP_M, CF_A_BOX_ROWS,
-    CF_B_NK ? CF_BN : 64};
+    CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED};
 
-/* cluster tile ct -> (row tile, column tile) of the CTA with cluster rank `rank` */
+/* row-group tile ct -> (row tile, column tile) of the CTA with rank `rank` in its row group */
 __device__ __forceinline__ void cf_sched_tile(int ct, int tiles_m, int groups_n, int rank, int &tm, int &tn) {
     const int per_group = CF_GROUP_M * groups_n;
     const int gid = ct / per_group;
@@ -638,7 +673,7 @@ __device__ __forceinline__ void cf_sched_tile(int ct, int tiles_m, int groups_n,
     const int gsz = cf_imin(tiles_m - first, CF_GROUP_M);
     const int loc = ct - gid * per_group;
     tm = first + loc % gsz;
-    tn = (loc / gsz) * CF_CLUSTER_N + rank;
+    tn = (loc / gsz) * CF_ROW_CTAS + rank;
 }
 
 extern "C" __global__ void __launch_bounds__(CF_NUM_THREADS, 1)
@@ -654,17 +689,16 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
     const int M = args.M, N = args.N, K = args.K;
     const int tiles_m = (M + CF_TILE_M - 1) / CF_TILE_M;
     const int tiles_n = (N + CF_BN - 1) / CF_BN;
-    const int groups_n = (tiles_n + CF_CLUSTER_N - 1) / CF_CLUSTER_N;
+    const int groups_n = (tiles_n + CF_ROW_CTAS - 1) / CF_ROW_CTAS;
     const int num_ct = tiles_m * groups_n;
     const int nkb = (K + CF_BK - 1) / CF_BK;
-    const int nclusters = gridDim.x / CF_CLUSTER_N;
-    const int cid = blockIdx.x / CF_CLUSTER_N;
-    /* tiles of this CTA's stream (identical for all CTAs of a cluster) */
+    const int nclusters = gridDim.x / CF_ROW_CTAS;   /* row groups */
+    const int cid = blockIdx.x / CF_ROW_CTAS;
+    /* tiles of this CTA's stream (identical for all CTAs of a row group) */
     const int my_n = num_ct > cid ? (num_ct - cid + nclusters - 1) / nclusters : 0;
+    const int rank = (int)(blockIdx.x % CF_ROW_CTAS);   /* a cluster's CTAs are consecutive */
 #if CF_CLUSTER_N > 1
-    const int rank = (int)cf_cluster_ctarank();
-#else
-    const int rank = 0;
+    const int cl_rank = (int)cf_cluster_ctarank();
 #endif
 
     if (tid == 0) {
@@ -705,8 +739,8 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
                     const unsigned sa = base + stage * CF_STAGE_BYTES;
                     const unsigned sb = sa + CF_A_STAGE_BYTES;
 #if CF_MULTICAST
-                    cf_tma_load_2d_mc(sa + rank * (CF_A_BOX_ROWS * 128), &args.tma_a, fb, kb * CF_BK,
-                                      m0 + rank * CF_A_BOX_ROWS, (unsigned short)((1u << CF_CLUSTER_N) - 1));
+                    cf_tma_load_2d_mc(sa + cl_rank * (CF_A_BOX_ROWS * 128), &args.tma_a, fb, kb * CF_BK,
+                                      m0 + cl_rank * CF_A_BOX_ROWS, (unsigned short)((1u << CF_CLUSTER_N) - 1));
 #else
                     cf_tma_load_2d(sa, &args.tma_a, fb, kb * CF_BK, m0);
 #endif
@@ -731,6 +765,11 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         t.M = M; t.N = N;
         t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
         t.wg = w; t.rank = rank; t.bar_id = CF_BAR_EPI0 + w;
+#if CF_RED_GLOBAL
+        t.epoch = cf_ld_relaxed_u32(&args.xsync[0]);   /* bumped only after every CTA has read it */
+#else
+        t.epoch = 0;
+#endif
         t.stg = stg0 + w * CF_STG_BYTES;
 #if CF_PINGPONG
         const int istart = w, istep = 2;
@@ -791,6 +830,19 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
     }
 #if CF_CLUSTER_N > 1
     cf_cluster_sync();
+#endif
+#if CF_RED_GLOBAL
+    /* The last CTA to finish advances the epoch, so the next launch (stream-ordered after this
+     * one, also when replayed from a CUDA graph) tags its partials differently; 0 is never used. */
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        if (atomicAdd(&args.xsync[1], 1u) == gridDim.x - 1) {
+            const unsigned e = args.xsync[0] + 1u;
+            args.xsync[1] = 0;
+            args.xsync[0] = e ? e : 1u;
+        }
+    }
 #endif
 }
 

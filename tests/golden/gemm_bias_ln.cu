@@ -9,6 +9,7 @@
 #define CF_IN_F16 0
 #define CF_NUM_OUT 1
 #define CF_HAS_REDUCE 1
+#define CF_NUM_RED 2
 #define CF_STATIC_SMEM 9376
 #define CF_RED_LEADER 0  /* cluster reductions: peer-to-peer */
 
@@ -49,7 +50,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_mu_5[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_mu_5[cf_acc_slot(r)], x_4);
         T0[r] = x_4;  /* carried to the next stage */
     }
-    cf_row_reduce<CF_RED_SUM>(args, t, red_mu_5);  /* quad shuffles, then the cluster */
+    cf_row_reduce<CF_RED_SUM, 0>(args, t, red_mu_5);  /* quad shuffles, then across the row's CTAs */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_mu_5[s] = red_mu_5[s] / (float)t.N;
@@ -71,7 +72,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_var_10[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_var_10[cf_acc_slot(r)], v9);
         T0[r] = d_8;  /* carried to the next stage */
     }
-    cf_row_reduce<CF_RED_SUM>(args, t, red_var_10);  /* quad shuffles, then the cluster */
+    cf_row_reduce<CF_RED_SUM, 1>(args, t, red_var_10);  /* quad shuffles, then across the row's CTAs */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_var_10[s] = red_var_10[s] / (float)t.N;

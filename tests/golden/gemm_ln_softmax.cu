@@ -4,13 +4,15 @@
 #define CF_BM 64
 #define CF_BN 128
 #define CF_STAGES 5
-#define CF_CLUSTER_N 8
+#define CF_CLUSTER_N 1
+#define CF_ROW_CTAS 8  /* CTAs per row block */
 #define CF_B_NK 0
 #define CF_IN_F16 0
 #define CF_NUM_OUT 1
 #define CF_HAS_REDUCE 1
-#define CF_STATIC_SMEM 9376
-#define CF_RED_LEADER 0  /* cluster reductions: peer-to-peer */
+#define CF_NUM_RED 4
+#define CF_STATIC_SMEM 128
+#define CF_RED_GLOBAL 1  /* row partials through L2 (cooperative launch) */
 
 /* Epilogue inputs and runtime scalars (the IR's parameter table A). */
 struct cf_epi_params {
@@ -57,7 +59,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_mu_3[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_mu_3[cf_acc_slot(r)], x_2);
         T0[r] = x_2;  /* carried to the next stage */
     }
-    cf_row_reduce<CF_RED_SUM>(args, t, red_mu_3);  /* quad shuffles, then the cluster */
+    cf_row_reduce<CF_RED_SUM, 0>(args, t, red_mu_3);  /* quad shuffles, then across the row's CTAs */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_mu_3[s] = red_mu_3[s] / (float)t.N;
@@ -79,7 +81,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_var_8[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_var_8[cf_acc_slot(r)], v7);
         T0[r] = d_6;  /* carried to the next stage */
     }
-    cf_row_reduce<CF_RED_SUM>(args, t, red_var_8);  /* quad shuffles, then the cluster */
+    cf_row_reduce<CF_RED_SUM, 1>(args, t, red_var_8);  /* quad shuffles, then across the row's CTAs */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_var_8[s] = red_var_8[s] / (float)t.N;
@@ -113,7 +115,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_m_21[cf_acc_slot(r)] = cf_red_combine<CF_RED_MAX>(red_m_21[cf_acc_slot(r)], s_20);
         T0[r] = s_20;  /* carried to the next stage */
     }
-    cf_row_reduce<CF_RED_MAX>(args, t, red_m_21);  /* quad shuffles, then the cluster */
+    cf_row_reduce<CF_RED_MAX, 2>(args, t, red_m_21);  /* quad shuffles, then across the row's CTAs */
     /* ---- stage 3 (PostOp of the reduction above): 5 nodes ---- */
     float red_v26[CF_ROWS];  /* sum over N: thread-local partials per row */
     #pragma unroll
@@ -132,7 +134,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_v26[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v26[cf_acc_slot(r)], e_25);
         T0[r] = e_25;  /* carried to the next stage */
     }
-    cf_row_reduce<CF_RED_SUM>(args, t, red_v26);  /* quad shuffles, then the cluster */
+    cf_row_reduce<CF_RED_SUM, 3>(args, t, red_v26);  /* quad shuffles, then across the row's CTAs */
     /* ---- stage 4 (PostOp of the reduction above): 4 nodes ---- */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {

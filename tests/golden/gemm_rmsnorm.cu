@@ -4,13 +4,15 @@
 #define CF_BM 64
 #define CF_BN 128
 #define CF_STAGES 5
-#define CF_CLUSTER_N 8
+#define CF_CLUSTER_N 1
+#define CF_ROW_CTAS 8  /* CTAs per row block */
 #define CF_B_NK 0
 #define CF_IN_F16 0
 #define CF_NUM_OUT 1
 #define CF_HAS_REDUCE 1
-#define CF_STATIC_SMEM 9376
-#define CF_RED_LEADER 0  /* cluster reductions: peer-to-peer */
+#define CF_NUM_RED 1
+#define CF_STATIC_SMEM 128
+#define CF_RED_GLOBAL 1  /* row partials through L2 (cooperative launch) */
 
 /* Epilogue inputs and runtime scalars (the IR's parameter table A). */
 struct cf_epi_params {
@@ -41,7 +43,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         if (col < t.N)  /* columns past N hold TMA's zero fill, not data */
             red_v2[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v2[cf_acc_slot(r)], v1);
     }
-    cf_row_reduce<CF_RED_SUM>(args, t, red_v2);  /* quad shuffles, then the cluster */
+    cf_row_reduce<CF_RED_SUM, 0>(args, t, red_v2);  /* quad shuffles, then across the row's CTAs */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_v2[s] = red_v2[s] / (float)t.N;

@@ -9,6 +9,7 @@
 #define CF_IN_F16 0
 #define CF_NUM_OUT 1
 #define CF_HAS_REDUCE 1
+#define CF_NUM_RED 2
 #define CF_STATIC_SMEM 9376
 #define CF_RED_LEADER 0  /* cluster reductions: peer-to-peer */
 
@@ -53,7 +54,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_m_3[cf_acc_slot(r)] = cf_red_combine<CF_RED_MAX>(red_m_3[cf_acc_slot(r)], s_2);
         T0[r] = s_2;  /* carried to the next stage */
     }
-    cf_row_reduce<CF_RED_MAX>(args, t, red_m_3);  /* quad shuffles, then the cluster */
+    cf_row_reduce<CF_RED_MAX, 0>(args, t, red_m_3);  /* quad shuffles, then across the row's CTAs */
     /* ---- stage 1 (PostOp of the reduction above): 5 nodes ---- */
     float red_v8[CF_ROWS];  /* sum over N: thread-local partials per row */
     #pragma unroll
@@ -72,7 +73,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_v8[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v8[cf_acc_slot(r)], e_7);
         T0[r] = e_7;  /* carried to the next stage */
     }
-    cf_row_reduce<CF_RED_SUM>(args, t, red_v8);  /* quad shuffles, then the cluster */
+    cf_row_reduce<CF_RED_SUM, 1>(args, t, red_v8);  /* quad shuffles, then across the row's CTAs */
     /* ---- stage 2 (PostOp of the reduction above): 4 nodes ---- */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
