@@ -203,6 +203,24 @@ static void test_nvrtc(void)
     CHECK_EQ_INT(0, system(cmd));
 }
 
+/* A row inside one tile (cluster_n 1) exchanges nothing: no L2 slots, no
+ * epoch (the launch passes none), whatever the reduce mode. */
+static void test_single_tile_rows(void)
+{
+    cf_graph *g = parse("examples/gemm_rmsnorm.cf");
+    cf_error err;
+    for (int c = 1; c <= 2; c++) {
+        cf_kernel *k = NULL;
+        cf_options opt = {128, 128, 6, c, CF_REDUCE_GLOBAL};
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "rms", &k, &err));
+        const char *src = k ? cf_kernel_source(k) : "";
+        CHECK_EQ_INT(c > 1, strstr(src, "#define CF_RED_GLOBAL 1") != NULL);
+        CHECK_EQ_INT(c > 1, strstr(src, "#define CF_ROW_CTAS 2") != NULL);
+        cf_kernel_free(k);
+    }
+    cf_graph_free(g);
+}
+
 /* Rows wider than the cluster take the GEMM + row-kernel path, chosen per launch. */
 static void test_wide_rows(void)
 {
@@ -234,5 +252,6 @@ int main(void)
     test_rejections();
     test_nvrtc();
     test_wide_rows();
+    test_single_tile_rows();
     return tu_finish("test_codegen");
 }

@@ -765,7 +765,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         t.M = M; t.N = N;
         t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
         t.wg = w; t.rank = rank; t.bar_id = CF_BAR_EPI0 + w;
-#if CF_RED_GLOBAL
+#if CF_RED_GLOBAL && CF_ROW_CTAS > 1
         t.epoch = cf_ld_relaxed_u32(&args.xsync[0]);   /* bumped only after every CTA has read it */
 #else
         t.epoch = 0;
@@ -831,7 +831,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #if CF_CLUSTER_N > 1
     cf_cluster_sync();
 #endif
-#if CF_RED_GLOBAL
+#if CF_RED_GLOBAL && CF_ROW_CTAS > 1
     /* The last CTA to finish advances the epoch, so the next launch (stream-ordered after this
      * one, also when replayed from a CUDA graph) tags its partials differently; 0 is never used. */
     __syncthreads();
