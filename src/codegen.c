@@ -140,7 +140,14 @@ typedef struct cg_ctx {
     bool *pass;          /* by node id: a bypass that keeps its array          */
     int n_arrays[2];     /* tile and row arrays used                            */
     int n_red;           /* reductions emitted so far (each has its own exchange slots) */
+    const cf_ir_node **shifted_by; /* by node id: the reduction whose tile statistic shifted
+                                      this carried value (merged exchange), else NULL */
+    int merge_next;      /* the stage being emitted starts a merged exchange (MERGE_*) */
+    int merge_prev;      /* ... ends the one its predecessor started                */
+    int merge_index;     /* exchange slots of that predecessor's reduction          */
 } cg_ctx;
+
+enum { MERGE_NONE, MERGE_VAR, MERGE_SOFTMAX };
 
 __attribute__((format(printf, 2, 3)))
 static void line(cg_ctx *c, const char *fmt, ...)
@@ -289,8 +296,18 @@ static const char *red_op(cf_op op)
 
 static void emit_placeholder(cg_ctx *c, const cf_ir_node *n)
 {
-    char id[96], ref[96], where[96];
-    if (n->is_stat)
+    char id[96], ref[96], where[96], by[96];
+    const cf_ir_node *shift = n->is_stat ? NULL : c->shifted_by[n->ref->id];
+    if (shift) {
+        /* shifted by its tile's own statistic in the previous stage: correct it per row,
+         * in place too when later stages carry it on */
+        ident(n, id, sizeof id);
+        line(c, "const float %s = %s %s corr_%s[cf_acc_slot(r)];  /* bypass: %s, corrected to the row's %s */", id,
+             slot_ref(c, n, where, sizeof where), shift->op == CF_OP_RMAX ? "*" : "+", ident(shift, by, sizeof by),
+             ident(n->ref, ref, sizeof ref), cf_op_name(shift->op));
+        if (c->pass[n->id])
+            line(c, "%s = %s;", where, id);
+    } else if (n->is_stat)
         line(c, "const float %s = red_%s[cf_acc_slot(r)];  /* statistic of the previous stage */",
              ident(n, id, sizeof id), ident(n->ref, ref, sizeof ref));
     else
@@ -432,6 +449,66 @@ static void plan_storage(cg_ctx *c, const cf_ir_spec *sp)
         c->n_arrays[CLS_TILE] = 1;
 }
 
+/* ---- merged exchanges ------------------------------------------------------
+ * Through L2 an exchange costs a round trip that the tile's epilogue waits for
+ * (docs/perf-notes.md v8).  A reduction whose PostOp reduces its data shifted
+ * by its statistic needs no exchange of its own:
+ *   mean(x), then sum or mean of (x - mean)^2          (variance)
+ *   max(z),  then sum of exp(z - max)                   (softmax)
+ * Each CTA shifts by its own tile's statistic, and one exchange of pairs merges
+ * both (cf_row_merge); the shifted value, if carried on, is corrected per row.
+ * The rule needs every use of the statistic and of the shifted value to be
+ * the pattern's own; anything else keeps two exchanges. */
+static int n_users(const cf_ir_spec *sp, const cf_ir_node *v, const cf_ir_node **user)
+{
+    int n = 0;
+    for (int i = 0; i < sp->n_nodes; i++)
+        for (int j = 0; j < sp->nodes[i]->nargs; j++)
+            if (sp->nodes[i]->args[j] == v) {
+                n++;
+                *user = sp->nodes[i];
+                break; /* mul(d, d) is one user */
+            }
+    return n;
+}
+
+static bool is_square_of(const cf_ir_node *a, const cf_ir_node *d)
+{
+    return a->kind == CF_IR_COMPUTE && a->args[0] == d &&
+           ((a->op == CF_OP_MUL && a->args[1] == d) || a->op == CF_OP_SQUARE ||
+            (a->op == CF_OP_POW && a->args[1]->kind == CF_IR_BCAST && a->args[1]->src == CF_BC_CONST &&
+             a->args[1]->cval == 2.0));
+}
+
+/* MERGE_* when sp's reduction can share its PostOp's exchange; *shifted is
+ * the PostOp's value that the next stage must correct (may not be carried). */
+static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **shifted)
+{
+    const cf_ir_spec *q = sp->post;
+    const cf_ir_node *r1 = sp->terminal, *r2 = q ? q->terminal : NULL, *stat = NULL, *d = NULL, *u = NULL;
+    if (!c->opt->red_global || c->opt->row_ctas < 2 || !r1 || r1->kind != CF_IR_REDUCE || !r2 ||
+        r2->kind != CF_IR_REDUCE)
+        return MERGE_NONE;
+    for (int i = 0; i < q->n_nodes; i++)
+        if (q->nodes[i]->kind == CF_IR_PLACEHOLDER && q->nodes[i]->is_stat && q->nodes[i]->ref == r1)
+            stat = q->nodes[i];
+    if (!stat || n_users(q, stat, &d) != 1 || d->kind != CF_IR_COMPUTE || d->op != CF_OP_SUB ||
+        d->args[1] != stat || d->args[0] == stat)
+        return MERGE_NONE;
+    const cf_ir_node *a = r2->args[0];
+    if (r1->op == CF_OP_MEAN && (r2->op == CF_OP_SUM || r2->op == CF_OP_MEAN) && is_square_of(a, d) &&
+        n_users(q, d, &u) == 1 && n_users(q, a, &u) == 1 && !carried_out(q, a)) {
+        *shifted = d;
+        return MERGE_VAR;
+    }
+    if (r1->op == CF_OP_RMAX && r2->op == CF_OP_SUM && a->kind == CF_IR_COMPUTE && a->op == CF_OP_EXP &&
+        a->args[0] == d && n_users(q, d, &u) == 1 && !carried_out(q, d) && n_users(q, a, &u) == 1) {
+        *shifted = a;
+        return MERGE_SOFTMAX;
+    }
+    return MERGE_NONE;
+}
+
 static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
 {
     const cf_ir *ir = c->ir;
@@ -507,7 +584,32 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         }
         tile_out += tile;
     }
-    if (red) {
+    if (red && c->merge_next) {
+        ident(red, id, sizeof id);
+        line(c, "float raw_%s[CF_ROWS];  /* this tile's own %s, for the merged exchange after the next stage */",
+             id, c->merge_next == MERGE_VAR ? "sum" : "max");
+        line(c, "%s(%sred_%s, raw_%s);  /* quad shuffles; the next stage shifts by this tile's %s */",
+             c->merge_next == MERGE_VAR ? "cf_local_mean" : "cf_local_max", c->merge_next == MERGE_VAR ? "t, " : "",
+             id, id, c->merge_next == MERGE_VAR ? "mean" : "max");
+        c->merge_index = c->n_red++;
+    } else if (red && c->merge_prev) {
+        const cf_ir_node *r1 = NULL;
+        for (int i = 0; i < sp->n_nodes; i++)
+            if (sp->nodes[i]->kind == CF_IR_PLACEHOLDER && sp->nodes[i]->is_stat)
+                r1 = sp->nodes[i]->ref;
+        char id1[96];
+        ident(red, id, sizeof id);
+        ident(r1, id1, sizeof id1);
+        line(c, "float corr_%s[CF_ROWS];", id1);
+        line(c, "cf_row_merge<%s, %d, %d>(args, t, raw_%s, red_%s, red_%s, corr_%s);  /* one exchange: %s */",
+             c->merge_prev == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1,
+             id, id1, c->merge_prev == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
+        if (red->op == CF_OP_MEAN) {
+            line(c, "#pragma unroll");
+            line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+            line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
+        }
+    } else if (red) {
         ident(red, id, sizeof id);
         line(c, "cf_row_reduce<%s, %d>(args, t, red_%s);  /* quad shuffles, then across the row's CTAs */",
              red_op(red->op), c->n_red++, id);
@@ -642,8 +744,19 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
         line(&e, "float T%d[CF_ACC_REGS];", k);
     for (int k = 0; k < e.n_arrays[CLS_ROW]; k++)
         line(&e, "float R%d[CF_ROWS];", k);
-    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
+    e.shifted_by = calloc((size_t)n_ids, sizeof *e.shifted_by);
+    int merge = MERGE_NONE;
+    for (const cf_ir_spec *sp = ir->epi[0]; sp && e.shifted_by; sp = sp->post) {
+        /* a reduction merged into its PostOp's exchange cannot also start one */
+        const cf_ir_node *shifted = NULL;
+        e.merge_prev = merge;
+        e.merge_next = merge ? MERGE_NONE : merge_kind(&e, sp, &shifted);
+        if (e.merge_next)
+            e.shifted_by[shifted->id] = sp->terminal;
         emit_stage(&e, sp);
+        merge = e.merge_next;
+    }
+    free(e.shifted_by);
     free(e.arr);
     free(e.pass);
     e.indent--;

@@ -221,6 +221,59 @@ static void test_single_tile_rows(void)
     cf_graph_free(g);
 }
 
+/* The merge rule: through L2, a reduction whose PostOp reduces its data shifted
+ * by its statistic shares that PostOp's exchange; anything else keeps its own. */
+static void test_merged_exchanges(void)
+{
+    static const struct {
+        const char *body;    /* after the X, W inputs */
+        int global_exchanges, merges;
+    } cases[] = {
+        /* LayerNorm: mean, then mean of squares of x - mean */
+        {"x = X @ W\nd = x - mean(x)\noutput Y: bf16 = d * rsqrt(mean(d * d) + 1e-5)\n", 1, 1},
+        /* the same with square() and pow(., 2) */
+        {"x = X @ W\nd = x - mean(x)\noutput Y: bf16 = d * rsqrt(mean(square(d)) + 1e-5)\n", 1, 1},
+        {"x = X @ W\nd = x - mean(x)\noutput Y: bf16 = d * rsqrt(mean(pow(d, 2)) + 1e-5)\n", 1, 1},
+        /* softmax */
+        {"s = X @ W\ne = exp(s - max(s))\noutput Y: bf16 = e / sum(e)\n", 1, 1},
+        /* a temperature after the shift: exp((s - m) * 0.5) is not a shifted exp: two exchanges */
+        {"s = X @ W\ne = exp((s - max(s)) * 0.5)\noutput Y: bf16 = e / sum(e)\n", 2, 0},
+        /* d is used beyond its square inside the stage: two exchanges */
+        {"x = X @ W\nd = x - mean(x)\noutput Y: bf16 = d * rsqrt(mean(d * d + d) + 1e-5)\n", 2, 0},
+        /* the max shift carried on unexponentiated: two exchanges */
+        {"s = X @ W\nv = s - max(s)\noutput Y: bf16 = v / sum(exp(v))\n", 2, 0},
+    };
+    for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
+        char src[512];
+        snprintf(src, sizeof src, "input X: bf16[M, K]\ninput W: bf16[K, N]\n%s", cases[i].body);
+        cf_graph *g = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, cf_spec_parse(src, strlen(src), "merge.cf", &g, &err));
+        for (int mode = CF_REDUCE_PEER; mode <= CF_REDUCE_GLOBAL && g; mode += CF_REDUCE_GLOBAL - CF_REDUCE_PEER) {
+            cf_kernel *k = NULL;
+            cf_options opt = {128, 128, mode == CF_REDUCE_GLOBAL ? 6 : 4, 8, mode};
+            CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "merge", &k, &err));
+            const char *text = k ? cf_kernel_source(k) : "";
+            int merges = 0, reduces = 0;
+            for (const char *q = text; (q = strstr(q, "cf_row_merge<")) != NULL; q++)
+                merges++;
+            for (const char *q = text; (q = strstr(q, "cf_row_reduce<")) != NULL; q++)
+                reduces++;
+            bool global = mode == CF_REDUCE_GLOBAL;
+            if (merges != (global ? cases[i].merges : 0))
+                fprintf(stderr, "merge case %d, mode %d\n", i, mode);
+            CHECK_EQ_INT(global ? cases[i].merges : 0, merges); /* DSMEM modes never merge */
+            CHECK_EQ_INT(global ? cases[i].global_exchanges : 2, merges + reduces);
+            if (global && cf_kernel_compile(k, &err) != CF_OK) {
+                fprintf(stderr, "case %d: %s\n", i, err.msg);
+                CHECK(false);
+            }
+            cf_kernel_free(k);
+        }
+        cf_graph_free(g);
+    }
+}
+
 /* Rows wider than the cluster take the GEMM + row-kernel path, chosen per launch. */
 static void test_wide_rows(void)
 {
@@ -253,5 +306,6 @@ int main(void)
     test_nvrtc();
     test_wide_rows();
     test_single_tile_rows();
+    test_merged_exchanges();
     return tu_finish("test_codegen");
 }

@@ -233,6 +233,154 @@ template <int OP, int RED> __device__ __forceinline__ void cf_global_row_combine
 }
 #endif
 
+/* ---- merged exchanges (CF_RED_GLOBAL; emitted by Ψ's merge rule) ----------------------
+ * mean(x) followed by sum((x - mean)^2), and max(z) followed by sum(exp(z - max)), need one
+ * exchange, not two: each CTA shifts its tile by the tile's own statistic, then (raw
+ * partial of the first reduction, partial of the second) pairs are exchanged once and
+ * folded in rank order -- Chan et al.'s pairwise update for the variance (accurate when
+ * |mean| >> std), the online-softmax rescaling for the exp sums.  The values the next
+ * stage carries on are corrected per row with corr: d + corr, e * corr. */
+__device__ __forceinline__ int cf_tile_cols(const cf_tile &t, int q)  /* valid columns of rank q's tile */
+{
+    return cf_imax(0, cf_imin(CF_BN, t.N - (t.n0 + (q - t.rank) * CF_BN)));
+}
+/* A stable shift for exp: a tile (or row) whose max is -inf shifts by 0. */
+__device__ __forceinline__ float cf_shift_of(float m) { return m == __int_as_float(0xff800000) ? 0.0f : m; }
+
+template <int OP> __device__ __forceinline__ void cf_row_reduce_local(float (&part)[CF_ROWS])
+{
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 1));
+        part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 2));
+    }
+}
+/* The tile's own mean (raw keeps its sum for the exchange). */
+__device__ __forceinline__ void cf_local_mean(const cf_tile &t, float (&stat)[CF_ROWS], float (&raw)[CF_ROWS])
+{
+    cf_row_reduce_local<CF_RED_SUM>(stat);
+    const int n = cf_tile_cols(t, t.rank);
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        raw[s] = stat[s];
+        stat[s] = n > 0 ? stat[s] / (float)n : 0.0f;
+    }
+}
+/* The tile's own max, as a shift (raw keeps the max itself). */
+__device__ __forceinline__ void cf_local_max(float (&stat)[CF_ROWS], float (&raw)[CF_ROWS])
+{
+    cf_row_reduce_local<CF_RED_MAX>(stat);
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        raw[s] = stat[s];
+        stat[s] = cf_shift_of(stat[s]);
+    }
+}
+
+#if CF_RED_GLOBAL
+#define CF_MERGE_VAR 1
+#define CF_MERGE_SOFTMAX 2
+/* Running fold of (raw, part) pairs: VAR keeps (n, mean, M2), SOFTMAX (max, sum). */
+struct cf_fold {
+    float n, a, b;
+};
+template <int KIND> __device__ __forceinline__ cf_fold cf_fold_start()
+{
+    return KIND == CF_MERGE_VAR ? cf_fold{0.0f, 0.0f, 0.0f} : cf_fold{0.0f, __int_as_float(0xff800000), 0.0f};
+}
+template <int KIND> __device__ __forceinline__ cf_fold cf_fold_add(cf_fold f, float n_q, float raw, float part)
+{
+    if (KIND == CF_MERGE_VAR) {            /* raw = sum of the tile, part = sum of (x - its mean)^2 */
+        if (n_q > 0.0f) {
+            const float n = f.n + n_q, delta = raw / n_q - f.a;
+            f.a += delta * (n_q / n);
+            f.b += part + delta * delta * (f.n * n_q / n);
+            f.n = n;
+        }
+    } else {                               /* raw = max of the tile, part = sum of exp(z - shift) */
+        const float m = cf_fmax(f.a, raw), sm = cf_shift_of(m);
+        const float keep = f.b == 0.0f ? 0.0f : f.b * cf_exp(cf_shift_of(f.a) - sm);  /* 0 * inf is no term */
+        const float add = part == 0.0f ? 0.0f : part * cf_exp(cf_shift_of(raw) - sm);
+        f.a = m;
+        f.b = keep + add;
+    }
+    return f;
+}
+template <int KIND, int R1, int R2>
+__device__ __forceinline__ void cf_row_merge(const cf_gemm_args &args, const cf_tile &t, const float (&raw)[CF_ROWS],
+                                             float (&stat)[CF_ROWS], float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
+{
+    cf_row_reduce_local<CF_RED_SUM>(part);
+    const int tiles_m = (t.M + CF_TILE_M - 1) / CF_TILE_M;
+    unsigned long long *s1 = args.xchg + (size_t)(R1 * tiles_m + t.tile_m) * CF_ROW_CTAS * CF_BM;
+    unsigned long long *s2 = args.xchg + (size_t)(R2 * tiles_m + t.tile_m) * CF_ROW_CTAS * CF_BM;
+    const unsigned long long tag = (unsigned long long)t.epoch << 32;
+    if ((t.lane & 3) == 0) {
+#pragma unroll
+        for (int s = 0; s < CF_ROWS; ++s) {
+            cf_st_relaxed_u64(s1 + t.rank * CF_BM + cf_slot_row(t, s), tag | __float_as_uint(raw[s]));
+            cf_st_relaxed_u64(s2 + t.rank * CF_BM + cf_slot_row(t, s), tag | __float_as_uint(part[s]));
+        }
+    }
+    /* as cf_global_row_combine: lane l folds warp row l % RW over its ranks, in rank order */
+    constexpr int RW = 16 * (CF_BM / 64), LPR = 32 / RW;
+    constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
+    constexpr int CHUNK = PER_LANE < 4 ? PER_LANE : 4;
+    const int ri = t.lane % RW, off = 64 * (ri >> 4) + 16 * t.warp + (ri & 15);
+    cf_fold f = cf_fold_start<KIND>();
+#pragma unroll 1
+    for (int c0 = 0; c0 < PER_LANE; c0 += CHUNK) {
+        unsigned long long v1[CHUNK], v2[CHUNK];
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) {
+            const int q = (c0 + c) * LPR + t.lane / RW;
+            v1[c] = q < CF_ROW_CTAS ? cf_ld_relaxed_u64(s1 + q * CF_BM + off) : 0ull;
+            v2[c] = q < CF_ROW_CTAS ? cf_ld_relaxed_u64(s2 + q * CF_BM + off) : 0ull;
+        }
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) {
+            const int q = (c0 + c) * LPR + t.lane / RW;
+            if (q < CF_ROW_CTAS) {
+                while ((unsigned)(v1[c] >> 32) != t.epoch)
+                    v1[c] = cf_ld_relaxed_u64(s1 + q * CF_BM + off);
+                while ((unsigned)(v2[c] >> 32) != t.epoch)
+                    v2[c] = cf_ld_relaxed_u64(s2 + q * CF_BM + off);
+                f = cf_fold_add<KIND>(f, (float)cf_tile_cols(t, q), __uint_as_float((unsigned)v1[c]),
+                                      __uint_as_float((unsigned)v2[c]));
+            }
+        }
+    }
+    if (LPR == 2) {   /* 64-row tiles: two lanes per row; the lower lane's fold is the one used */
+        const float o_n = __shfl_xor_sync(0xffffffffu, f.n, 16), o_a = __shfl_xor_sync(0xffffffffu, f.a, 16);
+        const float o_b = __shfl_xor_sync(0xffffffffu, f.b, 16);
+        if (KIND == CF_MERGE_VAR) {
+            if (o_n > 0.0f) {
+                const float n = f.n + o_n, delta = o_a - f.a;
+                f.a += delta * (o_n / n);
+                f.b += o_b + delta * delta * (f.n * o_n / n);
+                f.n = n;
+            }
+        } else {
+            f = cf_fold_add<KIND>(f, 1.0f, o_a, o_b);
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        const int src = 16 * (s >> 1) + 8 * (s & 1) + (t.lane >> 2);
+        const float a = __shfl_sync(0xffffffffu, f.a, src), b = __shfl_sync(0xffffffffu, f.b, src);
+        if (KIND == CF_MERGE_VAR) {
+            corr[s] = stat[s] - a;             /* x - mean = (x - tile mean) + (tile mean - mean) */
+            stat[s] = a;
+            part[s] = b;                       /* sum of (x - mean)^2 over the row */
+        } else {
+            corr[s] = raw[s] == __int_as_float(0xff800000) ? 0.0f : cf_exp(raw[s] - cf_shift_of(a));
+            stat[s] = a;
+            part[s] = b;                       /* sum of exp(z - max) over the row */
+        }
+    }
+}
+#endif
+
 /* Completes reduction number RED of the tile's epilogue over the whole row (levels 2, 3). */
 template <int OP, int RED> __device__ __forceinline__ void cf_row_reduce(const cf_gemm_args &args, const cf_tile &t,
                                                                          float (&part)[CF_ROWS])

@@ -59,10 +59,8 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_mu_3[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_mu_3[cf_acc_slot(r)], x_2);
         T0[r] = x_2;  /* carried to the next stage */
     }
-    cf_row_reduce<CF_RED_SUM, 0>(args, t, red_mu_3);  /* quad shuffles, then across the row's CTAs */
-    #pragma unroll
-    for (int s = 0; s < CF_ROWS; ++s)
-        red_mu_3[s] = red_mu_3[s] / (float)t.N;
+    float raw_mu_3[CF_ROWS];  /* this tile's own sum, for the merged exchange after the next stage */
+    cf_local_mean(t, red_mu_3, raw_mu_3);  /* quad shuffles; the next stage shifts by this tile's mean */
     /* ---- stage 1 (PostOp of the reduction above): 5 nodes ---- */
     float red_var_8[CF_ROWS];  /* mean over N: thread-local partials per row */
     #pragma unroll
@@ -81,7 +79,8 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_var_8[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_var_8[cf_acc_slot(r)], v7);
         T0[r] = d_6;  /* carried to the next stage */
     }
-    cf_row_reduce<CF_RED_SUM, 1>(args, t, red_var_8);  /* quad shuffles, then across the row's CTAs */
+    float corr_mu_3[CF_ROWS];
+    cf_row_merge<CF_MERGE_VAR, 0, 1>(args, t, raw_mu_3, red_mu_3, red_var_8, corr_mu_3);  /* one exchange: mean and sum of squares */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_var_8[s] = red_var_8[s] / (float)t.N;
@@ -99,7 +98,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
         (void)row;
         (void)col;
-        const float d_9 = T0[r];  /* bypass: d_6, carried from stage 1 */
+        const float d_9 = T0[r] + corr_mu_3[cf_acc_slot(r)];  /* bypass: d_6, corrected to the row's mean */
         const float var_10 = red_var_8[cf_acc_slot(r)];  /* statistic of the previous stage */
         const float v11 = 1e-05f;  /* scalar broadcast */
         const float v12 = (var_10 + v11);
@@ -115,7 +114,8 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_m_21[cf_acc_slot(r)] = cf_red_combine<CF_RED_MAX>(red_m_21[cf_acc_slot(r)], s_20);
         T0[r] = s_20;  /* carried to the next stage */
     }
-    cf_row_reduce<CF_RED_MAX, 2>(args, t, red_m_21);  /* quad shuffles, then across the row's CTAs */
+    float raw_m_21[CF_ROWS];  /* this tile's own max, for the merged exchange after the next stage */
+    cf_local_max(red_m_21, raw_m_21);  /* quad shuffles; the next stage shifts by this tile's max */
     /* ---- stage 3 (PostOp of the reduction above): 5 nodes ---- */
     float red_v26[CF_ROWS];  /* sum over N: thread-local partials per row */
     #pragma unroll
@@ -134,14 +134,15 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_v26[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v26[cf_acc_slot(r)], e_25);
         T0[r] = e_25;  /* carried to the next stage */
     }
-    cf_row_reduce<CF_RED_SUM, 3>(args, t, red_v26);  /* quad shuffles, then across the row's CTAs */
+    float corr_m_21[CF_ROWS];
+    cf_row_merge<CF_MERGE_SOFTMAX, 2, 3>(args, t, raw_m_21, red_m_21, red_v26, corr_m_21);  /* one exchange: max and sum of exps */
     /* ---- stage 4 (PostOp of the reduction above): 4 nodes ---- */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
         (void)row;
         (void)col;
-        const float e_27 = T0[r];  /* bypass: e_25, carried from stage 3 */
+        const float e_27 = T0[r] * corr_m_21[cf_acc_slot(r)];  /* bypass: e_25, corrected to the row's max */
         const float v28 = red_v26[cf_acc_slot(r)];  /* statistic of the previous stage */
         const float Y_29 = (e_27 * (1.0f / v28));
         T0[r] = Y_29;  /* kept for the store */
