@@ -160,8 +160,9 @@ static void test_nvrtc(void)
         {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER}, "mapa"},
         {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER}, "shfl.sync.bfly"},
         /* through L2: (partial, epoch) pairs with coherent 64-bit loads and stores */
-        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL}, "ld.relaxed.gpu.global.u64"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL}, "st.relaxed.gpu.global.u64"},
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL}, "ld.relaxed.gpu.global.v2.u64"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL}, "st.relaxed.gpu.global.v2.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL}, "ld.relaxed.gpu.global.u64"},
         {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL}, "atom.global.add"},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {

@@ -178,7 +178,7 @@ __device__ __forceinline__ void cf_reduce_init()
  * No cluster: the CF_ROW_CTAS CTAs of a row group are ordinary CTAs of a cooperative launch
  * (so all are resident and a wait always ends), scheduled on the same row block at the same
  * time.  Reduction RED of row tile tm has its own slots in args.xchg:
- *     xchg[((RED * tiles_m + tm) * CF_ROW_CTAS + rank) * CF_BM + row]
+ *     xchg[((tm * CF_NUM_RED + RED) * CF_ROW_CTAS + rank) * CF_BM + row]
  * each an 8-byte (partial, epoch) pair written with one store, so a reader that sees this
  * launch's epoch sees the partial too: no fences, flags or atomics on the critical path.
  * Every slot is written once per launch and the epoch differs between launches, so no
@@ -189,8 +189,7 @@ template <int OP, int RED> __device__ __forceinline__ void cf_global_row_combine
                                                                                const cf_tile &t,
                                                                                float (&part)[CF_ROWS])
 {
-    const int tiles_m = (t.M + CF_TILE_M - 1) / CF_TILE_M;
-    unsigned long long *slots = args.xchg + (size_t)(RED * tiles_m + t.tile_m) * CF_ROW_CTAS * CF_BM;
+    unsigned long long *slots = args.xchg + ((size_t)t.tile_m * CF_NUM_RED + RED) * CF_ROW_CTAS * CF_BM;
     if ((t.lane & 3) == 0) {
 #pragma unroll
         for (int s = 0; s < CF_ROWS; ++s)
@@ -310,22 +309,21 @@ template <int KIND, int R1, int R2>
 __device__ __forceinline__ void cf_row_merge(const cf_gemm_args &args, const cf_tile &t, const float (&raw)[CF_ROWS],
                                              float (&stat)[CF_ROWS], float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
 {
+    static_assert(R2 == R1 + 1, "a merged exchange takes two consecutive slot regions");
     cf_row_reduce_local<CF_RED_SUM>(part);
-    const int tiles_m = (t.M + CF_TILE_M - 1) / CF_TILE_M;
-    unsigned long long *s1 = args.xchg + (size_t)(R1 * tiles_m + t.tile_m) * CF_ROW_CTAS * CF_BM;
-    unsigned long long *s2 = args.xchg + (size_t)(R2 * tiles_m + t.tile_m) * CF_ROW_CTAS * CF_BM;
+    /* the two regions of R1, R2 hold one 16-byte (raw, part) pair per [rank][row]: one load each */
+    unsigned long long *pairs = args.xchg + ((size_t)t.tile_m * CF_NUM_RED + R1) * CF_ROW_CTAS * CF_BM;
     const unsigned long long tag = (unsigned long long)t.epoch << 32;
     if ((t.lane & 3) == 0) {
 #pragma unroll
-        for (int s = 0; s < CF_ROWS; ++s) {
-            cf_st_relaxed_u64(s1 + t.rank * CF_BM + cf_slot_row(t, s), tag | __float_as_uint(raw[s]));
-            cf_st_relaxed_u64(s2 + t.rank * CF_BM + cf_slot_row(t, s), tag | __float_as_uint(part[s]));
-        }
+        for (int s = 0; s < CF_ROWS; ++s)
+            cf_st_relaxed_u64x2(pairs + 2 * (t.rank * CF_BM + cf_slot_row(t, s)), tag | __float_as_uint(raw[s]),
+                                tag | __float_as_uint(part[s]));
     }
     /* as cf_global_row_combine: lane l folds warp row l % RW over its ranks, in rank order */
     constexpr int RW = 16 * (CF_BM / 64), LPR = 32 / RW;
     constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
-    constexpr int CHUNK = PER_LANE < 4 ? PER_LANE : 4;
+    constexpr int CHUNK = PER_LANE < 8 ? PER_LANE : 8;
     const int ri = t.lane % RW, off = 64 * (ri >> 4) + 16 * t.warp + (ri & 15);
     cf_fold f = cf_fold_start<KIND>();
 #pragma unroll 1
@@ -334,17 +332,16 @@ __device__ __forceinline__ void cf_row_merge(const cf_gemm_args &args, const cf_
 #pragma unroll
         for (int c = 0; c < CHUNK; ++c) {
             const int q = (c0 + c) * LPR + t.lane / RW;
-            v1[c] = q < CF_ROW_CTAS ? cf_ld_relaxed_u64(s1 + q * CF_BM + off) : 0ull;
-            v2[c] = q < CF_ROW_CTAS ? cf_ld_relaxed_u64(s2 + q * CF_BM + off) : 0ull;
+            v1[c] = v2[c] = 0ull;
+            if (q < CF_ROW_CTAS)
+                cf_ld_relaxed_u64x2(pairs + 2 * (q * CF_BM + off), v1[c], v2[c]);
         }
 #pragma unroll
         for (int c = 0; c < CHUNK; ++c) {
             const int q = (c0 + c) * LPR + t.lane / RW;
             if (q < CF_ROW_CTAS) {
-                while ((unsigned)(v1[c] >> 32) != t.epoch)
-                    v1[c] = cf_ld_relaxed_u64(s1 + q * CF_BM + off);
-                while ((unsigned)(v2[c] >> 32) != t.epoch)
-                    v2[c] = cf_ld_relaxed_u64(s2 + q * CF_BM + off);
+                while ((unsigned)(v1[c] >> 32) != t.epoch || (unsigned)(v2[c] >> 32) != t.epoch)
+                    cf_ld_relaxed_u64x2(pairs + 2 * (q * CF_BM + off), v1[c], v2[c]);
                 f = cf_fold_add<KIND>(f, (float)cf_tile_cols(t, q), __uint_as_float((unsigned)v1[c]),
                                       __uint_as_float((unsigned)v2[c]));
             }

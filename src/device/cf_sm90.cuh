@@ -297,6 +297,14 @@ __device__ __forceinline__ unsigned long long cf_ld_relaxed_u64(const unsigned l
 __device__ __forceinline__ void cf_st_relaxed_u64(unsigned long long *p, unsigned long long v) {
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
 }
+/* Two 8-byte elements in one 16-byte access; each element is single-copy atomic on its own. */
+__device__ __forceinline__ void cf_ld_relaxed_u64x2(const unsigned long long *p, unsigned long long &a,
+                                                    unsigned long long &b) {
+    asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+__device__ __forceinline__ void cf_st_relaxed_u64x2(unsigned long long *p, unsigned long long a, unsigned long long b) {
+    asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};" :: "l"(p), "l"(a), "l"(b) : "memory");
+}
 
 /* ---- accumulator layout (wgmma m64nNk16, fp32 D) --------------------------------------
  * acc[r]: m64 sub-tile mt = r / (CF_BN/2), i = r % (CF_BN/2):
