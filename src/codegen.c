@@ -486,8 +486,12 @@ static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **
 {
     const cf_ir_spec *q = sp->post;
     const cf_ir_node *r1 = sp->terminal, *r2 = q ? q->terminal : NULL, *stat = NULL, *d = NULL, *u = NULL;
-    if (!c->opt->red_global || c->opt->row_ctas < 2 || !r1 || r1->kind != CF_IR_REDUCE || !r2 ||
-        r2->kind != CF_IR_REDUCE)
+    /* Merged, each lane loads a 16-byte pair per CTA of the row; measured (perf-notes
+     * v8), that wins while all of a row's pairs come in one round of 8 loads (rows of
+     * up to 8 CTAs with 128-row tiles) and loses beyond, so larger groups keep two. */
+    const int pairs_per_lane = c->opt->row_ctas * c->opt->bm / 128;
+    if (!c->opt->red_global || c->opt->row_ctas < 2 || pairs_per_lane > 8 || !r1 || r1->kind != CF_IR_REDUCE ||
+        !r2 || r2->kind != CF_IR_REDUCE)
         return MERGE_NONE;
     for (int i = 0; i < q->n_nodes; i++)
         if (q->nodes[i]->kind == CF_IR_PLACEHOLDER && q->nodes[i]->is_stat && q->nodes[i]->ref == r1)
