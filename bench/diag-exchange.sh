@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# L2 latency or waiting for peers?  sum_only with: the real exchange; every CTA reading only
-# its own slot (same stores, loads, L2 round trip; no waiting for peers); no exchange.
-cd "$(dirname "$0")"
+# What a row exchange through L2 costs, split in two (docs/perf-notes.md v8): each spec
+# timed beside cuBLASLt with
+#   real       the exchange as built;
+#   self-only  every CTA reads back only its own slot: the same stores, loads and L2
+#              round trip, but no waiting for the row's other CTAs (wrong results);
+#   none       no exchange at all (wrong results).
+# real - self-only = waiting for the slowest CTA of the row; self-only - none = L2 latency.
+cd "$(dirname "$0")/.."
 export CF_CACHE_DIR=$(mktemp -d)
 make -j16 all >/dev/null || exit 1
 mk() {  # $1: python replacement mode
@@ -28,7 +33,7 @@ PY
 b_self=$(mk self); b_none=$(mk none)
 for shape in M=16384,N=1024,K=1024 M=4096,N=2048,K=512 M=16384,N=2048,K=1024; do
   for b in build $b_self $b_none; do
-    for spec in diagspecs/sum_only.cf examples/gemm_rmsnorm.cf; do
+    for spec in bench/specs/sum_only.cf examples/gemm_rmsnorm.cf; do
       tag=$([ $b = build ] && echo real || ([ $b = $b_self ] && echo self-only || echo none))
       timeout 60 $b/comfuse bench --iters 60 --shape "$shape" $spec 2>&1 | awk -F'\t' -v s="$tag $(basename $spec)" -v sh="$shape" '/^BENCH/ { printf "%-26s %-22s ratio %.3f\n", s, sh, $4 / $5 }'
     done
