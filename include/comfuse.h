@@ -267,6 +267,13 @@ typedef struct cf_launch_args {
 /* Checks the shapes and alignments against what the kernel and TMA can take
  * (CF_ERR_ALIGNMENT / CF_ERR_SHAPE naming the constraint), then launches.
  * The first launch loads the module (needs a GPU: CF_ERR_NO_DEVICE). */
+/* With reductions through L2 (CF_REDUCE_GLOBAL) the launch is cooperative
+ * (every CTA resident at once) and uses the kernel object's exchange slots,
+ * allocated on the first launch: launches of one kernel object must not
+ * overlap in time (use one object per concurrent stream, as with a cuBLAS
+ * workspace).  The epoch that tags the slots lives on the device, so CUDA-graph
+ * replays are correct; capture after one launch at the largest M, since the
+ * slots are allocated (and grown) by a launch. */
 CF_API cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err);
 CF_API void cf_kernel_free(cf_kernel *k);
 
