@@ -124,9 +124,6 @@
 #ifndef CF_MULTICAST
 #define CF_MULTICAST (CF_CLUSTER_N > 1)
 #endif
-#ifndef CF_MMA_INFLIGHT
-#define CF_MMA_INFLIGHT 1                          /* k-blocks of wgmma left in flight per wait */
-#endif
 #ifndef CF_REG_PRODUCER
 #define CF_REG_PRODUCER 40
 #endif
@@ -796,7 +793,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             const int pos = i * nkb;
             int stage = pos % CF_STAGES;
             unsigned phase = (unsigned)(pos / CF_STAGES) & 1u;
-            int held[CF_MMA_INFLIGHT] = {};   /* stages whose wgmma may still be reading them */
+            int prev_stage = 0;
 #if CF_PINGPONG
             if (i >= 2 || w == 1) cf_named_bar_sync(CF_BAR_ORDER0 + w, 256);   /* my turn for the tensor cores */
 #endif
@@ -821,21 +818,16 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
                     }
                 }
                 cf_wgmma_commit();
-                cf_wgmma_wait<CF_MMA_INFLIGHT>();
-                /* the k-block CF_MMA_INFLIGHT back has finished reading its stage */
-                if (kb >= CF_MMA_INFLIGHT) cf_release_stage(bar_empty + 8 * held[0], t.lane);
-#pragma unroll
-                for (int h = 0; h + 1 < CF_MMA_INFLIGHT; ++h) held[h] = held[h + 1];
-                held[CF_MMA_INFLIGHT - 1] = stage;
+                cf_wgmma_wait<1>();
+                if (kb > 0) cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
+                prev_stage = stage;
                 if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
             }
 #if CF_PINGPONG
             if (i + 1 < my_n) cf_named_bar_arrive(CF_BAR_ORDER0 + (1 - w), 256);   /* other WG's turn */
 #endif
             cf_wgmma_wait<0>();
-#pragma unroll
-            for (int h = 0; h < CF_MMA_INFLIGHT; ++h)   /* the last min(nkb, INFLIGHT) stages */
-                if (h >= CF_MMA_INFLIGHT - nkb) cf_release_stage(bar_empty + 8 * held[h], t.lane);
+            cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
             cf_fence_operand<CF_ACC_REGS>(acc);
             t.tile_m = tm; t.tile_n = tn;
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
