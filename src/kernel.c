@@ -309,8 +309,9 @@ static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_error *err)
     size_t bytes = (size_t)k->info[INFO_NUM_RED] * (size_t)tiles_m * (size_t)k->info[INFO_ROW_CTAS] *
                    (size_t)k->info[INFO_BM] * 8;
     if (bytes > k->xchg_bytes) {
-        if (k->xchg)
-            cf_rt_free(k->xchg, NULL);
+        /* an earlier launch may still be reading the old slots */
+        if (k->xchg && ((st = cf_rt_ctx_sync(err)) != CF_OK || (st = cf_rt_free(k->xchg, err)) != CF_OK))
+            return st;
         k->xchg = 0;
         k->xchg_bytes = 0;
         if ((st = cf_rt_malloc(&k->xchg, bytes, err)) != CF_OK)
