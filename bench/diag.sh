@@ -22,5 +22,5 @@ for spec in examples/gemm.cf examples/gemm_rmsnorm.cf examples/gemm_bias_ln.cf e
     one $spec M=131072,N=128,K=1024
     one $spec M=16384,N=1024,K=1024
 done
-one examples/gemm_bias_ln.cf M=16384,N=1024,K=1024 --block-m 128 --block-n 128 --cluster 8 --stages 5
+one examples/gemm_bias_ln.cf M=16384,N=1024,K=1024 --block-m 128 --block-n 128 --cluster 8 --stages 4 --reduce-mode peer
 one examples/gemm_bias_ln.cf M=16384,N=1024,K=1024 --block-m 128 --block-n 128 --cluster 8 --stages 4 --reduce-mode leader

@@ -292,6 +292,51 @@ static void test_merged_exchanges(void)
     }
 }
 
+/* Default kernel shapes: reductions go through L2 with a row group covering N
+ * (up to 64 CTAs); asking for a DSMEM mode keeps a row inside a hardware
+ * cluster of at most 16 CTAs and leaves room for its buffers (4 stages). */
+static void test_default_options(void)
+{
+    cf_graph *ln = parse("examples/gemm_bias_ln.cf"), *gelu = parse("examples/gemm_bias_gelu.cf");
+    if (!ln || !gelu)
+        goto done;
+    cf_options o = cf_options_for(ln, 16384, 1024, 1024);
+    CHECK_EQ_INT(CF_REDUCE_GLOBAL, o.reduce_mode);
+    CHECK_EQ_INT(8, o.cluster_n);
+    CHECK_EQ_INT(6, o.stages);
+    CHECK_EQ_INT(128, o.block_n);
+    CHECK_EQ_INT(32, cf_options_for(ln, 8192, 4096, 4096).cluster_n);
+    CHECK_EQ_INT(64, cf_options_for(ln, 64, 30000, 256).cluster_n); /* wider rows: the wide path */
+    CHECK_EQ_INT(1, cf_options_for(gelu, 16384, 1024, 1024).cluster_n);
+
+    cf_options peer = {.reduce_mode = CF_REDUCE_PEER};
+    cf_options_fill(&peer, cf_options_for(ln, 16384, 1024, 1024));
+    CHECK_EQ_INT(4, peer.stages);
+    CHECK_EQ_INT(8, peer.cluster_n);
+    CHECK_EQ_INT(128, peer.block_n);
+    cf_options leader = {.reduce_mode = CF_REDUCE_LEADER};
+    cf_options_fill(&leader, cf_options_for(ln, 8192, 4096, 4096));
+    CHECK_EQ_INT(16, leader.cluster_n); /* 64x256 tiles: 16 x 256 columns */
+    CHECK_EQ_INT(256, leader.block_n);
+    CHECK_EQ_INT(64, leader.block_m);
+    cf_options mine = {.block_m = 128, .block_n = 128, .stages = 5, .reduce_mode = CF_REDUCE_PEER};
+    cf_options_fill(&mine, cf_options_for(ln, 16384, 1024, 1024));
+    CHECK_EQ_INT(5, mine.stages); /* what the caller set stays */
+
+    /* a DSMEM cluster of 32 does not exist; through L2 a row group of 32 does */
+    cf_kernel *k = NULL;
+    cf_error err;
+    cf_options bad = {128, 128, 4, 32, CF_REDUCE_PEER};
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(ln, &bad, "ln", &k, &err));
+    CHECK_CONTAINS(err.msg, "cluster_n 32");
+    cf_options good = {128, 128, 6, 32, CF_REDUCE_GLOBAL};
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(ln, &good, "ln", &k, &err));
+    cf_kernel_free(k);
+done:
+    cf_graph_free(ln);
+    cf_graph_free(gelu);
+}
+
 /* Rows wider than the cluster take the GEMM + row-kernel path, chosen per launch. */
 static void test_wide_rows(void)
 {
@@ -325,5 +370,6 @@ int main(void)
     test_wide_rows();
     test_single_tile_rows();
     test_merged_exchanges();
+    test_default_options();
     return tu_finish("test_codegen");
 }
