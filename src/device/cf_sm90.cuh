@@ -11,6 +11,8 @@
  *     #define CF_BN 128          // columns of the tile (64, 128, 192, 256)
  *     #define CF_STAGES 5        // smem ring depth
  *     #define CF_CLUSTER_N 1     // CTAs per cluster along N (1,2,4,8); launch with the same cluster dims
+ *     // optional for row reductions: CF_ROW_CTAS (CTAs per row block, a multiple of CF_CLUSTER_N),
+ *     //   CF_RED_GLOBAL (exchange through L2; launch cooperatively), CF_NUM_RED (see cf_reduce.cuh)
  *     #define CF_B_NK 0          // 0: weight is [K,N] row-major; 1: weight is [N,K] row-major (nn.Linear)
  *     #define CF_IN_F16 0        // 1: operands are f16 instead of bf16
  *     #define CF_NUM_OUT 1       // number of TMA-stored outputs
@@ -42,14 +44,15 @@
  *     [w*CF_BM, (w+1)*CF_BM).  Scheduler tile = 2*CF_BM x CF_BN.
  * Either way cf_epilogue is called once per (WG, tile) with a CF_BM x CF_BN accumulator block
  * whose origin is (t.m0, t.n0).
- * Persistent scheduler: gridDim.x CTAs (a multiple of CF_CLUSTER_N, host-chosen, e.g. from
- * cuOccupancyMaxActiveClusters).  "Cluster tiles" = tiles_m x ceil(tiles_n / CF_CLUSTER_N); cluster c
- * (= blockIdx.x / CF_CLUSTER_N) takes cluster tiles c, c + nclusters, ... ; CTA rank r of the cluster
- * takes column tile  g*CF_CLUSTER_N + r  of cluster-tile column group g (all CTAs of a cluster are on
- * the SAME row block at the same time, in lock step: same tile count, same k-loop).  Column tiles
- * past tiles_n (when tiles_n % CF_CLUSTER_N != 0) are still "computed" (TMA zero fill) and their
- * stores are skipped: t.n0 >= t.N tells the epilogue.  Cluster-tile order is grouped by CF_GROUP_M
- * row blocks (L2 reuse): inside a group the row index runs fastest.
+ * Persistent scheduler: gridDim.x CTAs (a multiple of CF_ROW_CTAS, host-chosen from
+ * cuOccupancyMaxActiveClusters).  A row group is CF_ROW_CTAS consecutive CTAs (whole clusters; by
+ * default CF_ROW_CTAS == CF_CLUSTER_N).  "Row-group tiles" = tiles_m x ceil(tiles_n / CF_ROW_CTAS);
+ * group c (= blockIdx.x / CF_ROW_CTAS) takes row-group tiles c, c + ngroups, ... ; the CTA of rank r
+ * (= blockIdx.x % CF_ROW_CTAS) takes column tile  g*CF_ROW_CTAS + r  of column group g (all CTAs of
+ * a group are on the SAME row block at the same time, in lock step: same tile count, same k-loop).
+ * Column tiles past tiles_n (when tiles_n % CF_ROW_CTAS != 0) are still "computed" (TMA zero fill)
+ * and their stores are skipped: t.n0 >= t.N tells the epilogue.  Row-group-tile order is grouped by
+ * CF_GROUP_M row blocks (L2 reuse): inside a group the row index runs fastest.
  * Ragged M/N/K: TMA zero-fills out-of-bounds loads; TMA stores clip.  Requirements: K >= 1,
  * K*2 and N*2 (row pitches) multiples of 16 bytes, i.e. K % 8 == 0 and N % 8 == 0, base pointers
  * 16-byte aligned, output ld*elem_size a multiple of 16. 
