@@ -317,9 +317,7 @@ static int emit_unfused(const cf_graph *g, const cli_opts *o)
     return exit_code(st);
 }
 
-/* The resources of the kernel Ψ makes for the spec (NVRTC; no GPU). */
-/* "cluster 1x1, rows over 8 CTAs through L2", for explain and compile. */
-static const char *layout_text(const cf_resources *r, char *buf, size_t n)
+const char *cli_layout_text(const cf_resources *r, char *buf, size_t n)
 {
     static const char *const how[] = {"", "DSMEM peer-to-peer", "DSMEM via rank 0", "L2"};
     int len = snprintf(buf, n, "cluster %dx1", r->cluster_n);
@@ -329,6 +327,7 @@ static const char *layout_text(const cf_resources *r, char *buf, size_t n)
     return buf;
 }
 
+/* The resources of the kernel Ψ makes for the spec (NVRTC; no GPU). */
 static void print_resources(const cli_opts *o, const cf_graph *g)
 {
     cf_kernel *k = NULL;
@@ -345,7 +344,7 @@ static void print_resources(const cli_opts *o, const cf_graph *g)
         char lay[128];
         printf("fused kernel (%s): tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n",
                o->have_shape ? o->shape_text : "no --shape: default options", r.block_m, r.block_n, r.stages,
-               layout_text(&r, lay, sizeof lay), r.threads);
+               cli_layout_text(&r, lay, sizeof lay), r.threads);
         printf("  registers %d/thread at launch (the consumer warpgroups raise theirs with setmaxnreg), "
                "spills %d bytes\n", r.registers, r.spill_bytes);
         printf("  shared memory %d bytes dynamic (operand ring, output staging, barriers) + %d static "
@@ -427,7 +426,7 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
                r.compile_ms);
         char lay[128];
         printf("  tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n", r.block_m, r.block_n, r.stages,
-               layout_text(&r, lay, sizeof lay), r.threads);
+               cli_layout_text(&r, lay, sizeof lay), r.threads);
         printf("  registers %d/thread, spills %d bytes, dynamic shared memory %d bytes\n", r.registers,
                r.spill_bytes, r.smem_bytes);
         printf("  cubin: %s\n", r.cache_path[0] ? r.cache_path : "(not cached)");

@@ -23,5 +23,7 @@ typedef struct cli_opts {
  * fused kernel cannot take yet still runs on the unfused path. */
 int cli_run(const cf_graph *g, const cli_opts *o);
 int cli_bench(const cf_graph *g, const cli_opts *o);
+/* "cluster 1x1, row reductions over 8 CTAs through L2": a kernel's CTA layout. */
+const char *cli_layout_text(const cf_resources *r, char *buf, size_t n);
 
 #endif

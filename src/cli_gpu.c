@@ -649,10 +649,11 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
                    bytes / t_fused / 1e6, t_fused / t_cublas, t_fused / floor_ms);
             snprintf(fused_col, sizeof fused_col, "%.5f", t_fused);
             cf_resources r;
+            char lay[128];
             if (cf_kernel_resources(k, &r, NULL) == CF_OK)
-                printf("  %-22s %dx%d tiles, %d stages, cluster %d, row CTAs %d (mode %d), %d regs, %d+%d B smem, %d CTAs resident\n",
-                       "  fused kernel:", r.block_m, r.block_n, r.stages, r.cluster_n, r.row_ctas, r.reduce_mode, r.registers, r.smem_bytes,
-                       r.static_smem_bytes, r.resident_ctas);
+                printf("  %-22s %dx%d tiles, %d stages, %s, %d regs, %d+%d B smem, %d CTAs resident\n",
+                       "  fused kernel:", r.block_m, r.block_n, r.stages, cli_layout_text(&r, lay, sizeof lay),
+                       r.registers, r.smem_bytes, r.static_smem_bytes, r.resident_ctas);
         } else {
             printf("  %-22s %s (%s)\n", "comfuse fused", fused_failed ? "FAILED" : "not available", no_fused.text);
         }

@@ -144,7 +144,8 @@ typedef struct cg_ctx {
                                       this carried value (merged exchange), else NULL */
     int merge_next;      /* the stage being emitted starts a merged exchange (MERGE_*) */
     int merge_prev;      /* ... ends the one its predecessor started                */
-    int merge_index;     /* exchange slots of that predecessor's reduction          */
+    const cf_ir_node *merge_r1; /* that predecessor's reduction, and its exchange slots */
+    int merge_index;
 } cg_ctx;
 
 enum { MERGE_NONE, MERGE_VAR, MERGE_SOFTMAX };
@@ -595,15 +596,12 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         line(c, "%s(%sred_%s, raw_%s);  /* quad shuffles; the next stage shifts by this tile's %s */",
              c->merge_next == MERGE_VAR ? "cf_local_mean" : "cf_local_max", c->merge_next == MERGE_VAR ? "t, " : "",
              id, id, c->merge_next == MERGE_VAR ? "mean" : "max");
+        c->merge_r1 = red;
         c->merge_index = c->n_red++;
     } else if (red && c->merge_prev) {
-        const cf_ir_node *r1 = NULL;
-        for (int i = 0; i < sp->n_nodes; i++)
-            if (sp->nodes[i]->kind == CF_IR_PLACEHOLDER && sp->nodes[i]->is_stat)
-                r1 = sp->nodes[i]->ref;
         char id1[96];
         ident(red, id, sizeof id);
-        ident(r1, id1, sizeof id1);
+        ident(c->merge_r1, id1, sizeof id1);
         line(c, "float corr_%s[CF_ROWS];", id1);
         line(c, "cf_row_merge<%s, %d, %d>(args, t, raw_%s, red_%s, red_%s, corr_%s);  /* one exchange: %s */",
              c->merge_prev == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1,

@@ -141,7 +141,8 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     cf_status st;
     const cf_options *o = &k->opt;
     /* A row inside one tile needs no exchange at all, so no L2 slots either. */
-    const bool global = o->reduce_mode == CF_REDUCE_GLOBAL && has_reductions(g) && o->cluster_n > 1;
+    const bool reduces = has_reductions(g);
+    const bool global = o->reduce_mode == CF_REDUCE_GLOBAL && reduces && o->cluster_n > 1;
     if (o->block_m != 64 && o->block_m != 128)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "block_m %d: must be 64 or 128", o->block_m);
     else if (o->block_n != 64 && o->block_n != 128 && o->block_n != 192 && o->block_n != 256)
@@ -157,7 +158,7 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "reduce_mode %d: unknown", o->reduce_mode);
     else if (o->cluster_n < 1 || o->cluster_n > (global ? 64 : 16) || (o->cluster_n & (o->cluster_n - 1)))
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cluster_n %d: must be 1, 2, 4, 8 or 16%s",
-                       o->cluster_n, has_reductions(g) ? " (32 or 64 with reduce mode global)" : "");
+                       o->cluster_n, reduces ? " (32 or 64 with reduce mode global)" : "");
     else
         st = cf_lower(g, &k->ir, err);
     if (st == CF_OK) {
@@ -498,7 +499,7 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
                          k->max_clusters * cl);
     if (groups > group_tiles)
         groups = group_tiles;
-    bool global = k->info[INFO_RED_GLOBAL] && rc > 1;
+    bool global = k->info[INFO_RED_GLOBAL]; /* emitted only for row groups of 2 or more */
     if (global && (st = prepare_exchange(k, tiles_m, err)) != CF_OK)
         return st;
     uint64_t xptr[2] = {global ? k->xchg : 0, global ? k->xsync : 0};
