@@ -184,53 +184,6 @@ __device__ __forceinline__ void cf_reduce_init()
  * Every slot is written once per launch and the epoch differs between launches, so no
  * slot is ever reset.  Each row's total is folded in rank order by one lane (two for
  * 64-row tiles), the same in every CTA, so all get bit-identical statistics. */
-#if CF_RED_GLOBAL
-template <int OP, int RED> __device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args,
-                                                                               const cf_tile &t,
-                                                                               float (&part)[CF_ROWS])
-{
-    unsigned long long *slots = args.xchg + ((size_t)t.tile_m * CF_NUM_RED + RED) * CF_ROW_CTAS * CF_BM;
-    if ((t.lane & 3) == 0) {
-#pragma unroll
-        for (int s = 0; s < CF_ROWS; ++s)
-            cf_st_relaxed_u64(slots + t.rank * CF_BM + cf_slot_row(t, s),
-                              (unsigned long long)t.epoch << 32 | __float_as_uint(part[s]));
-    }
-    /* Gather: lane l of the warp totals warp row ri = l % RW over ranks l / RW, + LPR, ...
-     * (coalesced: a rank's rows are contiguous), CHUNK loads in flight at a time. */
-    constexpr int RW = 16 * (CF_BM / 64);   /* rows of the tile held by one warp */
-    constexpr int LPR = 32 / RW;            /* lanes per row */
-    constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
-    constexpr int CHUNK = PER_LANE < 8 ? PER_LANE : 8;
-    const int ri = t.lane % RW;
-    const unsigned long long *mine = slots + 64 * (ri >> 4) + 16 * t.warp + (ri & 15);
-    float total = cf_red_identity<OP>();
-#pragma unroll 1
-    for (int c0 = 0; c0 < PER_LANE; c0 += CHUNK) {
-        unsigned long long v[CHUNK];
-#pragma unroll
-        for (int c = 0; c < CHUNK; ++c) {
-            const int q = (c0 + c) * LPR + t.lane / RW;
-            v[c] = q < CF_ROW_CTAS ? cf_ld_relaxed_u64(mine + q * CF_BM) : 0ull;
-        }
-#pragma unroll
-        for (int c = 0; c < CHUNK; ++c) {
-            const int q = (c0 + c) * LPR + t.lane / RW;
-            if (q < CF_ROW_CTAS) {
-                while ((unsigned)(v[c] >> 32) != t.epoch) /* that CTA has not got there yet; */
-                    v[c] = cf_ld_relaxed_u64(mine + q * CF_BM);  /* a nanosleep here cost 5-10 % */
-                total = cf_red_combine<OP>(total, __uint_as_float((unsigned)v[c]));
-            }
-        }
-    }
-    if (LPR == 2)
-        total = cf_red_combine<OP>(total, __shfl_xor_sync(0xffffffffu, total, 16));
-    /* slot s of this thread is warp row 16 (s >> 1) + 8 (s & 1) + lane / 4 */
-#pragma unroll
-    for (int s = 0; s < CF_ROWS; ++s)
-        part[s] = __shfl_sync(0xffffffffu, total, 16 * (s >> 1) + 8 * (s & 1) + (t.lane >> 2));
-}
-#endif
 
 /* ---- merged exchanges (CF_RED_GLOBAL; emitted by Ψ's merge rule) ----------------------
  * mean(x) followed by sum((x - mean)^2), and max(z) followed by sum(exp(z - max)), need one
@@ -277,103 +230,151 @@ __device__ __forceinline__ void cf_local_max(float (&stat)[CF_ROWS], float (&raw
 }
 
 #if CF_RED_GLOBAL
-#define CF_MERGE_VAR 1
-#define CF_MERGE_SOFTMAX 2
-/* Running fold of (raw, part) pairs: VAR keeps (n, mean, M2), SOFTMAX (max, sum). */
+#define CF_MERGE_VAR 8      /* fold kinds besides CF_RED_SUM / MAX / MIN: the merged pairs */
+#define CF_MERGE_SOFTMAX 9
+/* A running fold over the row's ranks: one partial per rank (a = the combined value), or
+ * (raw, part) pairs -- VAR keeps (n, mean, M2), SOFTMAX (max, sum of exp(z - shift(max))). */
 struct cf_fold {
     float n, a, b;
 };
 template <int KIND> __device__ __forceinline__ cf_fold cf_fold_start()
 {
-    return KIND == CF_MERGE_VAR ? cf_fold{0.0f, 0.0f, 0.0f} : cf_fold{0.0f, __int_as_float(0xff800000), 0.0f};
+    return KIND == CF_MERGE_VAR ? cf_fold{0.0f, 0.0f, 0.0f}
+           : KIND == CF_MERGE_SOFTMAX ? cf_fold{0.0f, __int_as_float(0xff800000), 0.0f}
+                                      : cf_fold{0.0f, cf_red_identity<KIND>(), 0.0f};
 }
-template <int KIND> __device__ __forceinline__ cf_fold cf_fold_add(cf_fold f, float n_q, float raw, float part)
+/* Adds rank q's words: n_q valid columns, w0 (the partial, or raw) and w1 (part). */
+template <int KIND> __device__ __forceinline__ cf_fold cf_fold_add(cf_fold f, float n_q, float w0, float w1)
 {
-    if (KIND == CF_MERGE_VAR) {            /* raw = sum of the tile, part = sum of (x - its mean)^2 */
+    if (KIND == CF_MERGE_VAR) {            /* w0 = sum of the tile, w1 = sum of (x - its mean)^2 */
         if (n_q > 0.0f) {
-            const float n = f.n + n_q, delta = raw / n_q - f.a;
+            const float n = f.n + n_q, delta = w0 / n_q - f.a;
             f.a += delta * (n_q / n);
-            f.b += part + delta * delta * (f.n * n_q / n);
+            f.b += w1 + delta * delta * (f.n * n_q / n);
             f.n = n;
         }
-    } else {                               /* raw = max of the tile, part = sum of exp(z - shift) */
-        const float m = cf_fmax(f.a, raw), sm = cf_shift_of(m);
+    } else if (KIND == CF_MERGE_SOFTMAX) { /* w0 = max of the tile, w1 = sum of exp(z - shift) */
+        const float m = cf_fmax(f.a, w0), sm = cf_shift_of(m);
         const float keep = f.b == 0.0f ? 0.0f : f.b * cf_exp(cf_shift_of(f.a) - sm);  /* 0 * inf is no term */
-        const float add = part == 0.0f ? 0.0f : part * cf_exp(cf_shift_of(raw) - sm);
+        const float add = w1 == 0.0f ? 0.0f : w1 * cf_exp(cf_shift_of(w0) - sm);
         f.a = m;
         f.b = keep + add;
+    } else {
+        f.a = cf_red_combine<KIND>(f.a, w0);
     }
     return f;
 }
+/* Joins the fold of another lane (disjoint ranks) into f. */
+template <int KIND> __device__ __forceinline__ cf_fold cf_fold_join(cf_fold f, cf_fold o)
+{
+    if (KIND != CF_MERGE_VAR)
+        return KIND == CF_MERGE_SOFTMAX ? cf_fold_add<KIND>(f, 1.0f, o.a, o.b) : cf_fold_add<KIND>(f, 0.0f, o.a, 0.0f);
+    if (o.n > 0.0f) {
+        const float n = f.n + o.n, delta = o.a - f.a;
+        f.a += delta * (o.n / n);
+        f.b += o.b + delta * delta * (f.n * o.n / n);
+        f.n = n;
+    }
+    return f;
+}
+
+/* Reduction RED's slots of this row tile: WORDS 8-byte (value, epoch) words per [rank][row]. */
+template <int RED, int WORDS> __device__ __forceinline__ unsigned long long *cf_xchg_slots(const cf_gemm_args &args,
+                                                                                        const cf_tile &t)
+{
+    static_assert(WORDS == 1 || WORDS == 2, "one partial, or a pair taking two slot regions");
+    return args.xchg + ((size_t)t.tile_m * CF_NUM_RED + RED) * CF_ROW_CTAS * CF_BM;
+}
+
+/* Posts this CTA's words for its rows (quad leaders), then folds the row's ranks: lane l of
+ * the warp folds warp row l % RW over ranks l / RW, + LPR, ... in rank order (coalesced: a
+ * rank's rows are contiguous), 8 ranks in flight at a time, and returns the fold of the row
+ * held in this thread's slot s in a[s], b[s]. */
+template <int KIND, int WORDS>
+__device__ __forceinline__ void cf_exchange_rows(const cf_tile &t, unsigned long long *slots, const float (&w0)[CF_ROWS],
+                                                 const float (&w1)[CF_ROWS], float (&a)[CF_ROWS], float (&b)[CF_ROWS])
+{
+    const unsigned long long tag = (unsigned long long)t.epoch << 32;
+    if ((t.lane & 3) == 0) {
+#pragma unroll
+        for (int s = 0; s < CF_ROWS; ++s) {
+            unsigned long long *p = slots + WORDS * (t.rank * CF_BM + cf_slot_row(t, s));
+            if (WORDS == 2)
+                cf_st_relaxed_u64x2(p, tag | __float_as_uint(w0[s]), tag | __float_as_uint(w1[s]));
+            else
+                cf_st_relaxed_u64(p, tag | __float_as_uint(w0[s]));
+        }
+    }
+    constexpr int RW = 16 * (CF_BM / 64);   /* rows of the tile held by one warp */
+    constexpr int LPR = 32 / RW;            /* lanes per row */
+    constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
+    constexpr int CHUNK = PER_LANE < 8 ? PER_LANE : 8;
+    const int ri = t.lane % RW;
+    const unsigned long long *mine = slots + WORDS * (64 * (ri >> 4) + 16 * t.warp + (ri & 15));
+    cf_fold f = cf_fold_start<KIND>();
+#pragma unroll 1
+    for (int c0 = 0; c0 < PER_LANE; c0 += CHUNK) {
+        unsigned long long v0[CHUNK], v1[CHUNK];
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) {
+            const int q = (c0 + c) * LPR + t.lane / RW;
+            v0[c] = v1[c] = tag;
+            if (q < CF_ROW_CTAS && WORDS == 2)
+                cf_ld_relaxed_u64x2(mine + 2 * q * CF_BM, v0[c], v1[c]);
+            else if (q < CF_ROW_CTAS)
+                v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
+        }
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) {
+            const int q = (c0 + c) * LPR + t.lane / RW;
+            if (q < CF_ROW_CTAS) {
+                /* that CTA has not got there yet: spin (a 64 ns nanosleep here cost 5-10 %) */
+                while ((unsigned)(v0[c] >> 32) != t.epoch || (unsigned)(v1[c] >> 32) != t.epoch) {
+                    if (WORDS == 2)
+                        cf_ld_relaxed_u64x2(mine + 2 * q * CF_BM, v0[c], v1[c]);
+                    else
+                        v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
+                }
+                f = cf_fold_add<KIND>(f, (float)cf_tile_cols(t, q), __uint_as_float((unsigned)v0[c]),
+                                      __uint_as_float((unsigned)v1[c]));
+            }
+        }
+    }
+    if (LPR == 2) {   /* 64-row tiles: two lanes per row; the lower lane's fold is the one used */
+        const cf_fold o = {__shfl_xor_sync(0xffffffffu, f.n, 16), __shfl_xor_sync(0xffffffffu, f.a, 16),
+                           __shfl_xor_sync(0xffffffffu, f.b, 16)};
+        f = cf_fold_join<KIND>(f, o);
+    }
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {   /* slot s is warp row 16 (s >> 1) + 8 (s & 1) + lane / 4 */
+        const int src = 16 * (s >> 1) + 8 * (s & 1) + (t.lane >> 2);
+        a[s] = __shfl_sync(0xffffffffu, f.a, src);
+        if (WORDS == 2)
+            b[s] = __shfl_sync(0xffffffffu, f.b, src);
+    }
+}
+
+template <int OP, int RED>
+__device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args, const cf_tile &t, float (&part)[CF_ROWS])
+{
+    cf_exchange_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part, part, part);
+}
+
 template <int KIND, int R1, int R2>
 __device__ __forceinline__ void cf_row_merge(const cf_gemm_args &args, const cf_tile &t, const float (&raw)[CF_ROWS],
                                              float (&stat)[CF_ROWS], float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
 {
     static_assert(R2 == R1 + 1, "a merged exchange takes two consecutive slot regions");
     cf_row_reduce_local<CF_RED_SUM>(part);
-    /* the two regions of R1, R2 hold one 16-byte (raw, part) pair per [rank][row]: one load each */
-    unsigned long long *pairs = args.xchg + ((size_t)t.tile_m * CF_NUM_RED + R1) * CF_ROW_CTAS * CF_BM;
-    const unsigned long long tag = (unsigned long long)t.epoch << 32;
-    if ((t.lane & 3) == 0) {
-#pragma unroll
-        for (int s = 0; s < CF_ROWS; ++s)
-            cf_st_relaxed_u64x2(pairs + 2 * (t.rank * CF_BM + cf_slot_row(t, s)), tag | __float_as_uint(raw[s]),
-                                tag | __float_as_uint(part[s]));
-    }
-    /* as cf_global_row_combine: lane l folds warp row l % RW over its ranks, in rank order */
-    constexpr int RW = 16 * (CF_BM / 64), LPR = 32 / RW;
-    constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
-    constexpr int CHUNK = PER_LANE < 8 ? PER_LANE : 8;
-    const int ri = t.lane % RW, off = 64 * (ri >> 4) + 16 * t.warp + (ri & 15);
-    cf_fold f = cf_fold_start<KIND>();
-#pragma unroll 1
-    for (int c0 = 0; c0 < PER_LANE; c0 += CHUNK) {
-        unsigned long long v1[CHUNK], v2[CHUNK];
-#pragma unroll
-        for (int c = 0; c < CHUNK; ++c) {
-            const int q = (c0 + c) * LPR + t.lane / RW;
-            v1[c] = v2[c] = 0ull;
-            if (q < CF_ROW_CTAS)
-                cf_ld_relaxed_u64x2(pairs + 2 * (q * CF_BM + off), v1[c], v2[c]);
-        }
-#pragma unroll
-        for (int c = 0; c < CHUNK; ++c) {
-            const int q = (c0 + c) * LPR + t.lane / RW;
-            if (q < CF_ROW_CTAS) {
-                while ((unsigned)(v1[c] >> 32) != t.epoch || (unsigned)(v2[c] >> 32) != t.epoch)
-                    cf_ld_relaxed_u64x2(pairs + 2 * (q * CF_BM + off), v1[c], v2[c]);
-                f = cf_fold_add<KIND>(f, (float)cf_tile_cols(t, q), __uint_as_float((unsigned)v1[c]),
-                                      __uint_as_float((unsigned)v2[c]));
-            }
-        }
-    }
-    if (LPR == 2) {   /* 64-row tiles: two lanes per row; the lower lane's fold is the one used */
-        const float o_n = __shfl_xor_sync(0xffffffffu, f.n, 16), o_a = __shfl_xor_sync(0xffffffffu, f.a, 16);
-        const float o_b = __shfl_xor_sync(0xffffffffu, f.b, 16);
-        if (KIND == CF_MERGE_VAR) {
-            if (o_n > 0.0f) {
-                const float n = f.n + o_n, delta = o_a - f.a;
-                f.a += delta * (o_n / n);
-                f.b += o_b + delta * delta * (f.n * o_n / n);
-                f.n = n;
-            }
-        } else {
-            f = cf_fold_add<KIND>(f, 1.0f, o_a, o_b);
-        }
-    }
+    float a[CF_ROWS];
+    cf_exchange_rows<KIND, 2>(t, cf_xchg_slots<R1, 2>(args, t), raw, part, a, part);
 #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s) {
-        const int src = 16 * (s >> 1) + 8 * (s & 1) + (t.lane >> 2);
-        const float a = __shfl_sync(0xffffffffu, f.a, src), b = __shfl_sync(0xffffffffu, f.b, src);
-        if (KIND == CF_MERGE_VAR) {
-            corr[s] = stat[s] - a;             /* x - mean = (x - tile mean) + (tile mean - mean) */
-            stat[s] = a;
-            part[s] = b;                       /* sum of (x - mean)^2 over the row */
-        } else {
-            corr[s] = raw[s] == __int_as_float(0xff800000) ? 0.0f : cf_exp(raw[s] - cf_shift_of(a));
-            stat[s] = a;
-            part[s] = b;                       /* sum of exp(z - max) over the row */
-        }
+        if (KIND == CF_MERGE_VAR)
+            corr[s] = stat[s] - a[s];          /* x - mean = (x - tile mean) + (tile mean - mean) */
+        else                                   /* e = exp(z - shift(tile max)) * exp(...) */
+            corr[s] = raw[s] == __int_as_float(0xff800000) ? 0.0f : cf_exp(raw[s] - cf_shift_of(a[s]));
+        stat[s] = a[s];                        /* part: sum of (x - mean)^2, or of exp(z - max) */
     }
 }
 #endif
