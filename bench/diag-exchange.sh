@@ -15,16 +15,14 @@ mk() {  # $1: python replacement mode
 import sys
 p=sys.argv[1]; s=open(p).read()
 if sys.argv[2] == "self":
-    a="v[c] = q < CF_ROW_CTAS ? cf_ld_relaxed_u64(mine + q * CF_BM) : 0ull;"
-    assert a in s
-    s=s.replace(a, "v[c] = q < CF_ROW_CTAS ? cf_ld_relaxed_u64(mine + t.rank * CF_BM) : 0ull;")
-    b="v[c] = cf_ld_relaxed_u64(mine + q * CF_BM);"
-    assert b in s
-    s=s.replace(b, "v[c] = cf_ld_relaxed_u64(mine + t.rank * CF_BM);")
+    for a, b in (("mine + q * CF_BM", "mine + t.rank * CF_BM"), ("mine + 2 * q * CF_BM", "mine + 2 * t.rank * CF_BM")):
+        assert a in s
+        s = s.replace(a, b)
 else:
-    a="    unsigned long long *slots = args.xchg + ((size_t)t.tile_m * CF_NUM_RED + RED) * CF_ROW_CTAS * CF_BM;"
-    assert a in s
-    s=s.replace(a, "    if (t.M > 0) return;\n"+a)
+    for f in ("cf_post_rows", "cf_gather_rows"):
+        i = s.index("__device__ __forceinline__ void " + f)
+        j = s.index("{", i) + 1
+        s = s[:j] + "\n    if (t.M > 0) return;" + s[j:]
 open(p,'w').write(s)
 PY
   make -C "$d" -j16 all >/dev/null || exit 1

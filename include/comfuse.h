@@ -211,6 +211,11 @@ typedef struct cf_options {
                             CF_REDUCE_PEER (DSMEM all-to-all), CF_REDUCE_LEADER
                             (DSMEM via rank 0) or CF_REDUCE_GLOBAL (through L2,
                             no cluster; the kernel launches cooperatively)     */
+    bool sync_finish;    /* with CF_REDUCE_GLOBAL, a tile normally posts its row
+                            partials, parks in shared memory and is finished
+                            after the next mainloop (a late finish, where the
+                            epilogue allows it and the stages leave room);
+                            true: every tile waits for its row at once        */
 } cf_options;
 
 enum { CF_REDUCE_AUTO = 0, CF_REDUCE_PEER = 1, CF_REDUCE_LEADER = 2, CF_REDUCE_GLOBAL = 3 };
@@ -247,6 +252,7 @@ typedef struct cf_resources {
     int row_ctas;             /* CTAs that share a row block (cluster_n unless reductions
                                  go through L2, which needs no cluster)           */
     int reduce_mode;          /* CF_REDUCE_*, 0 without row reductions             */
+    bool late_finish;         /* tiles finish after the next mainloop (sync_finish) */
     bool cache_hit;
     double compile_ms;
     char cache_path[1024];

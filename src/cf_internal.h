@@ -277,6 +277,8 @@ typedef struct cf_cg_options {
     int row_ctas;        /* CTAs that share a row block (a multiple of cluster_n) */
     bool red_leader;     /* leader-follower cluster reductions (else peer-to-peer) */
     bool red_global;     /* row partials through L2 between row_ctas CTAs      */
+    bool sync_finish;    /* no late finish: every tile waits for its row's partials
+                            before the next mainloop                            */
 } cf_cg_options;
 
 /* CF_ERR_UNSUPPORTED when the IR uses what the code generator cannot emit yet. */

@@ -48,7 +48,11 @@ static const char kernel_opts_usage[] =
     "                      DSMEM, plain co-resident CTAs for global\n"
     "  --reduce-mode peer|leader|global\n"
     "                      row reductions across those CTAs: DSMEM all-to-all, DSMEM\n"
-    "                      via rank 0, or through L2 (the default)\n";
+    "                      via rank 0, or through L2 (the default)\n"
+    "  --sync-finish       through L2, finish every tile before the next mainloop\n"
+    "                      (default: post the row partials, park the tile in shared\n"
+    "                      memory and finish it after the next mainloop; needs the\n"
+    "                      stages to leave room, 5 at 128x128)\n";
 
 static const char emit_usage[] =
     "usage: comfuse emit [kernel options] SPEC.cf\n"
@@ -191,6 +195,9 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
         if (strcmp(a, "--check") == 0) {
             o->check = true;
             takes = false;
+        } else if (strcmp(a, "--sync-finish") == 0) {
+            o->kopt.sync_finish = true;
+            takes = false;
         } else if (strcmp(a, "--unfused") == 0) {
             o->unfused = true;
             takes = false;
@@ -322,8 +329,8 @@ const char *cli_layout_text(const cf_resources *r, char *buf, size_t n)
     static const char *const how[] = {"", "DSMEM peer-to-peer", "DSMEM via rank 0", "L2"};
     int len = snprintf(buf, n, "cluster %dx1", r->cluster_n);
     if (r->reduce_mode && r->row_ctas > 1 && len > 0 && (size_t)len < n)
-        snprintf(buf + len, n - (size_t)len, ", row reductions over %d CTAs through %s", r->row_ctas,
-                 how[r->reduce_mode]);
+        snprintf(buf + len, n - (size_t)len, ", row reductions over %d CTAs through %s%s", r->row_ctas,
+                 how[r->reduce_mode], r->late_finish ? ", tiles finished late" : "");
     return buf;
 }
 

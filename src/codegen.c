@@ -146,6 +146,12 @@ typedef struct cg_ctx {
     int merge_prev;      /* ... ends the one its predecessor started                */
     const cf_ir_node *merge_r1; /* that predecessor's reduction, and its exchange slots */
     int merge_index;
+    int *merge_of;       /* by stage depth: the merged exchange it starts (MERGE_*) */
+    const cf_ir_spec *late;      /* the last stage when it finishes late, else NULL */
+    const cf_ir_node *late_r1;   /* the merged exchange's first reduction: its tile
+                                    statistics wait in cf_late for the late finish */
+    const cf_ir_node *late_parked; /* the value the late stage gets from the park */
+    bool in_late;        /* emitting the late stage (parked tile in, 8 registers at a time) */
 } cg_ctx;
 
 enum { MERGE_NONE, MERGE_VAR, MERGE_SOFTMAX };
@@ -282,6 +288,11 @@ static int cls_of(cf_shape s)
 static const char *slot_ref(cg_ctx *c, const cf_ir_node *n, char *buf, size_t len)
 {
     int k = c->arr[n->id];
+    if (c->in_late && cls_of(n->shape) == CLS_TILE) {
+        /* the late stage reads the parked group pk and writes the restaged group y8 */
+        snprintf(buf, len, "%s[r %% 8]", n->kind == CF_IR_PLACEHOLDER ? "pk" : "y8");
+        return buf;
+    }
     switch (cls_of(n->shape)) {
     case CLS_TILE: snprintf(buf, len, "T%d[r]", k); break;
     case CLS_ROW: snprintf(buf, len, "R%d[cf_acc_slot(r)]", k); break;
@@ -514,6 +525,143 @@ static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **
     return MERGE_NONE;
 }
 
+/* ---- late finish -----------------------------------------------------------
+ * A tile's last exchange need not hold up its warpgroup: it posts its row
+ * partials, parks the one value the last stage needs in its staging buffer as
+ * 16-bit, and runs its next mainloop; cf_epilogue_finish then folds the row's
+ * partials (long arrived) and finishes the parked tile in place, 8 registers at
+ * a time beside the new accumulator (cf_sm90.cuh).  It applies through L2 when
+ * the last stage has one tile output (bf16 or f16), takes in one tile value and
+ * the last reduction's statistic only, and that value survives 16 bits: the
+ * variance merge parks x - tile mean (bf16, so |mean| >> std stays exact
+ * enough), the softmax merge exp(z - tile max) in [0, 1] (f16), anything else
+ * bf16 when it is only multiplied or divided (relative error 2^-9, as the
+ * output's own rounding). */
+static bool late_fits_smem(const cf_cg_options *o)
+{
+    /* cf_sm90.cuh: 1024 + 16 stages + 64 + stages x stage + both warpgroups'
+     * whole-tile staging buffers <= 227 KB less the static 128 bytes */
+    long need = 1024 + 16L * o->stages + 64 + (long)o->stages * (o->bm + o->bn) * 128 + 2L * (o->bn / 64) * o->bm * 128;
+    return need <= 232448 - 128;
+}
+
+static const cf_ir_spec *find_late(cg_ctx *c)
+{
+    const cf_ir *ir = c->ir;
+    const cf_ir_spec *prev = NULL, *last = ir->epi[0];
+    while (last->post) {
+        prev = last;
+        last = last->post;
+    }
+    if (!c->opt->red_global || c->opt->row_ctas < 2 || c->opt->sync_finish || !prev || !late_fits_smem(c->opt))
+        return NULL;
+    const cf_ir_node *parked = NULL;
+    int n_tile_out = 0;
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
+        for (int i = 0; i < sp->n_nodes; i++) {
+            const cf_ir_node *n = sp->nodes[i];
+            if (n->kind != CF_IR_STORE)
+                continue;
+            const cf_ir_arg *a = &ir->args[n->arg];
+            bool tile = cf_graph_output_info(ir->graph, a->index).rank == 2;
+            if (sp != last && !tile)
+                continue; /* a per-row output of an earlier stage: stored before the park */
+            if (sp != last || !tile || (a->dtype != CF_BF16 && a->dtype != CF_F16) ||
+                n->args[0]->kind == CF_IR_PLACEHOLDER)
+                return NULL;
+            n_tile_out++;
+        }
+    if (n_tile_out != 1)
+        return NULL;
+    for (int i = 0; i < last->n_nodes; i++) {
+        const cf_ir_node *n = last->nodes[i];
+        if (n->kind != CF_IR_PLACEHOLDER)
+            continue;
+        if (n->is_stat ? n->ref != prev->terminal : (parked || cls_of(n->shape) != CLS_TILE))
+            return NULL;
+        if (!n->is_stat)
+            parked = n;
+    }
+    if (!parked)
+        return NULL;
+    const cf_ir_node *shift = c->shifted_by[parked->ref->id];
+    int merge = prev->depth > 0 ? c->merge_of[prev->depth - 1] : MERGE_NONE;
+    if (merge && !shift)
+        return NULL; /* the raw value of a merged stage: x - mean would cancel in 16 bits */
+    if (!merge)
+        for (int i = 0; i < last->n_nodes; i++)
+            for (int j = 0; j < last->nodes[i]->nargs; j++)
+                if (last->nodes[i]->args[j] == parked && last->nodes[i]->kind == CF_IR_COMPUTE &&
+                    last->nodes[i]->op != CF_OP_MUL && last->nodes[i]->op != CF_OP_DIV)
+                    return NULL;
+    c->late_parked = parked;
+    for (const cf_ir_spec *sp = ir->epi[0]; merge && sp; sp = sp->post)
+        if (sp->post == prev)
+            c->late_r1 = sp->terminal;
+    return last;
+}
+
+/* 1: the parked value is f16 (softmax's exp(z - tile max)), 0: bf16. */
+static int late_park_fmt(const cg_ctx *c)
+{
+    const cf_ir_node *shift = c->shifted_by[c->late_parked->ref->id];
+    return shift && shift->op == CF_OP_RMAX;
+}
+
+static int late_out_f16(const cg_ctx *c)
+{
+    for (int i = 0; i < c->late->n_nodes; i++)
+        if (c->late->nodes[i]->kind == CF_IR_STORE)
+            return c->ir->args[c->late->nodes[i]->arg].dtype == CF_F16;
+    return 0;
+}
+
+/* Ends cf_epilogue after posting red's partials and parking the late stage's
+ * value, and starts cf_epilogue_finish with the fold of the row's partials. */
+static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
+{
+    char id[96], id1[96], pid[96];
+    const int merge = c->merge_prev;
+    ident(red, id, sizeof id);
+    if (merge) {
+        ident(c->merge_r1, id1, sizeof id1);
+        line(c, "cf_row_merge_post<%d, %d>(args, t, raw_%s, red_%s);  /* post (%s, partial) pairs for the row */",
+             c->merge_index, c->n_red, id1, id, merge == MERGE_VAR ? "sum" : "max");
+    } else {
+        line(c, "cf_row_post<%s, %d>(args, t, red_%s);  /* quad shuffles, then post the partials for the row */",
+             red_op(red->op), c->n_red, id);
+    }
+    ident(c->late_parked->ref, pid, sizeof pid);
+    line(c, "cf_park_tile<%s>(t, T%d);  /* %s waits in shared memory while the next mainloop runs */",
+         late_park_fmt(c) ? "CF_PARK_F16" : "CF_PARK_BF16", c->arr[c->late_parked->id], pid);
+    c->indent--;
+    line(c, "}");
+    blank(c);
+    line(c, "/* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */");
+    line(c, "__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, "
+            "cf_late &late)");
+    line(c, "{");
+    c->indent++;
+    line(c, "const cf_epi_params &p = args.epi;");
+    line(c, "(void)p;");
+    line(c, "(void)late;");
+    line(c, "float red_%s[CF_ROWS];", id);
+    if (merge) {
+        line(c, "float corr_%s[CF_ROWS];", id1);
+        line(c, "cf_row_merge_finish<%s, %d, %d>(args, t, late.raw_%s, late.red_%s, red_%s, corr_%s);  /* %s */",
+             merge == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1, id, id1,
+             merge == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
+    } else {
+        line(c, "cf_row_finish<%s, %d>(args, t, red_%s);  /* the row's %s */", red_op(red->op), c->n_red++, id,
+             cf_op_name(red->op));
+    }
+    if (red->op == CF_OP_MEAN) {
+        line(c, "#pragma unroll");
+        line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+        line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
+    }
+}
+
 static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
 {
     const cf_ir *ir = c->ir;
@@ -530,7 +678,12 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
     }
     if (red) {
         ident(red, id, sizeof id);
-        line(c, "float red_%s[CF_ROWS];  /* %s over N: thread-local partials per row */", id, cf_op_name(red->op));
+        if (red == c->late_r1)
+            line(c, "float (&red_%s)[CF_ROWS] = late.red_%s;  /* %s over N: partials, then this tile's own */", id,
+                 id, cf_op_name(red->op));
+        else
+            line(c, "float red_%s[CF_ROWS];  /* %s over N: thread-local partials per row */", id,
+                 cf_op_name(red->op));
         line(c, "#pragma unroll");
         line(c, "for (int s = 0; s < CF_ROWS; ++s)");
         line(c, "    red_%s[s] = cf_red_identity<%s>();", id, red_op(red->op));
@@ -545,12 +698,19 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
             line(c, "cf_load_cols(t, p.%s, cv_%s);", ir->args[n->arg].name, id);
         }
     }
+    if (c->in_late)
+        line(c, "float pk[8], y8[8];  /* one 8-register group: parked %s in, output out */",
+             ident(c->late_parked->ref, id, sizeof id));
     line(c, "#pragma unroll");
     line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
     c->indent++;
     line(c, "const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);");
     line(c, "(void)row;");
     line(c, "(void)col;");
+    if (c->in_late) {
+        line(c, "if (r %% 8 == 0)");
+        line(c, "    cf_unpark8<%s>(t, r / 8, pk);", late_park_fmt(c) ? "CF_PARK_F16" : "CF_PARK_BF16");
+    }
     for (int i = 0; i < sp->n_nodes; i++)
         emit_rules[sp->nodes[i]->kind](c, sp->nodes[i]);
     for (int i = 0; i < sp->n_nodes; i++) {
@@ -559,6 +719,10 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
             continue;
         line(c, "%s = %s;  /* %s */", slot_ref(c, n, where, sizeof where), ident(n, id, sizeof id),
              carried_out(sp, n) ? "carried to the next stage" : "kept for the store");
+    }
+    if (c->in_late) {
+        line(c, "if (r %% 8 == 7)");
+        line(c, "    cf_restage8<%s>(t, r / 8, y8);  /* in place, as the output's 16-bit type */", late_out_f16(c) ? "CF_PARK_F16" : "CF_PARK_BF16");
     }
     c->indent--;
     line(c, "}");
@@ -574,7 +738,10 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
             if (n->kind != CF_IR_STORE || n->arg != i)
                 continue;
             int k = c->arr[n->args[0]->id];
-            if (tile) {
+            if (tile && c->in_late) {
+                line(c, "cf_store_staged(args, t, %d);  /* output %s: %s [M,N], restaged where it was parked */",
+                     tile_out, a->name, cf_dtype_name(a->dtype));
+            } else if (tile) {
                 line(c, "cf_store_tile_%s(args, t, %d, T%d);  /* output %s: %s [M,N] */", cf_dtype_name(a->dtype),
                      tile_out, k, a->name, cf_dtype_name(a->dtype));
             } else {
@@ -591,13 +758,19 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
     }
     if (red && c->merge_next) {
         ident(red, id, sizeof id);
-        line(c, "float raw_%s[CF_ROWS];  /* this tile's own %s, for the merged exchange after the next stage */",
-             id, c->merge_next == MERGE_VAR ? "sum" : "max");
+        if (red == c->late_r1)
+            line(c, "float (&raw_%s)[CF_ROWS] = late.raw_%s;  /* this tile's own %s, for the merged exchange */", id,
+                 id, c->merge_next == MERGE_VAR ? "sum" : "max");
+        else
+            line(c, "float raw_%s[CF_ROWS];  /* this tile's own %s, for the merged exchange after the next stage */",
+                 id, c->merge_next == MERGE_VAR ? "sum" : "max");
         line(c, "%s(%sred_%s, raw_%s);  /* quad shuffles; the next stage shifts by this tile's %s */",
              c->merge_next == MERGE_VAR ? "cf_local_mean" : "cf_local_max", c->merge_next == MERGE_VAR ? "t, " : "",
              id, id, c->merge_next == MERGE_VAR ? "mean" : "max");
         c->merge_r1 = red;
         c->merge_index = c->n_red++;
+    } else if (red && sp->post == c->late) {
+        emit_late_split(c, red);
     } else if (red && c->merge_prev) {
         char id1[96];
         ident(red, id, sizeof id);
@@ -639,6 +812,37 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     if (st != CF_OK)
         return st;
     cg_ctx c = {.ir = ir, .opt = opt, .sb = out};
+    /* The epilogue goes into its own buffer first so only the helpers it
+     * calls are emitted ahead of it; its plan comes first, since the header
+     * part says whether tiles finish late. */
+    cf_strbuf epi = {0};
+    cg_ctx e = {.ir = ir, .opt = opt, .sb = &epi};
+    int n_ids = ir->n_nodes;
+    e.arr = calloc((size_t)n_ids, sizeof *e.arr);
+    e.pass = calloc((size_t)n_ids, sizeof *e.pass);
+    e.shifted_by = calloc((size_t)n_ids, sizeof *e.shifted_by);
+    e.merge_of = calloc((size_t)ir->n_stages[0] + 1, sizeof *e.merge_of);
+    if (!e.arr || !e.pass || !e.shifted_by || !e.merge_of) {
+        free(e.arr);
+        free(e.pass);
+        free(e.shifted_by);
+        free(e.merge_of);
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating code");
+    }
+    for (int i = 0; i < n_ids; i++)
+        e.arr[i] = -1;
+    /* Plan every stage's storage first so the arrays can be declared up front. */
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
+        plan_storage(&e, sp);
+    /* a reduction merged into its PostOp's exchange cannot also start one */
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post) {
+        const cf_ir_node *shifted = NULL;
+        int prev = sp->depth > 0 ? e.merge_of[sp->depth - 1] : MERGE_NONE;
+        e.merge_of[sp->depth] = prev ? MERGE_NONE : merge_kind(&e, sp, &shifted);
+        if (e.merge_of[sp->depth])
+            e.shifted_by[shifted->id] = sp->terminal;
+    }
+    e.late = find_late(&e);
     const cf_ir_arg *A = &ir->args[0];
     int n_out = 0;
     for (int i = 0; i < ir->n_args; i++)
@@ -661,6 +865,8 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     if (opt->cluster_n > 1 && (opt->bm / opt->cluster_n) % 8 != 0)
         line(&c, "#define CF_MULTICAST 0  /* a %d-row slice per CTA is too thin for TMA multicast */",
              opt->bm / opt->cluster_n);
+    if (e.late)
+        line(&c, "#define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */");
     if (ir->n_stages[0] > 1) {
         line(&c, "#define CF_HAS_REDUCE 1");
         line(&c, "#define CF_NUM_RED %d", ir->n_stages[0] - 1);
@@ -712,52 +918,54 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     c.indent--;
     line(&c, "};");
     blank(&c);
+    if (e.late) {
+        char id[96];
+        line(&c, "/* This tile's own statistics, kept in registers for its late finish. */");
+        line(&c, "struct cf_late {");
+        c.indent++;
+        if (e.late_r1) {
+            ident(e.late_r1, id, sizeof id);
+            line(&c, "float raw_%s[CF_BM / 32];  /* %s, per row the thread holds */", id,
+                 e.late_r1->op == CF_OP_RMAX ? "max" : "sum");
+            line(&c, "float red_%s[CF_BM / 32];  /* %s */", id, e.late_r1->op == CF_OP_RMAX ? "shift" : "mean");
+        } else {
+            line(&c, "int unused;  /* a single exchange needs nothing beyond its posted partials */");
+        }
+        c.indent--;
+        line(&c, "};");
+        blank(&c);
+    }
     line(&c, "#include \"cf_sm90.cuh\"");
     if (ir->n_stages[0] > 1)
         line(&c, "#include \"cf_reduce.cuh\"  /* row reductions: shuffles and the cluster exchange */");
     blank(&c);
-    /* The epilogue goes into its own buffer first so only the helpers it
-     * calls are emitted ahead of it. */
-    cf_strbuf epi = {0};
-    cg_ctx e = {.ir = ir, .opt = opt, .sb = &epi};
-    line(&e, "/* Runs once per tile of a consumer warpgroup, after its mainloop. */");
-    line(&e, "__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, "
-             "float (&acc)[CF_ACC_REGS])");
+    if (e.late) {
+        line(&e, "/* Part 1, right after the tile's mainloop: every stage up to the last exchange. */");
+        line(&e, "__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, "
+                 "float (&acc)[CF_ACC_REGS], cf_late &late)");
+    } else {
+        line(&e, "/* Runs once per tile of a consumer warpgroup, after its mainloop. */");
+        line(&e, "__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, "
+                 "float (&acc)[CF_ACC_REGS])");
+    }
     line(&e, "{");
     e.indent++;
     line(&e, "const cf_epi_params &p = args.epi;");
     line(&e, "(void)p;");
-    int n_ids = ir->n_nodes;
-    e.arr = calloc((size_t)n_ids, sizeof *e.arr);
-    e.pass = calloc((size_t)n_ids, sizeof *e.pass);
-    if (!e.arr || !e.pass) {
-        free(e.arr);
-        free(e.pass);
-        cf_sb_free(&epi);
-        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating code");
-    }
-    for (int i = 0; i < n_ids; i++)
-        e.arr[i] = -1;
-    /* Plan every stage's storage first so the arrays can be declared up front. */
-    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
-        plan_storage(&e, sp);
+    if (e.late)
+        line(&e, "(void)late;");
     line(&e, "float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */");
     for (int k = 1; k < e.n_arrays[CLS_TILE]; k++)
         line(&e, "float T%d[CF_ACC_REGS];", k);
     for (int k = 0; k < e.n_arrays[CLS_ROW]; k++)
         line(&e, "float R%d[CF_ROWS];", k);
-    e.shifted_by = calloc((size_t)n_ids, sizeof *e.shifted_by);
-    int merge = MERGE_NONE;
-    for (const cf_ir_spec *sp = ir->epi[0]; sp && e.shifted_by; sp = sp->post) {
-        /* a reduction merged into its PostOp's exchange cannot also start one */
-        const cf_ir_node *shifted = NULL;
-        e.merge_prev = merge;
-        e.merge_next = merge ? MERGE_NONE : merge_kind(&e, sp, &shifted);
-        if (e.merge_next)
-            e.shifted_by[shifted->id] = sp->terminal;
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post) {
+        e.merge_prev = sp->depth > 0 ? e.merge_of[sp->depth - 1] : MERGE_NONE;
+        e.merge_next = e.merge_of[sp->depth];
+        e.in_late = sp == e.late;
         emit_stage(&e, sp);
-        merge = e.merge_next;
     }
+    free(e.merge_of);
     free(e.shifted_by);
     free(e.arr);
     free(e.pass);

@@ -12,12 +12,12 @@
 
 /* Indices of the kernel's exported configuration (cf_kernel_info in
  * src/device/cf_sm90.cuh). */
-#define DEVICE_HEADER_VERSION 3 /* CF_SM90_VERSION this host code packs arguments for */
+#define DEVICE_HEADER_VERSION 4 /* CF_SM90_VERSION this host code packs arguments for */
 
 enum {
     INFO_VERSION, INFO_SMEM, INFO_BM, INFO_BN, INFO_TILE_M, INFO_STAGES, INFO_CLUSTER_N, INFO_B_NK,
     INFO_IN_F16, INFO_NUM_OUT, INFO_PINGPONG, INFO_THREADS, INFO_STG_CHUNKS, INFO_GROUP_M,
-    INFO_A_BOX_ROWS, INFO_B_BOX, INFO_ROW_CTAS, INFO_RED_GLOBAL, INFO_NUM_RED, INFO_COUNT
+    INFO_A_BOX_ROWS, INFO_B_BOX, INFO_ROW_CTAS, INFO_RED_GLOBAL, INFO_NUM_RED, INFO_LATE_FINISH, INFO_COUNT
 };
 
 struct cf_kernel {
@@ -73,6 +73,7 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
         while (o.cluster_n < tiles && o.cluster_n < 64)
             o.cluster_n *= 2;
         o.reduce_mode = CF_REDUCE_GLOBAL;
+        o.stages = 5; /* 6 with sync_finish: the late finish parks whole tiles in smem */
     } else {
         o.reduce_mode = CF_REDUCE_PEER; /* unused without reductions */
     }
@@ -86,6 +87,8 @@ void cf_options_fill(cf_options *o, cf_options def)
     /* def is for a graph with reductions when its mode is global.  The DSMEM
      * modes hold a row in one hardware cluster (at most 16 CTAs: 64x256 tiles
      * past 2048 columns), and their static buffers take two stages' room. */
+    if (def.reduce_mode == CF_REDUCE_GLOBAL && o->reduce_mode == CF_REDUCE_GLOBAL && o->sync_finish)
+        def.stages = 6; /* nothing parked in shared memory */
     if (def.reduce_mode == CF_REDUCE_GLOBAL && o->reduce_mode != CF_REDUCE_GLOBAL) {
         def.stages = 4;
         if (def.cluster_n > 16 && !o->block_m && !o->block_n && !o->cluster_n) {
@@ -165,7 +168,8 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
         /* Through L2 the row's CTAs need no hardware cluster. */
         cf_cg_options cg = {.bm = o->block_m, .bn = o->block_n, .stages = o->stages,
                             .cluster_n = global ? 1 : o->cluster_n, .row_ctas = o->cluster_n,
-                            .red_leader = o->reduce_mode == CF_REDUCE_LEADER, .red_global = global};
+                            .red_leader = o->reduce_mode == CF_REDUCE_LEADER, .red_global = global,
+                            .sync_finish = o->sync_finish};
         st = cf_codegen(k->ir, &cg, title, &k->src, err);
     }
     if (st != CF_OK) {
@@ -247,6 +251,7 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
     r->row_ctas = k->info[INFO_ROW_CTAS];
     r->reduce_mode = !k->info[INFO_NUM_RED] ? 0 : k->info[INFO_RED_GLOBAL] ? CF_REDUCE_GLOBAL
                                                                           : k->opt.reduce_mode;
+    r->late_finish = k->info[INFO_LATE_FINISH] != 0;
     r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;
     r->compile_ms = k->cubin.compile_ms;
     snprintf(r->cache_path, sizeof r->cache_path, "%s", k->cubin.cache_path);

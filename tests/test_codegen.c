@@ -51,7 +51,7 @@ static void test_golden_sources(void)
         cf_kernel *k = NULL, *k2 = NULL;
         cf_error err;
         /* reductions: LayerNorm and Softmax through DSMEM, RMSNorm and LN+Softmax through L2 */
-        cf_options opt = {i < 2 ? 128 : 64, 128, 5, i < 2 ? 1 : 8, i < 2 || i % 2 == 0 ? CF_REDUCE_PEER : CF_REDUCE_GLOBAL};
+        cf_options opt = {.block_m = i < 2 ? 128 : 64, .block_n = 128, .stages = 5, .cluster_n = i < 2 ? 1 : 8, .reduce_mode = i < 2 || i % 2 == 0 ? CF_REDUCE_PEER : CF_REDUCE_GLOBAL};
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k, &err));
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k2, &err));
         if (!k || !k2)
@@ -129,10 +129,10 @@ static void test_rejections(void)
     cf_graph *g = parse("examples/gemm_bias_ln.cf");
     cf_kernel *k = NULL;
     cf_error err;
-    cf_options bad = {96, 128, 5, 1, 0};
+    cf_options bad = {.block_m = 96, .block_n = 128, .stages = 5, .cluster_n = 1, .reduce_mode = 0};
     CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(g, &bad, "x", &k, &err));
     CHECK_CONTAINS(err.msg, "block_m 96");
-    cf_options big = {128, 256, 5, 1, 0};
+    cf_options big = {.block_m = 128, .block_n = 256, .stages = 5, .cluster_n = 1, .reduce_mode = 0};
     CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(g, &big, "x", &k, &err));
     CHECK_CONTAINS(err.msg, "more than 128 accumulator registers");
     cf_graph_free(g);
@@ -152,19 +152,23 @@ static void test_nvrtc(void)
         cf_options opt;
         const char *ptx_needs; /* an instruction this configuration must use */
     } cases[] = {
-        {"examples/gemm.cf", true, {128, 128, 6, 2, 0}, "multicast::cluster"},
-        {"examples/gemm_bias_gelu.cf", true, {128, 128, 6, 1, 0}, "tanh.approx"},
-        {"tests/specs/all_elementwise.cf", false, {64, 128, 4, 1, 0}, "ld.global"},
-        {"examples/gemm_bias_ln.cf", true, {64, 128, 6, 8, CF_REDUCE_PEER}, "st.async"},
-        {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER}, "st.async"},
-        {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER}, "mapa"},
-        {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER}, "shfl.sync.bfly"},
+        {"examples/gemm.cf", true, {128, 128, 6, 2, 0, false}, "multicast::cluster"},
+        {"examples/gemm_bias_gelu.cf", true, {128, 128, 6, 1, 0, false}, "tanh.approx"},
+        {"tests/specs/all_elementwise.cf", false, {64, 128, 4, 1, 0, false}, "ld.global"},
+        {"examples/gemm_bias_ln.cf", true, {64, 128, 6, 8, CF_REDUCE_PEER, false}, "st.async"},
+        {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER, false}, "st.async"},
+        {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER, false}, "mapa"},
+        {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER, false}, "shfl.sync.bfly"},
         /* through L2: (partial, epoch) pairs with coherent 64-bit loads and stores */
-        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL}, "ld.relaxed.gpu.global.v2.u64"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 6, 8, CF_REDUCE_GLOBAL}, "st.relaxed.gpu.global.v2.u64"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL}, "st.relaxed.gpu.global.u64"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL}, "ld.relaxed.gpu.global.u64"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL}, "atom.global.add"},
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL, false}, "ld.relaxed.gpu.global.v2.u64"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 8, CF_REDUCE_GLOBAL, false}, "st.relaxed.gpu.global.v2.u64"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL, false}, "st.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL, false}, "ld.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL, false}, "atom.global.add"},
+        /* late finish: the parked tile comes back with ldmatrix beside the next accumulator */
+        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, false}, "ldmatrix.sync.aligned.m8n8.x4"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, false}, "ldmatrix.sync.aligned.m8n8.x4"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, false}, "cvt.f32.f16"},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         cf_graph *g = parse(cases[i].spec);
@@ -213,7 +217,7 @@ static void test_single_tile_rows(void)
     cf_error err;
     for (int c = 1; c <= 2; c++) {
         cf_kernel *k = NULL;
-        cf_options opt = {128, 128, 6, c, CF_REDUCE_GLOBAL};
+        cf_options opt = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = c, .reduce_mode = CF_REDUCE_GLOBAL};
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "rms", &k, &err));
         const char *src = k ? cf_kernel_source(k) : "";
         CHECK_EQ_INT(c > 1, strstr(src, "#define CF_RED_GLOBAL 1") != NULL);
@@ -254,7 +258,7 @@ static void test_merged_exchanges(void)
         CHECK_EQ_INT(CF_OK, cf_spec_parse(ln, strlen(ln), "ln.cf", &g, &err));
         for (int v = 8; v <= 16 && g; v *= 2) {
             cf_kernel *k = NULL;
-            cf_options opt = {128, 128, 6, v, CF_REDUCE_GLOBAL};
+            cf_options opt = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = v, .reduce_mode = CF_REDUCE_GLOBAL};
             CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "ln", &k, &err));
             CHECK_EQ_INT(v == 8, k && strstr(cf_kernel_source(k), "cf_row_merge<") != NULL);
             cf_kernel_free(k);
@@ -269,7 +273,7 @@ static void test_merged_exchanges(void)
         CHECK_EQ_INT(CF_OK, cf_spec_parse(src, strlen(src), "merge.cf", &g, &err));
         for (int mode = CF_REDUCE_PEER; mode <= CF_REDUCE_GLOBAL && g; mode += CF_REDUCE_GLOBAL - CF_REDUCE_PEER) {
             cf_kernel *k = NULL;
-            cf_options opt = {128, 128, mode == CF_REDUCE_GLOBAL ? 6 : 4, 8, mode};
+            cf_options opt = {.block_m = 128, .block_n = 128, .stages = mode == CF_REDUCE_GLOBAL ? 6 : 4, .cluster_n = 8, .reduce_mode = mode};
             CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "merge", &k, &err));
             const char *text = k ? cf_kernel_source(k) : "";
             int merges = 0, reduces = 0;
@@ -292,6 +296,86 @@ static void test_merged_exchanges(void)
     }
 }
 
+/* The late finish: through L2 a tile posts its last exchange's partials, parks
+ * the value its last stage needs in shared memory (16-bit) and is finished
+ * after the next mainloop.  It applies only where one parked tile value and
+ * the last statistic suffice, that value keeps its accuracy in 16 bits, and
+ * the stages leave room; otherwise the tile finishes at once. */
+static void test_late_finish(void)
+{
+    static const struct {
+        const char *body; /* after the X, W inputs */
+        const char *park; /* the park's format, or NULL: no late finish */
+        const char *post; /* the exchange it posts */
+    } cases[] = {
+        /* LayerNorm (merged): x - tile mean, bf16 */
+        {"input b: f32[N]\nx = X @ W + b\nd = x - mean(x)\noutput Y: bf16 = d * rsqrt(mean(d * d) + 1e-5)\n",
+         "cf_park_tile<CF_PARK_BF16>(t, T0)", "cf_row_merge_post<0, 1>"},
+        /* softmax (merged): exp(z - tile max) in [0, 1], f16; output f16 restaged as f16 */
+        {"s = X @ W\ne = exp(s - max(s))\noutput Y: f16 = e / sum(e)\n", "cf_park_tile<CF_PARK_F16>(t, T0)",
+         "cf_row_merge_post<0, 1>"},
+        /* RMSNorm (one exchange): x itself, only multiplied afterwards */
+        {"x = X @ W\noutput Y: bf16 = x * rsqrt(mean(x * x) + 1e-6)\n", "cf_park_tile<CF_PARK_BF16>(t, T0)",
+         "cf_row_post<CF_RED_SUM, 0>"},
+        /* LN then softmax: only the last (softmax) exchange finishes late */
+        {"x = X @ W\nd = x - mean(x)\nz = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\n"
+         "output Y: bf16 = e / sum(e)\n",
+         "cf_park_tile<CF_PARK_F16>(t, T0)", "cf_row_merge_post<2, 3>"},
+        /* x + mean(x): the parked value is added to, 16 bits would not do */
+        {"x = X @ W\noutput Y: bf16 = x - mean(x)\n", NULL, NULL},
+        /* an f32 output has no 16-bit restage */
+        {"x = X @ W\noutput Y: f32 = x * rsqrt(mean(x * x) + 1e-6)\n", NULL, NULL},
+        /* two tile outputs */
+        {"x = X @ W\noutput Z: bf16 = x\noutput Y: bf16 = x * rsqrt(mean(x * x) + 1e-6)\n", NULL, NULL},
+        /* the last stage needs a statistic of an earlier stage too */
+        {"x = X @ W\nm = mean(x)\nd = x - m\noutput Y: bf16 = d * rsqrt(mean(d * d) + 1e-5) + m\n", NULL, NULL},
+    };
+    for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
+        char src[512];
+        snprintf(src, sizeof src, "input X: bf16[M, K]\ninput W: bf16[K, N]\n%s", cases[i].body);
+        cf_graph *g = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, cf_spec_parse(src, strlen(src), "late.cf", &g, &err));
+        if (!g)
+            continue;
+        cf_options opt = cf_options_for(g, 16384, 1024, 1024);
+        cf_kernel *k = NULL;
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "late", &k, &err));
+        const char *text = k ? cf_kernel_source(k) : "";
+        bool late = strstr(text, "#define CF_LATE_FINISH 1") != NULL;
+        if (late != (cases[i].park != NULL))
+            fprintf(stderr, "late-finish case %d: %s\n", i, late ? "late" : "not late");
+        CHECK_EQ_INT(cases[i].park != NULL, late);
+        CHECK_EQ_INT(late, strstr(text, "cf_epilogue_finish(const cf_gemm_args") != NULL);
+        if (cases[i].park) {
+            CHECK_CONTAINS(text, cases[i].park);
+            CHECK_CONTAINS(text, cases[i].post);
+            CHECK_CONTAINS(text, "cf_store_staged(args, t, 0)");
+            CHECK(strstr(text, "cf_store_tile_") == NULL); /* the output is stored from the park only */
+            cf_resources r;
+            if (cf_kernel_compile(k, &err) != CF_OK) {
+                fprintf(stderr, "late-finish case %d: %s\n", i, err.msg);
+                CHECK(false);
+            } else {
+                CHECK_EQ_INT(CF_OK, cf_kernel_resources(k, &r, &err));
+                CHECK(r.late_finish);
+                CHECK_EQ_INT(5, r.stages);
+            }
+        }
+        cf_kernel_free(k);
+        /* the same graph finishing every tile at once, or with no room to park */
+        cf_options sync = opt, full = opt;
+        sync.sync_finish = true;
+        full.stages = 6;
+        for (int j = 0; j < 2; j++) {
+            CHECK_EQ_INT(CF_OK, cf_kernel_build(g, j ? &full : &sync, "late", &k, &err));
+            CHECK(k && !strstr(cf_kernel_source(k), "CF_LATE_FINISH") && !strstr(cf_kernel_source(k), "cf_park_tile"));
+            cf_kernel_free(k);
+        }
+        cf_graph_free(g);
+    }
+}
+
 /* Default kernel shapes: reductions go through L2 with a row group covering N
  * (up to 64 CTAs); asking for a DSMEM mode keeps a row inside a hardware
  * cluster of at most 16 CTAs and leaves room for its buffers (4 stages). */
@@ -303,8 +387,11 @@ static void test_default_options(void)
     cf_options o = cf_options_for(ln, 16384, 1024, 1024);
     CHECK_EQ_INT(CF_REDUCE_GLOBAL, o.reduce_mode);
     CHECK_EQ_INT(8, o.cluster_n);
-    CHECK_EQ_INT(6, o.stages);
+    CHECK_EQ_INT(5, o.stages); /* the sixth stage's room parks tiles for their late finish */
     CHECK_EQ_INT(128, o.block_n);
+    cf_options sync = {.sync_finish = true};
+    cf_options_fill(&sync, cf_options_for(ln, 16384, 1024, 1024));
+    CHECK_EQ_INT(6, sync.stages);
     CHECK_EQ_INT(32, cf_options_for(ln, 8192, 4096, 4096).cluster_n);
     CHECK_EQ_INT(64, cf_options_for(ln, 64, 30000, 256).cluster_n); /* wider rows: the wide path */
     CHECK_EQ_INT(1, cf_options_for(gelu, 16384, 1024, 1024).cluster_n);
@@ -326,10 +413,10 @@ static void test_default_options(void)
     /* a DSMEM cluster of 32 does not exist; through L2 a row group of 32 does */
     cf_kernel *k = NULL;
     cf_error err;
-    cf_options bad = {128, 128, 4, 32, CF_REDUCE_PEER};
+    cf_options bad = {.block_m = 128, .block_n = 128, .stages = 4, .cluster_n = 32, .reduce_mode = CF_REDUCE_PEER};
     CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(ln, &bad, "ln", &k, &err));
     CHECK_CONTAINS(err.msg, "cluster_n 32");
-    cf_options good = {128, 128, 6, 32, CF_REDUCE_GLOBAL};
+    cf_options good = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = 32, .reduce_mode = CF_REDUCE_GLOBAL};
     CHECK_EQ_INT(CF_OK, cf_kernel_build(ln, &good, "ln", &k, &err));
     cf_kernel_free(k);
 done:
@@ -343,7 +430,7 @@ static void test_wide_rows(void)
     cf_graph *g = parse("examples/gemm_bias_ln.cf");
     cf_kernel *k = NULL;
     cf_error err;
-    cf_options opt = {128, 128, 4, 8, CF_REDUCE_PEER};
+    cf_options opt = {.block_m = 128, .block_n = 128, .stages = 4, .cluster_n = 8, .reduce_mode = CF_REDUCE_PEER};
     CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "ln", &k, &err));
     CHECK(!cf_kernel_wide(k, 1024)); /* not compiled yet: nothing is decided */
     CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
@@ -371,5 +458,6 @@ int main(void)
     test_single_tile_rows();
     test_merged_exchanges();
     test_default_options();
+    test_late_finish();
     return tu_finish("test_codegen");
 }

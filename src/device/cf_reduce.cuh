@@ -286,13 +286,10 @@ template <int RED, int WORDS> __device__ __forceinline__ unsigned long long *cf_
     return args.xchg + ((size_t)t.tile_m * CF_NUM_RED + RED) * CF_ROW_CTAS * CF_BM;
 }
 
-/* Posts this CTA's words for its rows (quad leaders), then folds the row's ranks: lane l of
- * the warp folds warp row l % RW over ranks l / RW, + LPR, ... in rank order (coalesced: a
- * rank's rows are contiguous), 8 ranks in flight at a time, and returns the fold of the row
- * held in this thread's slot s in a[s], b[s]. */
-template <int KIND, int WORDS>
-__device__ __forceinline__ void cf_exchange_rows(const cf_tile &t, unsigned long long *slots, const float (&w0)[CF_ROWS],
-                                                 const float (&w1)[CF_ROWS], float (&a)[CF_ROWS], float (&b)[CF_ROWS])
+/* Posts this CTA's words for its rows (quad leaders hold them after the quad shuffles). */
+template <int WORDS>
+__device__ __forceinline__ void cf_post_rows(const cf_tile &t, unsigned long long *slots, const float (&w0)[CF_ROWS],
+                                             const float (&w1)[CF_ROWS])
 {
     const unsigned long long tag = (unsigned long long)t.epoch << 32;
     if ((t.lane & 3) == 0) {
@@ -305,6 +302,17 @@ __device__ __forceinline__ void cf_exchange_rows(const cf_tile &t, unsigned long
                 cf_st_relaxed_u64(p, tag | __float_as_uint(w0[s]));
         }
     }
+}
+
+/* Folds the row's ranks once every CTA of the row group has posted: lane l of the warp
+ * folds warp row l % RW over ranks l / RW, + LPR, ... in rank order (coalesced: a rank's
+ * rows are contiguous), 8 ranks in flight at a time, and returns the fold of the row held
+ * in this thread's slot s in a[s], b[s]. */
+template <int KIND, int WORDS>
+__device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned long long *slots, float (&a)[CF_ROWS],
+                                               float (&b)[CF_ROWS])
+{
+    const unsigned long long tag = (unsigned long long)t.epoch << 32;
     constexpr int RW = 16 * (CF_BM / 64);   /* rows of the tile held by one warp */
     constexpr int LPR = 32 / RW;            /* lanes per row */
     constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
@@ -357,17 +365,27 @@ __device__ __forceinline__ void cf_exchange_rows(const cf_tile &t, unsigned long
 template <int OP, int RED>
 __device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args, const cf_tile &t, float (&part)[CF_ROWS])
 {
-    cf_exchange_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part, part, part);
+    cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
+    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
 
-template <int KIND, int R1, int R2>
-__device__ __forceinline__ void cf_row_merge(const cf_gemm_args &args, const cf_tile &t, const float (&raw)[CF_ROWS],
-                                             float (&stat)[CF_ROWS], float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
+/* A merged exchange in two halves: post the (raw, part) pairs, then (at once, or after the
+ * next mainloop with a late finish) fold the row's pairs and correct this tile's shift. */
+template <int R1, int R2>
+__device__ __forceinline__ void cf_row_merge_post(const cf_gemm_args &args, const cf_tile &t, const float (&raw)[CF_ROWS],
+                                                  float (&part)[CF_ROWS])
 {
     static_assert(R2 == R1 + 1, "a merged exchange takes two consecutive slot regions");
     cf_row_reduce_local<CF_RED_SUM>(part);
+    cf_post_rows<2>(t, cf_xchg_slots<R1, 2>(args, t), raw, part);
+}
+template <int KIND, int R1, int R2>
+__device__ __forceinline__ void cf_row_merge_finish(const cf_gemm_args &args, const cf_tile &t,
+                                                    const float (&raw)[CF_ROWS], float (&stat)[CF_ROWS],
+                                                    float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
+{
     float a[CF_ROWS];
-    cf_exchange_rows<KIND, 2>(t, cf_xchg_slots<R1, 2>(args, t), raw, part, a, part);
+    cf_gather_rows<KIND, 2>(t, cf_xchg_slots<R1, 2>(args, t), a, part);
 #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s) {
         if (KIND == CF_MERGE_VAR)
@@ -376,6 +394,26 @@ __device__ __forceinline__ void cf_row_merge(const cf_gemm_args &args, const cf_
             corr[s] = raw[s] == __int_as_float(0xff800000) ? 0.0f : cf_exp(raw[s] - cf_shift_of(a[s]));
         stat[s] = a[s];                        /* part: sum of (x - mean)^2, or of exp(z - max) */
     }
+}
+template <int KIND, int R1, int R2>
+__device__ __forceinline__ void cf_row_merge(const cf_gemm_args &args, const cf_tile &t, const float (&raw)[CF_ROWS],
+                                             float (&stat)[CF_ROWS], float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
+{
+    cf_row_merge_post<R1, R2>(args, t, raw, part);
+    cf_row_merge_finish<KIND, R1, R2>(args, t, raw, stat, part, corr);
+}
+
+/* A single exchange in two halves, for a late finish: quad shuffles and post, then fold. */
+template <int OP, int RED> __device__ __forceinline__ void cf_row_post(const cf_gemm_args &args, const cf_tile &t,
+                                                                       float (&part)[CF_ROWS])
+{
+    cf_row_reduce_local<OP>(part);
+    cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
+}
+template <int OP, int RED> __device__ __forceinline__ void cf_row_finish(const cf_gemm_args &args, const cf_tile &t,
+                                                                         float (&part)[CF_ROWS])
+{
+    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
 #endif
 

@@ -196,6 +196,12 @@
 #if CF_NUM_OUT < 1
 #error "CF_NUM_OUT must be >= 1 (pass a dummy output when the epilogue stores none)"
 #endif
+#ifndef CF_LATE_FINISH
+#define CF_LATE_FINISH 0
+#endif
+#if CF_LATE_FINISH && CF_STG_CHUNKS != CF_BN / 64
+#error "a late finish parks the whole tile in the staging buffer: lower CF_STAGES until CF_STG_CHUNKS == CF_BN / 64"
+#endif
 
 #if CF_IN_F16
 #define CF_WGMMA_AB "f16.f16"
@@ -223,7 +229,8 @@
 #define CF_INFO_ROW_CTAS 16    /* CTAs per row group (grid is a multiple of it) */
 #define CF_INFO_RED_GLOBAL 17  /* 1: row partials go through L2; cooperative launch, args.xchg */
 #define CF_INFO_NUM_RED 18     /* row reductions per tile (sizes args.xchg) */
-#define CF_SM90_VERSION 3
+#define CF_INFO_LATE_FINISH 19 /* 1: tiles finish after the next mainloop (cf_epilogue_finish) */
+#define CF_SM90_VERSION 4
 
 /* ----------------------------------------------------------------------------------------
  * Types shared with the host
@@ -644,6 +651,72 @@ __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, cons
     }
 }
 
+#if CF_LATE_FINISH
+/* ---- late finish: a tile parked in the staging buffer ----------------------------------
+ * With a late finish (cf_reduce.cuh) a warpgroup posts its row partials, parks the value its
+ * last stage needs as 16-bit in its staging buffer (the whole tile; the TMA store layout),
+ * runs its next mainloop, and only then folds the row's partials and finishes the parked
+ * tile in place, 8 registers at a time (an x4 8x8 matrix group), so the accumulator of the
+ * new tile stays live in registers alongside.  Group g holds acc registers 8g .. 8g+7. */
+#define CF_PARK_BF16 0
+#define CF_PARK_F16 1
+__device__ __forceinline__ unsigned cf_group_addr(const cf_tile &t, int g) {
+    constexpr int GPM = CF_ACC_PER_MT / 8;    /* groups per m64 sub-tile */
+    const int mt = g / GPM, c = (g % GPM) / 4, gp = g % 4, mi = t.lane >> 3;
+    const int row = mt * 64 + t.warp * 16 + (mi & 1) * 8 + (t.lane & 7);
+    return t.stg + c * CF_STG_CHUNK_BYTES + row * 128 + (unsigned)(((2 * gp + (mi >> 1)) ^ (t.lane & 7)) << 4);
+}
+template <int F16> __device__ __forceinline__ void cf_stmatrix8(unsigned addr, const float *y) {
+    unsigned r[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        r[j] = F16 ? cf_pack_f16x2(y[2 * j], y[2 * j + 1]) : cf_pack_bf16x2(y[2 * j], y[2 * j + 1]);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+template <int F16> __device__ __forceinline__ void cf_unpark8(const cf_tile &t, int g, float (&y)[8]) {
+    unsigned r[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(cf_group_addr(t, g)) : "memory");
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        if (F16) {
+            asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
+                : "=f"(y[2 * j]), "=f"(y[2 * j + 1]) : "r"(r[j]));
+        } else {
+            y[2 * j] = __uint_as_float(r[j] << 16);
+            y[2 * j + 1] = __uint_as_float(r[j] & 0xffff0000u);
+        }
+    }
+}
+/* Parks v (16-bit) once the previous tile's TMA store has read the buffer. */
+template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t, const float (&v)[CF_ACC_REGS]) {
+    if (t.tid == 0) cf_bulk_wait_read0();
+    cf_named_bar_sync(t.bar_id, 128);
+#pragma unroll
+    for (int g = 0; g < CF_ACC_REGS / 8; ++g)
+        cf_stmatrix8<F16>(cf_group_addr(t, g), v + 8 * g);
+}
+/* Writes finished group g (the output's 16-bit type) where it was parked. */
+template <int F16> __device__ __forceinline__ void cf_restage8(const cf_tile &t, int g, const float (&y)[8]) {
+    cf_stmatrix8<F16>(cf_group_addr(t, g), y);
+}
+/* TMA-stores the restaged tile to output o. */
+__device__ __forceinline__ void cf_store_staged(const cf_gemm_args &args, const cf_tile &t, int o) {
+    cf_fence_proxy_async();
+    cf_named_bar_sync(t.bar_id, 128);
+    if (t.tid == 0) {
+#pragma unroll
+        for (int c = 0; c < CF_BN / 64; ++c) {
+            const int col = t.n0 + c * 64;
+            if (col < t.N && t.m0 < t.M)
+                cf_tma_store_2d(&args.tma_out[o], t.stg + c * CF_STG_CHUNK_BYTES, col, t.m0);
+        }
+        cf_bulk_commit();
+    }
+}
+#endif
+
 /* Direct predicated global stores (no TMA, no alignment needs beyond the element): for outputs
  * whose pitch is not a multiple of 16 bytes, or partial/strided outputs.  Slower (uncoalesced). */
 
@@ -651,7 +724,15 @@ __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, cons
  * The kernel
  * -------------------------------------------------------------------------------------- */
 /* Defined by the generated code AFTER this header. */
+#if CF_LATE_FINISH
+/* Per-row values a late finish needs; defined by the generated code before this header. */
+struct cf_late;
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
+                                            cf_late &late);
+__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late);
+#else
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS]);
+#endif
 #if CF_HAS_REDUCE
 /* Epilogues with row reductions (cf_reduce.cuh): barriers of the cluster exchange, set up by one
  * thread before the kernel's first cluster sync so no peer can signal an uninitialised barrier. */
@@ -671,10 +752,10 @@ __device__ __forceinline__ void cf_release_stage(unsigned bar, int lane) {
 #ifndef CF_NUM_RED
 #define CF_NUM_RED 0                               /* row reductions per tile (generated) */
 #endif
-extern "C" __device__ const int cf_kernel_info[19] = {
+extern "C" __device__ const int cf_kernel_info[20] = {
     CF_SM90_VERSION, CF_SMEM_BYTES, CF_BM, CF_BN, CF_TILE_M, CF_STAGES, CF_CLUSTER_N, CF_B_NK,
     CF_IN_F16, CF_NUM_OUT, CF_PINGPONG, CF_NUM_THREADS, CF_STG_CHUNKS, CF_GROUP_M, CF_A_BOX_ROWS,
-    CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED};
+    CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED, CF_LATE_FINISH};
 
 /* row-group tile ct -> (row tile, column tile) of the CTA with rank `rank` in its row group */
 __device__ __forceinline__ void cf_sched_tile(int ct, int tiles_m, int groups_n, int rank, int &tm, int &tn) {
@@ -789,6 +870,11 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         const int istart = 0, istep = 1;
         const unsigned a_off = w * CF_BM * 128;
 #endif
+#if CF_LATE_FINISH
+        cf_late late;
+        cf_tile parked = t;     /* the tile waiting for its finish, if parked_ok */
+        bool parked_ok = false;
+#endif
 #pragma unroll 1
         for (int i = istart; i < my_n; i += istep) {
             int tm, tn;
@@ -835,8 +921,19 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.tile_m = tm; t.tile_n = tn;
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
             t.n0 = tn * CF_BN;
+#if CF_LATE_FINISH
+            /* the previous tile's row partials arrived during this mainloop */
+            if (parked_ok) cf_epilogue_finish(args, parked, late);
+            cf_epilogue(args, t, acc, late);
+            parked = t;
+            parked_ok = true;
+#else
             cf_epilogue(args, t, acc);
+#endif
         }
+#if CF_LATE_FINISH
+        if (parked_ok) cf_epilogue_finish(args, parked, late);
+#endif
         if (t.tid == 0) cf_bulk_wait0();
     }
 #if CF_CLUSTER_N > 1

@@ -9,6 +9,7 @@
 #define CF_B_NK 0
 #define CF_IN_F16 0
 #define CF_NUM_OUT 1
+#define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */
 #define CF_HAS_REDUCE 1
 #define CF_NUM_RED 4
 #define CF_STATIC_SMEM 128
@@ -19,6 +20,12 @@ struct cf_epi_params {
     const float *bias;  /* a2: vec[N] f32 */
     const float *gamma;  /* a3: vec[N] f32 */
     const float *beta;  /* a4: vec[N] f32 */
+};
+
+/* This tile's own statistics, kept in registers for its late finish. */
+struct cf_late {
+    float raw_m_21[CF_BM / 32];  /* max, per row the thread holds */
+    float red_m_21[CF_BM / 32];  /* shift */
 };
 
 #include "cf_sm90.cuh"
@@ -34,11 +41,12 @@ static __device__ __forceinline__ float op_exp(float x)
     return y;
 }
 
-/* Runs once per tile of a consumer warpgroup, after its mainloop. */
-__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS])
+/* Part 1, right after the tile's mainloop: every stage up to the last exchange. */
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS], cf_late &late)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
+    (void)late;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
     /* ---- stage 0: 4 nodes, streamed one accumulator register at a time ---- */
     float red_mu_3[CF_ROWS];  /* mean over N: thread-local partials per row */
@@ -85,7 +93,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     for (int s = 0; s < CF_ROWS; ++s)
         red_var_8[s] = red_var_8[s] / (float)t.N;
     /* ---- stage 2 (PostOp of the reduction above): 13 nodes ---- */
-    float red_m_21[CF_ROWS];  /* max over N: thread-local partials per row */
+    float (&red_m_21)[CF_ROWS] = late.red_m_21;  /* max over N: partials, then this tile's own */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_m_21[s] = cf_red_identity<CF_RED_MAX>();
@@ -114,7 +122,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_m_21[cf_acc_slot(r)] = cf_red_combine<CF_RED_MAX>(red_m_21[cf_acc_slot(r)], s_20);
         T0[r] = s_20;  /* carried to the next stage */
     }
-    float raw_m_21[CF_ROWS];  /* this tile's own max, for the merged exchange after the next stage */
+    float (&raw_m_21)[CF_ROWS] = late.raw_m_21;  /* this tile's own max, for the merged exchange */
     cf_local_max(red_m_21, raw_m_21);  /* quad shuffles; the next stage shifts by this tile's max */
     /* ---- stage 3 (PostOp of the reduction above): 5 nodes ---- */
     float red_v26[CF_ROWS];  /* sum over N: thread-local partials per row */
@@ -134,18 +142,34 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_v26[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v26[cf_acc_slot(r)], e_25);
         T0[r] = e_25;  /* carried to the next stage */
     }
+    cf_row_merge_post<2, 3>(args, t, raw_m_21, red_v26);  /* post (max, partial) pairs for the row */
+    cf_park_tile<CF_PARK_F16>(t, T0);  /* e_25 waits in shared memory while the next mainloop runs */
+}
+
+/* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */
+__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late)
+{
+    const cf_epi_params &p = args.epi;
+    (void)p;
+    (void)late;
+    float red_v26[CF_ROWS];
     float corr_m_21[CF_ROWS];
-    cf_row_merge<CF_MERGE_SOFTMAX, 2, 3>(args, t, raw_m_21, red_m_21, red_v26, corr_m_21);  /* one exchange: max and sum of exps */
+    cf_row_merge_finish<CF_MERGE_SOFTMAX, 2, 3>(args, t, late.raw_m_21, late.red_m_21, red_v26, corr_m_21);  /* max and sum of exps */
     /* ---- stage 4 (PostOp of the reduction above): 4 nodes ---- */
+    float pk[8], y8[8];  /* one 8-register group: parked e_25 in, output out */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
         (void)row;
         (void)col;
-        const float e_27 = T0[r] * corr_m_21[cf_acc_slot(r)];  /* bypass: e_25, corrected to the row's max */
+        if (r % 8 == 0)
+            cf_unpark8<CF_PARK_F16>(t, r / 8, pk);
+        const float e_27 = pk[r % 8] * corr_m_21[cf_acc_slot(r)];  /* bypass: e_25, corrected to the row's max */
         const float v28 = red_v26[cf_acc_slot(r)];  /* statistic of the previous stage */
         const float Y_29 = (e_27 * (1.0f / v28));
-        T0[r] = Y_29;  /* kept for the store */
+        y8[r % 8] = Y_29;  /* kept for the store */
+        if (r % 8 == 7)
+            cf_restage8<CF_PARK_BF16>(t, r / 8, y8);  /* in place, as the output's 16-bit type */
     }
-    cf_store_tile_bf16(args, t, 0, T0);  /* output Y: bf16 [M,N] */
+    cf_store_staged(args, t, 0);  /* output Y: bf16 [M,N], restaged where it was parked */
 }

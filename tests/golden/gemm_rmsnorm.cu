@@ -9,6 +9,7 @@
 #define CF_B_NK 0
 #define CF_IN_F16 0
 #define CF_NUM_OUT 1
+#define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */
 #define CF_HAS_REDUCE 1
 #define CF_NUM_RED 1
 #define CF_STATIC_SMEM 128
@@ -19,14 +20,20 @@ struct cf_epi_params {
     const float *gamma;  /* a2: vec[N] f32 */
 };
 
+/* This tile's own statistics, kept in registers for its late finish. */
+struct cf_late {
+    int unused;  /* a single exchange needs nothing beyond its posted partials */
+};
+
 #include "cf_sm90.cuh"
 #include "cf_reduce.cuh"  /* row reductions: shuffles and the cluster exchange */
 
-/* Runs once per tile of a consumer warpgroup, after its mainloop. */
-__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS])
+/* Part 1, right after the tile's mainloop: every stage up to the last exchange. */
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS], cf_late &late)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
+    (void)late;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
     /* ---- stage 0: 3 nodes, streamed one accumulator register at a time ---- */
     float red_v2[CF_ROWS];  /* mean over N: thread-local partials per row */
@@ -43,19 +50,33 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         if (col < t.N)  /* columns past N hold TMA's zero fill, not data */
             red_v2[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v2[cf_acc_slot(r)], v1);
     }
-    cf_row_reduce<CF_RED_SUM, 0>(args, t, red_v2);  /* quad shuffles, then across the row's CTAs */
+    cf_row_post<CF_RED_SUM, 0>(args, t, red_v2);  /* quad shuffles, then post the partials for the row */
+    cf_park_tile<CF_PARK_BF16>(t, T0);  /* x_0 waits in shared memory while the next mainloop runs */
+}
+
+/* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */
+__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late)
+{
+    const cf_epi_params &p = args.epi;
+    (void)p;
+    (void)late;
+    float red_v2[CF_ROWS];
+    cf_row_finish<CF_RED_SUM, 0>(args, t, red_v2);  /* the row's mean */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_v2[s] = red_v2[s] / (float)t.N;
     /* ---- stage 1 (PostOp of the reduction above): 9 nodes ---- */
     float cv_gamma_9[CF_COLS];
     cf_load_cols(t, p.gamma, cv_gamma_9);
+    float pk[8], y8[8];  /* one 8-register group: parked x_0 in, output out */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
         (void)row;
         (void)col;
-        const float x_3 = T0[r];  /* bypass: x_0, carried from stage 0 */
+        if (r % 8 == 0)
+            cf_unpark8<CF_PARK_BF16>(t, r / 8, pk);
+        const float x_3 = pk[r % 8];  /* bypass: x_0, carried from stage 0 */
         const float v4 = red_v2[cf_acc_slot(r)];  /* statistic of the previous stage */
         const float v5 = 1e-06f;  /* scalar broadcast */
         const float v6 = (v4 + v5);
@@ -63,7 +84,9 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         const float v8 = (x_3 * v7);
         const float gamma_9 = cv_gamma_9[cf_col_slot(r)];  /* row-vector broadcast */
         const float Y_10 = (v8 * gamma_9);
-        T0[r] = Y_10;  /* kept for the store */
+        y8[r % 8] = Y_10;  /* kept for the store */
+        if (r % 8 == 7)
+            cf_restage8<CF_PARK_BF16>(t, r / 8, y8);  /* in place, as the output's 16-bit type */
     }
-    cf_store_tile_bf16(args, t, 0, T0);  /* output Y: bf16 [M,N] */
+    cf_store_staged(args, t, 0);  /* output Y: bf16 [M,N], restaged where it was parked */
 }
