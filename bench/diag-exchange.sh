@@ -29,11 +29,26 @@ PY
   echo "$d/build"
 }
 b_self=$(mk self); b_none=$(mk none)
-for shape in M=16384,N=1024,K=1024 M=4096,N=2048,K=512 M=16384,N=2048,K=1024; do
-  for b in build $b_self $b_none; do
-    for spec in bench/specs/sum_only.cf examples/gemm_rmsnorm.cf; do
-      tag=$([ $b = build ] && echo real || ([ $b = $b_self ] && echo self-only || echo none))
-      timeout 60 $b/comfuse bench --iters 60 --shape "$shape" $spec 2>&1 | awk -F'\t' -v s="$tag $(basename $spec)" -v sh="$shape" '/^BENCH/ { printf "%-26s %-22s ratio %.3f\n", s, sh, $4 / $5 }'
+# bench/diag-exchange.sh [SPEC...] [-- SHAPE...]: the specs (default sum_only and RMSNorm) in
+# both finish modes (late: parked, finished after the next mainloop; sync: at once).
+specs=() shapes=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do specs+=("$1"); shift; done
+[ "${1:-}" = -- ] && shift
+shapes=("$@")
+[ ${#specs[@]} = 0 ] && specs=(bench/specs/sum_only.cf examples/gemm_rmsnorm.cf)
+[ ${#shapes[@]} = 0 ] && shapes=(M=16384,N=1024,K=1024 M=4096,N=2048,K=512 M=16384,N=2048,K=1024)
+for b in build $b_self $b_none; do   # NVRTC first, in parallel
+  for shape in "${shapes[@]}"; do for spec in "${specs[@]}"; do for f in "" --sync-finish; do
+    echo "$b/comfuse compile $f --shape $shape $spec"
+  done; done; done
+done | xargs -P "$(nproc)" -I{} sh -c '{} >/dev/null 2>&1'
+for shape in "${shapes[@]}"; do
+  for spec in "${specs[@]}"; do
+    for f in "" --sync-finish; do
+      for b in build $b_self $b_none; do
+        tag=$([ $b = build ] && echo real || ([ $b = $b_self ] && echo self-only || echo none))
+        timeout 60 $b/comfuse bench --iters 60 $f --shape "$shape" $spec 2>&1 | awk -F'\t' -v s="$tag $(basename $spec) ${f:---late}" -v sh="$shape" '/^BENCH/ { printf "%-42s %-22s ratio %.3f  (%.4f ms)\n", s, sh, $4 / $5, $4 }'
+      done
     done
   done
 done
