@@ -525,6 +525,16 @@ static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **
     return MERGE_NONE;
 }
 
+/* A mean is its sum times 1/N (t.inv_n, once per kernel): no division per row. */
+static void emit_mean_scale(cg_ctx *c, const cf_ir_node *red, const char *id)
+{
+    if (red->op != CF_OP_MEAN)
+        return;
+    line(c, "#pragma unroll");
+    line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+    line(c, "    red_%s[s] = red_%s[s] * t.inv_n;", id, id);
+}
+
 /* ---- late finish -----------------------------------------------------------
  * A tile's last exchange need not hold up its warpgroup: it posts its row
  * partials, parks the one value the last stage needs in its staging buffer as
@@ -655,11 +665,7 @@ static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
         line(c, "cf_row_finish<%s, %d>(args, t, red_%s);  /* the row's %s */", red_op(red->op), c->n_red++, id,
              cf_op_name(red->op));
     }
-    if (red->op == CF_OP_MEAN) {
-        line(c, "#pragma unroll");
-        line(c, "for (int s = 0; s < CF_ROWS; ++s)");
-        line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
-    }
+    emit_mean_scale(c, red, id);
 }
 
 static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
@@ -779,20 +785,12 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         line(c, "cf_row_merge<%s, %d, %d>(args, t, raw_%s, red_%s, red_%s, corr_%s);  /* one exchange: %s */",
              c->merge_prev == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1,
              id, id1, c->merge_prev == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
-        if (red->op == CF_OP_MEAN) {
-            line(c, "#pragma unroll");
-            line(c, "for (int s = 0; s < CF_ROWS; ++s)");
-            line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
-        }
+        emit_mean_scale(c, red, id);
     } else if (red) {
         ident(red, id, sizeof id);
         line(c, "cf_row_reduce<%s, %d>(args, t, red_%s);  /* quad shuffles, then across the row's CTAs */",
              red_op(red->op), c->n_red++, id);
-        if (red->op == CF_OP_MEAN) {
-            line(c, "#pragma unroll");
-            line(c, "for (int s = 0; s < CF_ROWS; ++s)");
-            line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
-        }
+        emit_mean_scale(c, red, id);
     }
 }
 

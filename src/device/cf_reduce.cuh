@@ -212,10 +212,11 @@ __device__ __forceinline__ void cf_local_mean(const cf_tile &t, float (&stat)[CF
 {
     cf_row_reduce_local<CF_RED_SUM>(stat);
     const int n = cf_tile_cols(t, t.rank);
+    const float inv = n > 0 ? 1.0f / (float)n : 0.0f;   /* once, not a division per row */
 #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s) {
         raw[s] = stat[s];
-        stat[s] = n > 0 ? stat[s] / (float)n : 0.0f;
+        stat[s] = stat[s] * inv;
     }
 }
 /* The tile's own max, as a shift (raw keeps the max itself). */
@@ -263,6 +264,41 @@ template <int KIND> __device__ __forceinline__ cf_fold cf_fold_add(cf_fold f, fl
         f.a = cf_red_combine<KIND>(f.a, w0);
     }
     return f;
+}
+/* The merged kinds fold a row's pairs (at most 8 per lane) in two passes over registers:
+ * the ranks' terms are then independent, where a running fold chains a division or two
+ * exps through every rank (measured: that chain, not the L2 round trip, was most of a
+ * merged exchange's cost once the partials had arrived).  Rank order is kept, so every
+ * CTA still gets bit-identical statistics.  Absent ranks have n 0 and (0, 0), or
+ * (-inf, 0) for softmax, and add nothing. */
+template <int KIND, int C>
+__device__ __forceinline__ cf_fold cf_fold_pairs(const float (&nq)[C], const float (&w0)[C], const float (&w1)[C])
+{
+    if (KIND == CF_MERGE_VAR) {            /* w0 = sum of the tile, w1 = sum of (x - its mean)^2 */
+        float n = 0.0f, sum = 0.0f, m2 = 0.0f;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            n += nq[c];
+            sum += w0[c];
+        }
+        const float mean = n > 0.0f ? sum / n : 0.0f;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {      /* Chan et al.: M2 = sum of M2_q + n_q (mean_q - mean)^2 */
+            const float d = nq[c] > 0.0f ? __fdividef(w0[c], nq[c]) - mean : 0.0f;
+            m2 += w1[c] + nq[c] * d * d;
+        }
+        return cf_fold{n, mean, m2};
+    } else {                               /* w0 = max of the tile, w1 = sum of exp(z - shift) */
+        float m = __int_as_float(0xff800000), sum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+            m = cf_fmax(m, w0[c]);
+        const float sm = cf_shift_of(m);
+#pragma unroll
+        for (int c = 0; c < C; ++c)        /* 0 * inf is no term */
+            sum += w1[c] == 0.0f ? 0.0f : w1[c] * cf_exp(cf_shift_of(w0[c]) - sm);
+        return cf_fold{0.0f, m, sum};
+    }
 }
 /* Joins the fold of another lane (disjoint ranks) into f. */
 template <int KIND> __device__ __forceinline__ cf_fold cf_fold_join(cf_fold f, cf_fold o)
@@ -332,6 +368,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
             else if (q < CF_ROW_CTAS)
                 v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
         }
+        float nq[CHUNK], w0[CHUNK], w1[CHUNK];
 #pragma unroll
         for (int c = 0; c < CHUNK; ++c) {
             const int q = (c0 + c) * LPR + t.lane / RW;
@@ -343,9 +380,20 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
                     else
                         v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
                 }
-                f = cf_fold_add<KIND>(f, (float)cf_tile_cols(t, q), __uint_as_float((unsigned)v0[c]),
-                                      __uint_as_float((unsigned)v1[c]));
             }
+            const bool here = q < CF_ROW_CTAS;
+            nq[c] = here ? (float)cf_tile_cols(t, q) : 0.0f;
+            w0[c] = here ? __uint_as_float((unsigned)v0[c]) : KIND == CF_MERGE_SOFTMAX ? __int_as_float(0xff800000) : 0.0f;
+            w1[c] = here ? __uint_as_float((unsigned)v1[c]) : 0.0f;
+        }
+        if (KIND == CF_MERGE_VAR || KIND == CF_MERGE_SOFTMAX) {
+            static_assert(KIND < CF_MERGE_VAR || PER_LANE <= CHUNK, "a merged exchange folds its pairs in one round");
+            f = cf_fold_pairs<KIND, CHUNK>(nq, w0, w1);
+        } else {
+#pragma unroll
+            for (int c = 0; c < CHUNK; ++c)
+                if ((c0 + c) * LPR + t.lane / RW < CF_ROW_CTAS)
+                    f = cf_fold_add<KIND>(f, nq[c], w0[c], w1[c]);
         }
     }
     if (LPR == 2) {   /* 64-row tiles: two lanes per row; the lower lane's fold is the one used */
