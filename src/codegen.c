@@ -525,14 +525,14 @@ static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **
     return MERGE_NONE;
 }
 
-/* A mean is its sum times 1/N (t.inv_n, once per kernel): no division per row. */
+/* A mean is its sum over N. */
 static void emit_mean_scale(cg_ctx *c, const cf_ir_node *red, const char *id)
 {
     if (red->op != CF_OP_MEAN)
         return;
     line(c, "#pragma unroll");
     line(c, "for (int s = 0; s < CF_ROWS; ++s)");
-    line(c, "    red_%s[s] = red_%s[s] * t.inv_n;", id, id);
+    line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
 }
 
 /* ---- late finish -----------------------------------------------------------

@@ -272,7 +272,6 @@ struct cf_gemm_args {
 struct cf_tile {
     int m0, n0;        /* global origin of this WG's CF_BM x CF_BN block */
     int M, N;          /* problem size (for bounds) */
-    float inv_n;       /* 1 / N: a row mean is its sum times this */
     int warp, lane;    /* warp within the WG (0..3), lane (0..31) */
     int tid;           /* thread within the WG (0..127) */
     int wg;            /* consumer WG index (0, 1) */
@@ -855,7 +854,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         const int w = wg - 1;
         float acc[CF_ACC_REGS];
         cf_tile t;
-        t.M = M; t.N = N; t.inv_n = 1.0f / (float)N;
+        t.M = M; t.N = N;
         t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
         t.wg = w; t.rank = rank; t.bar_id = CF_BAR_EPI0 + w;
 #if CF_RED_GLOBAL && CF_ROW_CTAS > 1

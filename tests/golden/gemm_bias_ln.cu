@@ -53,7 +53,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     cf_row_reduce<CF_RED_SUM, 0>(args, t, red_mu_5);  /* quad shuffles, then across the row's CTAs */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
-        red_mu_5[s] = red_mu_5[s] * t.inv_n;
+        red_mu_5[s] = red_mu_5[s] / (float)t.N;
     /* ---- stage 1 (PostOp of the reduction above): 5 nodes ---- */
     float red_var_10[CF_ROWS];  /* mean over N: thread-local partials per row */
     #pragma unroll
@@ -75,7 +75,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     cf_row_reduce<CF_RED_SUM, 1>(args, t, red_var_10);  /* quad shuffles, then across the row's CTAs */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
-        red_var_10[s] = red_var_10[s] * t.inv_n;
+        red_var_10[s] = red_var_10[s] / (float)t.N;
     /* ---- stage 2 (PostOp of the reduction above): 11 nodes ---- */
     float cv_gamma_17[CF_COLS];
     cf_load_cols(t, p.gamma, cv_gamma_17);

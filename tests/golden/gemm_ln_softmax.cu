@@ -91,7 +91,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     cf_row_merge<CF_MERGE_VAR, 0, 1>(args, t, raw_mu_3, red_mu_3, red_var_8, corr_mu_3);  /* one exchange: mean and sum of squares */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
-        red_var_8[s] = red_var_8[s] * t.inv_n;
+        red_var_8[s] = red_var_8[s] / (float)t.N;
     /* ---- stage 2 (PostOp of the reduction above): 13 nodes ---- */
     float (&red_m_21)[CF_ROWS] = late.red_m_21;  /* max over N: partials, then this tile's own */
     #pragma unroll

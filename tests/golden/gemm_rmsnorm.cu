@@ -64,7 +64,7 @@ __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, con
     cf_row_finish<CF_RED_SUM, 0>(args, t, red_v2);  /* the row's mean */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
-        red_v2[s] = red_v2[s] * t.inv_n;
+        red_v2[s] = red_v2[s] / (float)t.N;
     /* ---- stage 1 (PostOp of the reduction above): 9 nodes ---- */
     float cv_gamma_9[CF_COLS];
     cf_load_cols(t, p.gamma, cv_gamma_9);

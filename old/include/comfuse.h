@@ -1,0 +1,295 @@
+/*
+ * comfuse.h — fuse a GEMM with the memory-intensive subgraph that follows it.
+ *
+ * The only public header.  A tour, building GEMM -> bias -> LayerNorm:
+ *
+ *     cf_graph *g = cf_graph_new();
+ *     cf_dim M = cf_graph_dim(g, "M"), N = cf_graph_dim(g, "N"), K = cf_graph_dim(g, "K");
+ *     cf_value X    = cf_graph_input(g, "X", CF_BF16, 2, (cf_dim[]){M, K});
+ *     cf_value W    = cf_graph_input(g, "W", CF_BF16, 2, (cf_dim[]){K, N});
+ *     cf_value bias = cf_graph_input(g, "bias", CF_F32, 1, (cf_dim[]){N});
+ *     cf_value x    = cf_graph_binary(g, CF_OP_ADD, cf_graph_matmul(g, X, W), bias);
+ *     cf_value mu   = cf_graph_reduce(g, CF_OP_MEAN, x, -1);        // [M]
+ *     cf_value d    = cf_graph_binary(g, CF_OP_SUB, x, mu);          // broadcast over N
+ *     cf_value var  = cf_graph_reduce(g, CF_OP_MEAN, cf_graph_unary(g, CF_OP_SQUARE, d), -1);
+ *     cf_value y    = cf_graph_binary(g, CF_OP_MUL, d,
+ *                         cf_graph_unary(g, CF_OP_RSQRT,
+ *                             cf_graph_binary(g, CF_OP_ADD, var, cf_graph_const(g, 1e-5))));
+ *     cf_graph_output(g, "Y", y, CF_BF16);
+ *     if (cf_graph_error(g)->status != CF_OK) ... // every builder error is sticky: check once
+ *
+ * Building is lazy: constructors check shapes and record the op, nothing runs.
+ * Shapes are symbolic (cf_dim); sizes are bound only when a graph is run.
+ * cf_lower() maps the graph to the Fusion Spec IR (one nested stage per row
+ * reduction), or rejects it with CF_ERR_UNSUPPORTED and a diagnostic so the
+ * caller can fall back to unfused execution.  The same graph comes from a .cf
+ * spec through cf_spec_parse().
+ *
+ * The library never exits and never prints: every function that can fail
+ * returns a cf_status and fills a cf_error.
+ */
+#ifndef COMFUSE_H
+#define COMFUSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define CF_API __attribute__((visibility("default")))
+#else
+#define CF_API
+#endif
+
+#define CF_VERSION "0.1.0"
+
+/* ---- status and errors ------------------------------------------------ */
+
+typedef enum cf_status {
+    CF_OK = 0,
+    CF_ERR_INVALID_ARG,  /* a bad argument to an API call                     */
+    CF_ERR_SHAPE,        /* shapes that do not match or broadcast             */
+    CF_ERR_DTYPE,        /* a dtype the operation does not take               */
+    CF_ERR_PARSE,        /* a .cf spec that does not parse                    */
+    CF_ERR_UNSUPPORTED,  /* outside the fusion domain: fall back              */
+    CF_ERR_NO_MEMORY,
+    CF_ERR_IO,
+    CF_ERR_ALIGNMENT,    /* a pointer, pitch or size TMA cannot take          */
+    CF_ERR_NO_DEVICE,    /* no CUDA driver or no GPU on this machine          */
+    CF_ERR_CUDA,         /* a CUDA driver call failed                         */
+    CF_ERR_NVRTC,        /* run-time compilation failed (log in the message)  */
+    CF_ERR_CHECK,        /* a result differs from the reference              */
+    CF_ERR_INTERNAL,     /* a bug in comfuse                                  */
+    CF_STATUS_COUNT
+} cf_status;
+
+/* One error: the status, where (file:line:col for specs, else empty/0) and
+ * a complete human-readable message, already prefixed with the location. */
+typedef struct cf_error {
+    cf_status status;
+    char file[256];
+    int line, col;
+    char msg[2048];
+} cf_error;
+
+CF_API const char *cf_status_name(cf_status s);
+
+/* ---- dtypes and ops ----------------------------------------------------- */
+
+typedef enum cf_dtype { CF_BF16, CF_F16, CF_F32, CF_DTYPE_COUNT } cf_dtype;
+
+CF_API const char *cf_dtype_name(cf_dtype t);
+CF_API size_t cf_dtype_size(cf_dtype t);
+
+typedef enum cf_op {
+#define X(e, kw, arity, cls) CF_OP_##e,
+#include "../src/ops.def"
+#undef X
+    CF_OP_COUNT
+} cf_op;
+
+typedef enum cf_op_class {
+    CF_OPC_LEAF, CF_OPC_MATMUL, CF_OPC_UNARY, CF_OPC_BINARY, CF_OPC_REDUCE, CF_OPC_LAYOUT
+} cf_op_class;
+
+CF_API const char *cf_op_name(cf_op op);   /* the .cf keyword          */
+CF_API cf_op_class cf_op_class_of(cf_op op);
+
+/* ---- graph capture ------------------------------------------------------ */
+
+typedef struct cf_graph cf_graph;
+typedef int32_t cf_value;   /* a node of the graph; < 0 after an error        */
+typedef int32_t cf_dim;     /* a symbolic dimension; < 0 after an error       */
+
+#define CF_MAX_DIMS 16
+#define CF_MAX_NAME 64
+
+CF_API cf_graph *cf_graph_new(void);            /* NULL when out of memory  */
+CF_API void cf_graph_free(cf_graph *g);
+/* The first error any builder call met (status CF_OK if none).  Builders that
+ * get an invalid cf_value return one without adding a new error. */
+CF_API const cf_error *cf_graph_error(const cf_graph *g);
+
+/* Finds or creates the symbolic dimension called name. */
+CF_API cf_dim cf_graph_dim(cf_graph *g, const char *name);
+/* A tensor input of rank 1 or 2 over the given dims, row-major.
+ * Matrices X [M,K], weights [K,N] or [N,K] (nn.Linear), row vectors [N],
+ * column vectors [M] and full epilogue tensors [M,N] are all inputs. */
+CF_API cf_value cf_graph_input(cf_graph *g, const char *name, cf_dtype t, int rank,
+                               const cf_dim *dims);
+CF_API cf_value cf_graph_const(cf_graph *g, double v);
+/* A named f32 scalar whose value is given at run time. */
+CF_API cf_value cf_graph_param(cf_graph *g, const char *name);
+/* a [M,K] times b, where b is [K,N] or, nn.Linear-style, [N,K]. */
+CF_API cf_value cf_graph_matmul(cf_graph *g, cf_value a, cf_value b);
+CF_API cf_value cf_graph_unary(cf_graph *g, cf_op op, cf_value x);
+/* Elementwise with broadcasting: scalars, [N] row vectors and [M] column
+ * vectors broadcast against [M,N].  CF_OP_POW needs a scalar exponent. */
+CF_API cf_value cf_graph_binary(cf_graph *g, cf_op op, cf_value a, cf_value b);
+/* Reduction of a rank-2 value over one axis (0 = rows M, 1 or -1 = the last
+ * dim N); the result has the remaining dim.  Only row reductions (over N)
+ * can be fused; the others are captured so Φ can reject them by name. */
+CF_API cf_value cf_graph_reduce(cf_graph *g, cf_op op, cf_value x, int axis);
+CF_API cf_value cf_graph_transpose(cf_graph *g, cf_value x);
+/* Marks v as an output called name, stored as dtype t. */
+CF_API cf_status cf_graph_output(cf_graph *g, const char *name, cf_value v, cf_dtype t);
+/* Names a node (used by the IR printer and in diagnostics). */
+CF_API cf_status cf_graph_set_name(cf_graph *g, cf_value v, const char *name);
+
+/* Introspection: inputs, params and outputs in declaration order. */
+CF_API int cf_graph_num_dims(const cf_graph *g);
+CF_API const char *cf_graph_dim_name(const cf_graph *g, cf_dim d);
+CF_API int cf_graph_num_inputs(const cf_graph *g);
+CF_API int cf_graph_num_params(const cf_graph *g);
+CF_API int cf_graph_num_outputs(const cf_graph *g);
+
+typedef struct cf_tensor_info {
+    const char *name;
+    cf_dtype dtype;
+    int rank;            /* 0 for params                                   */
+    cf_dim dims[2];
+} cf_tensor_info;
+
+CF_API cf_tensor_info cf_graph_input_info(const cf_graph *g, int i);
+CF_API const char *cf_graph_param_name(const cf_graph *g, int i);
+CF_API cf_tensor_info cf_graph_output_info(const cf_graph *g, int i);
+
+/* ---- the .cf spec language (docs/spec.md) ------------------------------- */
+
+/* Parses a spec into a new graph.  filename is used in diagnostics only. */
+CF_API cf_status cf_spec_parse(const char *src, size_t len, const char *filename,
+                               cf_graph **out, cf_error *err);
+CF_API cf_status cf_spec_parse_file(const char *path, cf_graph **out, cf_error *err);
+
+/* ---- Φ: lowering to the Fusion Spec IR ---------------------------------- */
+
+typedef struct cf_ir cf_ir;
+
+/* CF_ERR_UNSUPPORTED means the graph is outside the fusion domain; err names
+ * the node and the reason, and the caller should fall back. */
+CF_API cf_status cf_lower(const cf_graph *g, cf_ir **out, cf_error *err);
+CF_API void cf_ir_free(cf_ir *ir);
+/* Writes the IR readably (what `comfuse explain` shows). */
+CF_API void cf_ir_print(const cf_ir *ir, FILE *f);
+CF_API int cf_ir_num_stages(const cf_ir *ir);  /* of the first epilogue    */
+
+/* ---- running a graph on the CPU ------------------------------------------ */
+
+/* Sizes for every dim (indexed by cf_dim), host pointers to every input in
+ * its declared dtype and layout (indexed like cf_graph_input_info), and the
+ * runtime scalars (indexed like cf_graph_param_name). */
+typedef struct cf_bindings {
+    const int64_t *dims;
+    const void *const *inputs;
+    const double *params;
+} cf_bindings;
+
+/* The float64 reference: runs the original graph.  outputs[i] receives the
+ * row-major values of output i. */
+CF_API cf_status cf_reference_run(const cf_graph *g, const cf_bindings *b, double *const *outputs,
+                                  cf_error *err);
+/* Runs the lowered IR the way the kernel does: stage by stage, row by row,
+ * reducing tile-sized fragments and then combining the partials. */
+CF_API cf_status cf_ir_interpret(const cf_ir *ir, const cf_bindings *b, double *const *outputs,
+                                 cf_error *err);
+
+/* ---- fused kernels -------------------------------------------------------- */
+
+/* Kernel shape; 0 in a field lets comfuse choose (cf_options_for). */
+typedef struct cf_options {
+    int block_m;         /* rows of a consumer warpgroup's tile: 64 or 128     */
+    int block_n;         /* columns of a tile: a multiple of 16, at most 256   */
+    int stages;          /* shared-memory pipeline depth                        */
+    int cluster_n;       /* CTAs along N that share a row block: a thread-block
+                            cluster, except with CF_REDUCE_GLOBAL              */
+    int reduce_mode;     /* how those CTAs combine row partials: 0 auto,
+                            CF_REDUCE_PEER (DSMEM all-to-all), CF_REDUCE_LEADER
+                            (DSMEM via rank 0) or CF_REDUCE_GLOBAL (through L2,
+                            no cluster; the kernel launches cooperatively)     */
+    bool sync_finish;    /* with CF_REDUCE_GLOBAL, a tile normally posts its row
+                            partials, parks in shared memory and is finished
+                            after the next mainloop (a late finish, where the
+                            epilogue allows it and the stages leave room);
+                            true: every tile waits for its row at once        */
+} cf_options;
+
+enum { CF_REDUCE_AUTO = 0, CF_REDUCE_PEER = 1, CF_REDUCE_LEADER = 2, CF_REDUCE_GLOBAL = 3 };
+
+/* A good kernel shape for g at this GEMM size (all fields filled); n <= 0
+ * when the size is not known yet.  Graphs with row reductions need all of a
+ * row's column tiles resident at once, so N picks cluster_n. */
+CF_API cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k);
+/* Sets the 0 fields of o from def. */
+CF_API void cf_options_fill(cf_options *o, cf_options def);
+
+typedef struct cf_kernel cf_kernel;
+
+/* Lowers g and generates the kernel's CUDA source (no GPU, no NVRTC).  The
+ * graph must outlive the kernel. */
+CF_API cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *title,
+                                 cf_kernel **out, cf_error *err);
+CF_API const char *cf_kernel_source(const cf_kernel *k);
+/* Compiles the source with NVRTC for sm_90a into a cubin, through the on-disk
+ * cache.  Needs NVRTC, not a GPU. */
+CF_API cf_status cf_kernel_compile(cf_kernel *k, cf_error *err);
+/* PTX of the compiled kernel (NULL before cf_kernel_compile). */
+CF_API const char *cf_kernel_ptx(const cf_kernel *k);
+
+typedef struct cf_resources {
+    int threads;              /* per CTA                                          */
+    int registers;            /* per thread (ptxas)                               */
+    int spill_bytes;          /* stores + loads to local memory (ptxas)            */
+    int smem_bytes;           /* dynamic shared memory per CTA                     */
+    int static_smem_bytes;    /* static shared memory (the reduction exchange)     */
+    int cluster_n;
+    int block_m, block_n, stages;
+    int resident_ctas;        /* CTAs the GPU holds at once (0 before the first launch) */
+    int row_ctas;             /* CTAs that share a row block (cluster_n unless reductions
+                                 go through L2, which needs no cluster)           */
+    int reduce_mode;          /* CF_REDUCE_*, 0 without row reductions             */
+    bool late_finish;         /* tiles finish after the next mainloop (sync_finish) */
+    bool cache_hit;
+    double compile_ms;
+    char cache_path[1024];
+} cf_resources;
+
+CF_API cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err);
+
+/* Device pointers (CUdeviceptr values) for a launch, indexed like
+ * cf_graph_input_info / cf_graph_output_info; params like cf_bindings. */
+typedef struct cf_launch_args {
+    const int64_t *dims;
+    const uint64_t *inputs;
+    const double *params;
+    const uint64_t *outputs;
+    void *stream;             /* CUstream; NULL for the default stream            */
+} cf_launch_args;
+
+/* Checks the shapes and alignments against what the kernel and TMA can take
+ * (CF_ERR_ALIGNMENT / CF_ERR_SHAPE naming the constraint), then launches.
+ * The first launch loads the module (needs a GPU: CF_ERR_NO_DEVICE). */
+/* With reductions through L2 (CF_REDUCE_GLOBAL) the launch is cooperative
+ * (every CTA resident at once) and uses the kernel object's exchange slots,
+ * allocated on the first launch: launches of one kernel object must not
+ * overlap in time (use one object per concurrent stream, as with a cuBLAS
+ * workspace).  The epoch that tags the slots lives on the device, so CUDA-graph
+ * replays are correct; capture after one launch at the largest M, since the
+ * slots are allocated (and grown) by a launch. */
+CF_API cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err);
+CF_API void cf_kernel_free(cf_kernel *k);
+
+/* Host conversions used to make inputs and read outputs. */
+CF_API uint16_t cf_f32_to_bf16(float f);   /* round to nearest even */
+CF_API float cf_bf16_to_f32(uint16_t h);
+CF_API uint16_t cf_f32_to_f16(float f);
+CF_API float cf_f16_to_f32(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* COMFUSE_H */

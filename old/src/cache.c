@@ -1,0 +1,423 @@
+/* cache.c — the on-disk kernel cache and the in-process table in front of it.
+ *
+ * An entry is one file <dir>/<hex key>.cubin:
+ *
+ *     off  size  field
+ *       0     8  magic "CFCUBIN\0"
+ *       8     4  format version (CACHE_FORMAT), little-endian
+ *      12     4  header size (HDR_SIZE)
+ *      16     8  cubin length
+ *      24     8  ptx length
+ *      32     8  log length
+ *      40    32  SHA-256 of the payload
+ *      72     .  payload: cubin, ptx, log (no NULs between them)
+ *
+ * Writers fill a mkstemp file in the same dir, fsync it and rename() it over
+ * the entry, so readers see either no entry or a complete one; two processes
+ * compiling the same kernel both rename and either result is valid.  A reader
+ * that finds a bad entry (magic, version, lengths, checksum) removes it and
+ * the caller rebuilds it.
+ */
+#include "cf_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { CACHE_FORMAT = 1, HDR_SIZE = 72 };
+static const char MAGIC[8] = "CFCUBIN";   /* + its NUL */
+/* NOTE: bump when anything about what goes into a key or an entry changes. */
+static const char KEY_DOMAIN[] = "comfuse-kernel-cache-v1";
+#define MAX_PART ((uint64_t)1 << 30)
+
+/* ---- the key ------------------------------------------------------------- */
+
+/* Every field is length-prefixed so no two field lists hash alike. */
+static void put_field(cf_sha256_ctx *s, const void *p, size_t n)
+{
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    cf_sha256_update(s, len, 8);
+    cf_sha256_update(s, p, n);
+}
+
+static void put_str(cf_sha256_ctx *s, const char *str)
+{
+    put_field(s, str ? str : "", str ? strlen(str) : 0);
+}
+
+void cf_cache_key(const char *src, const char *name, int nvrtc_major, int nvrtc_minor,
+                  const char *const *opts, int n_opts, const char *const *hdr_names,
+                  const char *const *hdr_texts, int n_hdrs, char hex[65])
+{
+    cf_sha256_ctx s;
+    cf_sha256_init(&s);
+    char ver[64];
+    snprintf(ver, sizeof ver, "%d", CACHE_FORMAT);
+    put_str(&s, KEY_DOMAIN);
+    put_str(&s, ver);
+    put_str(&s, CF_VERSION);
+    snprintf(ver, sizeof ver, "nvrtc %d.%d", nvrtc_major, nvrtc_minor);
+    put_str(&s, ver);
+    snprintf(ver, sizeof ver, "%d options", n_opts);
+    put_str(&s, ver);
+    for (int i = 0; i < n_opts; i++)
+        put_str(&s, opts[i]);
+    put_str(&s, name);
+    put_str(&s, src);
+    snprintf(ver, sizeof ver, "%d headers", n_hdrs);
+    put_str(&s, ver);
+    for (int i = 0; i < n_hdrs; i++) {
+        put_str(&s, hdr_names[i]);
+        put_str(&s, hdr_texts[i]);
+    }
+    unsigned char d[32];
+    cf_sha256_final(&s, d);
+    cf_sha256_hex(d, hex);
+}
+
+/* ---- the directory --------------------------------------------------------- */
+
+static bool mkdir_p(const char *path, char *note, size_t note_n)
+{
+    char buf[1024];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
+        snprintf(note, note_n, "cache dir path too long");
+        return false;
+    }
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+            snprintf(note, note_n, "cannot create cache dir '%s': %s", buf, strerror(errno));
+            return false;
+        }
+        *p = c;
+        if (c == '\0')
+            break;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(note, note_n, "cache dir '%s' is not a directory", path);
+        return false;
+    }
+    if (access(path, W_OK | X_OK) != 0) {
+        snprintf(note, note_n, "cache dir '%s' is not writable: %s", path, strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+bool cf_cache_dir(char *dir, size_t n, char *note, size_t note_n)
+{
+    const char *env = getenv("CF_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    int len;
+    if (env && *env)
+        len = snprintf(dir, n, "%s", env);
+    else if (xdg && *xdg)
+        len = snprintf(dir, n, "%s/comfuse", xdg);
+    else if (home && *home)
+        len = snprintf(dir, n, "%s/.cache/comfuse", home);
+    else {
+        snprintf(note, note_n, "no cache dir: CF_CACHE_DIR, XDG_CACHE_HOME and HOME are unset");
+        dir[0] = '\0';
+        return false;
+    }
+    if (len < 0 || (size_t)len >= n || (size_t)len + 80 >= n) {
+        snprintf(note, note_n, "cache dir path too long");
+        dir[0] = '\0';
+        return false;
+    }
+    while (len > 1 && dir[len - 1] == '/')
+        dir[--len] = '\0';
+    return mkdir_p(dir, note, note_n);
+}
+
+void cf_cache_entry_path(const char *dir, const char *key, char *path, size_t n)
+{
+    snprintf(path, n, "%s/%s.cubin", dir, key);
+}
+
+/* ---- reading and writing entries ------------------------------------------ */
+
+static void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static bool read_all(int fd, unsigned char *p, size_t n)
+{
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        p += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+static bool write_all(int fd, const void *buf, size_t n)
+{
+    const unsigned char *p = buf;
+    while (n) {
+        ssize_t r = write(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        p += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+static char *dup_text(const unsigned char *p, size_t n)
+{
+    char *s = malloc(n + 1);
+    if (s) {
+        memcpy(s, p, n);
+        s[n] = '\0';
+    }
+    return s;
+}
+
+static cf_cache_lookup corrupt(const char *path, char *note, size_t note_n, const char *why)
+{
+    snprintf(note, note_n, "corrupt cache entry %s (%s): removed and rebuilt", path, why);
+    unlink(path);
+    return CF_CACHE_CORRUPT;
+}
+
+cf_cache_lookup cf_cache_load(const char *dir, const char *key, cf_rt_cubin *out, char *note,
+                              size_t note_n)
+{
+    char path[1200];
+    cf_cache_entry_path(dir, key, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return CF_CACHE_ABSENT;
+    struct stat st;
+    unsigned char hdr[HDR_SIZE];
+    if (fstat(fd, &st) != 0 || st.st_size < HDR_SIZE || !read_all(fd, hdr, HDR_SIZE)) {
+        close(fd);
+        return corrupt(path, note, note_n, "truncated header");
+    }
+    if (memcmp(hdr, MAGIC, 8) != 0) {
+        close(fd);
+        return corrupt(path, note, note_n, "bad magic");
+    }
+    if (get_u32(hdr + 8) != CACHE_FORMAT || get_u32(hdr + 12) != HDR_SIZE) {
+        close(fd);
+        return corrupt(path, note, note_n, "unknown format version");
+    }
+    uint64_t nc = get_u64(hdr + 16), np = get_u64(hdr + 24), nl = get_u64(hdr + 32);
+    if (nc == 0 || nc > MAX_PART || np > MAX_PART || nl > MAX_PART ||
+        (uint64_t)st.st_size != HDR_SIZE + nc + np + nl) {
+        close(fd);
+        return corrupt(path, note, note_n, "payload length does not match the file size");
+    }
+    size_t n = (size_t)(nc + np + nl);
+    unsigned char *payload = malloc(n);
+    if (!payload) {
+        close(fd);
+        snprintf(note, note_n, "out of memory reading %s", path);
+        return CF_CACHE_ABSENT;
+    }
+    bool ok = read_all(fd, payload, n);
+    close(fd);
+    unsigned char d[32];
+    if (ok)
+        cf_sha256(payload, n, d);
+    if (!ok || memcmp(d, hdr + 40, 32) != 0) {
+        free(payload);
+        return corrupt(path, note, note_n, ok ? "checksum mismatch" : "short read");
+    }
+    out->cubin = malloc((size_t)nc);
+    out->ptx = dup_text(payload + nc, (size_t)np);
+    out->log = dup_text(payload + nc + np, (size_t)nl);
+    if (!out->cubin || !out->ptx || !out->log) {
+        free(payload);
+        free(out->cubin), free(out->ptx), free(out->log);
+        out->cubin = NULL, out->ptx = out->log = NULL;
+        snprintf(note, note_n, "out of memory reading %s", path);
+        return CF_CACHE_ABSENT;
+    }
+    memcpy(out->cubin, payload, (size_t)nc);
+    out->cubin_size = (size_t)nc;
+    out->ptx_size = (size_t)np;
+    out->log_size = (size_t)nl;
+    free(payload);
+    return CF_CACHE_FOUND;
+}
+
+bool cf_cache_store(const char *dir, const char *key, const cf_rt_cubin *c, char *note,
+                    size_t note_n)
+{
+    char path[1200], tmp[1200];
+    cf_cache_entry_path(dir, key, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.XXXXXX", dir, key);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        snprintf(note, note_n, "cannot create a temp file in cache dir '%s': %s", dir,
+                 strerror(errno));
+        return false;
+    }
+    /* mkstemp makes 0600 files; entries are shareable like the dir. */
+    fchmod(fd, 0644);
+    size_t np = c->ptx ? c->ptx_size : 0, nl = c->log ? c->log_size : 0;
+    unsigned char hdr[HDR_SIZE] = {0};
+    memcpy(hdr, MAGIC, 8);
+    put_u32(hdr + 8, CACHE_FORMAT);
+    put_u32(hdr + 12, HDR_SIZE);
+    put_u64(hdr + 16, c->cubin_size);
+    put_u64(hdr + 24, np);
+    put_u64(hdr + 32, nl);
+    cf_sha256_ctx s;
+    cf_sha256_init(&s);
+    cf_sha256_update(&s, c->cubin, c->cubin_size);
+    cf_sha256_update(&s, c->ptx, np);
+    cf_sha256_update(&s, c->log, nl);
+    cf_sha256_final(&s, hdr + 40);
+    bool ok = write_all(fd, hdr, HDR_SIZE) && write_all(fd, c->cubin, c->cubin_size) &&
+              write_all(fd, c->ptx, np) && write_all(fd, c->log, nl) && fsync(fd) == 0;
+    int e = errno;
+    if (close(fd) != 0 && ok) {
+        ok = false;
+        e = errno;
+    }
+    /* NOTE: rename() is atomic within a file system: a concurrent writer of the
+     * same key replaces a complete entry with another complete, equal one. */
+    if (ok && rename(tmp, path) != 0) {
+        ok = false;
+        e = errno;
+    }
+    if (!ok) {
+        snprintf(note, note_n, "cannot write cache entry %s: %s", path, strerror(e));
+        unlink(tmp);
+        return false;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return true;
+}
+
+/* ---- the in-process table -------------------------------------------------- */
+
+enum { MEM_MAX = 256 };
+
+typedef struct mem_entry {
+    char key[65];
+    cf_rt_cubin c;   /* cubin, ptx and log only */
+} mem_entry;
+
+static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
+static mem_entry *mem_tab;
+static int mem_n, mem_next;
+
+static bool copy_payload(cf_rt_cubin *dst, const cf_rt_cubin *src)
+{
+    dst->cubin = malloc(src->cubin_size ? src->cubin_size : 1);
+    dst->ptx = malloc(src->ptx_size + 1);
+    dst->log = malloc(src->log_size + 1);
+    if (!dst->cubin || !dst->ptx || !dst->log) {
+        free(dst->cubin), free(dst->ptx), free(dst->log);
+        dst->cubin = NULL, dst->ptx = dst->log = NULL;
+        return false;
+    }
+    memcpy(dst->cubin, src->cubin, src->cubin_size);
+    if (src->ptx)
+        memcpy(dst->ptx, src->ptx, src->ptx_size);
+    dst->ptx[src->ptx ? src->ptx_size : 0] = '\0';
+    if (src->log)
+        memcpy(dst->log, src->log, src->log_size);
+    dst->log[src->log ? src->log_size : 0] = '\0';
+    dst->cubin_size = src->cubin_size;
+    dst->ptx_size = src->ptx ? src->ptx_size : 0;
+    dst->log_size = src->log ? src->log_size : 0;
+    return true;
+}
+
+bool cf_cache_mem_get(const char *key, cf_rt_cubin *out)
+{
+    bool found = false;
+    pthread_mutex_lock(&mem_mu);
+    for (int i = 0; i < mem_n; i++) {
+        if (strcmp(mem_tab[i].key, key) == 0) {
+            found = copy_payload(out, &mem_tab[i].c);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mem_mu);
+    return found;
+}
+
+void cf_cache_mem_put(const char *key, const cf_rt_cubin *c)
+{
+    pthread_mutex_lock(&mem_mu);
+    for (int i = 0; i < mem_n; i++) {
+        if (strcmp(mem_tab[i].key, key) == 0)
+            goto done;
+    }
+    if (!mem_tab && !(mem_tab = calloc(MEM_MAX, sizeof *mem_tab)))
+        goto done;
+    int slot = mem_n < MEM_MAX ? mem_n++ : mem_next++ % MEM_MAX;   /* FIFO when full */
+    mem_entry *e = &mem_tab[slot];
+    cf_rt_cubin_free(&e->c);
+    memset(e, 0, sizeof *e);
+    if (copy_payload(&e->c, c)) {
+        snprintf(e->key, sizeof e->key, "%s", key);
+    } else if (slot == mem_n - 1) {
+        mem_n--;
+    }
+done:
+    pthread_mutex_unlock(&mem_mu);
+}
+
+void cf_cache_mem_clear(void)
+{
+    pthread_mutex_lock(&mem_mu);
+    for (int i = 0; i < mem_n; i++)
+        cf_rt_cubin_free(&mem_tab[i].c);
+    free(mem_tab);
+    mem_tab = NULL;
+    mem_n = mem_next = 0;
+    pthread_mutex_unlock(&mem_mu);
+}

@@ -1,0 +1,563 @@
+/* cf_internal.h — the one internal header: a section per source file. */
+#ifndef CF_INTERNAL_H
+#define CF_INTERNAL_H
+
+#include "comfuse.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CF_ARRAY_LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* Internal bugs only; user errors are cf_error values. */
+#define CF_ASSERT(c) ((c) ? (void)0 : cf_abort(__FILE__, __LINE__, #c))
+_Noreturn void cf_abort(const char *file, int line, const char *what);
+
+/* ---- arena.c ------------------------------------------------------------ */
+
+/* A bump allocator: everything in it is freed at once. */
+typedef struct cf_arena_block cf_arena_block;
+typedef struct cf_arena {
+    cf_arena_block *head;
+    size_t used_total;
+    size_t limit;        /* 0 = unlimited; exceeding it makes allocation fail */
+} cf_arena;
+
+void *cf_arena_alloc(cf_arena *a, size_t size);   /* zeroed; NULL when out of memory */
+char *cf_arena_strdup(cf_arena *a, const char *s);
+char *cf_arena_strndup(cf_arena *a, const char *s, size_t n);
+void cf_arena_free(cf_arena *a);
+
+/* ---- strbuf.c ----------------------------------------------------------- */
+
+/* A growable string; on allocation failure it sets oom and stops growing. */
+typedef struct cf_strbuf {
+    char *data;
+    size_t len, cap;
+    bool oom;
+} cf_strbuf;
+
+void cf_sb_printf(cf_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cf_sb_vprintf(cf_strbuf *sb, const char *fmt, va_list ap);
+void cf_sb_puts(cf_strbuf *sb, const char *s);
+void cf_sb_free(cf_strbuf *sb);
+
+/* ---- error.c ------------------------------------------------------------ */
+
+typedef struct cf_loc {
+    const char *file;   /* NULL when the node came from the builder API */
+    int line, col;
+} cf_loc;
+
+/* Fills err (if not NULL) and returns status.  With a location, the message
+ * is prefixed "file:line:col: ". */
+cf_status cf_errorf(cf_error *err, cf_status status, cf_loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void cf_error_clear(cf_error *err);
+
+/* ---- graph.c ------------------------------------------------------------ */
+
+typedef struct cf_node {
+    cf_op op;
+    int rank;            /* 0 scalar, 1 vector, 2 matrix                    */
+    cf_dim dims[2];
+    cf_dtype dtype;      /* inputs and outputs; computed values are f32/f64 */
+    cf_value src[2];
+    double cval;         /* CONST                                            */
+    int index;           /* INPUT: input index; PARAM: param index          */
+    int axis;            /* reductions: axis reduced, 0 (M) or 1 (N);
+                            MATMUL: 1 when the weight is [N,K] (nn.Linear)  */
+    const char *name;    /* user-given name or NULL                          */
+    cf_loc loc;
+} cf_node;
+
+typedef struct cf_output {
+    const char *name;
+    cf_value value;
+    cf_dtype dtype;
+    cf_loc loc;
+} cf_output;
+
+#define CF_GRAPH_MAX_NODES 65536
+
+struct cf_graph {
+    cf_arena arena;      /* names and strings                                */
+    cf_node *nodes;
+    int n_nodes, cap_nodes;
+    const char *dim_names[CF_MAX_DIMS];
+    int n_dims;
+    cf_value *inputs;    /* input index -> node                              */
+    int n_inputs, cap_inputs;
+    cf_value *params;    /* param index -> node                              */
+    int n_params, cap_params;
+    cf_output *outputs;
+    int n_outputs, cap_outputs;
+    cf_loc cur_loc;      /* location stamped on new nodes (the parser sets it) */
+    cf_error err;        /* first error, sticky                              */
+};
+
+int cf_op_arity(cf_op op);
+/* The op spelled kw with that arity, or -1 (the spec parser's lookup). */
+int cf_op_lookup(const char *kw, int arity);
+const cf_node *cf_graph_node(const cf_graph *g, cf_value v);
+const char *cf_graph_node_name(const cf_graph *g, cf_value v, char *buf, size_t n);
+void cf_graph_set_loc(cf_graph *g, cf_loc loc);
+/* Scalar semantics shared by the reference, the IR interpreter and tests. */
+double cf_eval_unary(cf_op op, double x);
+double cf_eval_binary(cf_op op, double a, double b);
+
+/* ---- lex.c / parse.c ---------------------------------------------------- */
+
+/* (see cf_spec_parse in comfuse.h and docs/spec.md) */
+
+#define CF_SPEC_MAX_BYTES ((size_t)16 << 20)  /* larger specs are rejected     */
+#define CF_PARSE_MAX_DEPTH 256                /* expression nesting limit       */
+
+typedef enum cf_tok_kind {
+    CF_TOK_EOF,
+    CF_TOK_END,          /* newline or ';' outside brackets: ends a statement */
+    CF_TOK_IDENT,
+    CF_TOK_NUMBER,
+    CF_TOK_PLUS, CF_TOK_MINUS, CF_TOK_STAR, CF_TOK_SLASH, CF_TOK_AT, CF_TOK_POW,
+    CF_TOK_LPAREN, CF_TOK_RPAREN, CF_TOK_LBRACKET, CF_TOK_RBRACKET,
+    CF_TOK_COMMA, CF_TOK_COLON, CF_TOK_EQUAL,
+    CF_TOK_KIND_COUNT
+} cf_tok_kind;
+
+typedef struct cf_token {
+    cf_tok_kind kind;
+    size_t off, len;     /* the text is src[off, off+len)                     */
+    int line, col;       /* 1-based; col counts bytes                         */
+    double num;          /* NUMBER                                            */
+} cf_token;
+
+typedef struct cf_lexer {
+    const char *src;
+    size_t len, pos;
+    const char *file;    /* for diagnostics; never NULL                      */
+    int line;
+    size_t line_start;   /* offset of the current line                        */
+    int nest;            /* open ( and [: newlines inside them are skipped     */
+} cf_lexer;
+
+void cf_lex_init(cf_lexer *lx, const char *src, size_t len, const char *file);
+/* Scans the next token; on a lexical error fills err (CF_ERR_PARSE). */
+cf_status cf_lex_next(cf_lexer *lx, cf_token *tok, cf_error *err);
+const char *cf_tok_kind_name(cf_tok_kind k);
+/* "file:line:col: msg" then the source line and a caret under col. */
+cf_status cf_lex_errorf(const cf_lexer *lx, cf_status st, int line, int col, cf_error *err,
+                        const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Appends the source line and caret for line:col to an existing message. */
+void cf_lex_append_context(const cf_lexer *lx, int line, int col, cf_error *err);
+
+/* ---- ir.c / lower.c: the Fusion Spec IR S = <N, E, tau, A, C> ----------- */
+
+typedef enum cf_ir_kind {
+    CF_IR_ACC,           /* accumulator entry: the GEMM's output fragment     */
+    CF_IR_BCAST,         /* an external value broadcast to the tile           */
+    CF_IR_COMPUTE,       /* elementwise unary or binary op                    */
+    CF_IR_REDUCE,        /* row reduction over N; terminal of its stage       */
+    CF_IR_PLACEHOLDER,   /* stage entry: a reduction statistic or a bypass    */
+    CF_IR_STORE,         /* writes an output                                   */
+    CF_IR_MATMUL,        /* B2B: the value is the A operand of the next GEMM  */
+    CF_IR_KIND_COUNT
+} cf_ir_kind;
+
+/* What one value spans.  A node of shape VEC_M is computed once per row,
+ * VEC_N once per column, SCALAR once; compute nodes broadcast their operands
+ * implicitly to the join of the shapes (VEC_M x VEC_N = TILE). */
+typedef enum cf_shape {
+    CF_SHAPE_SCALAR,
+    CF_SHAPE_VEC_N,      /* a row vector [N]: one value per column            */
+    CF_SHAPE_VEC_M,      /* a column vector [M]: one value per row            */
+    CF_SHAPE_TILE,       /* [M,N]                                              */
+    CF_SHAPE_COUNT
+} cf_shape;
+
+typedef enum cf_bcast_src {
+    CF_BC_CONST,         /* a literal                                          */
+    CF_BC_PARAM,         /* a runtime scalar (A entry)                         */
+    CF_BC_VEC_N,         /* a [N] input (A entry)                              */
+    CF_BC_VEC_M,         /* a [M] input (A entry)                              */
+    CF_BC_TENSOR,        /* a [M,N] input (A entry)                            */
+    CF_BC_COUNT
+} cf_bcast_src;
+
+typedef enum cf_arg_kind {
+    CF_ARG_GEMM_A,       /* X [M,K]                                            */
+    CF_ARG_GEMM_B,       /* W [K,N] or [N,K]                                   */
+    CF_ARG_GEMM2_B,      /* W2 of a B2B GEMM                                   */
+    CF_ARG_SCALAR,       /* runtime f32 scalar                                 */
+    CF_ARG_VEC_N,
+    CF_ARG_VEC_M,
+    CF_ARG_TENSOR,
+    CF_ARG_OUTPUT,
+    CF_ARG_KIND_COUNT
+} cf_arg_kind;
+
+/* One entry of the runtime-parameter table A. */
+typedef struct cf_ir_arg {
+    cf_arg_kind kind;
+    const char *name;
+    cf_dtype dtype;
+    int index;           /* graph input index, param index or output index    */
+    bool b_is_nk;        /* GEMM_B / GEMM2_B given as [N,K] (nn.Linear)        */
+} cf_ir_arg;
+
+typedef struct cf_ir_node cf_ir_node;
+struct cf_ir_node {
+    int id;              /* unique in the IR; generated code names values by it */
+    cf_ir_kind kind;
+    cf_shape shape;
+    cf_op op;            /* COMPUTE: the op; REDUCE: SUM, MEAN, RMAX or RMIN    */
+    int nargs;
+    cf_ir_node *args[2]; /* edges E, always to nodes of the same stage           */
+    cf_bcast_src src;    /* BCAST                                              */
+    double cval;         /* BCAST of CF_BC_CONST                               */
+    int arg;             /* BCAST (not const), STORE, MATMUL: index into A      */
+    bool is_stat;        /* PLACEHOLDER: the statistic of ref, else a bypass   */
+    cf_ir_node *ref;     /* PLACEHOLDER: the node of the previous stage         */
+    const char *name;    /* from the graph, or NULL                             */
+    cf_value origin;     /* graph node it came from (-1 for placeholders/stores) */
+    int stage;           /* depth of the spec holding it                        */
+    int gemm;            /* 0: epilogue of the first GEMM; 1: of the second     */
+};
+
+typedef struct cf_ir_spec cf_ir_spec;
+struct cf_ir_spec {
+    int depth;           /* stage index within its epilogue, from 0            */
+    cf_ir_node **nodes;  /* N: topological order                               */
+    int n_nodes;
+    cf_ir_node *terminal;/* tau: the REDUCE (or MATMUL / last STORE)            */
+    cf_ir_spec *post;    /* C: the nested stage (PostOp of the terminal), or NULL */
+};
+
+struct cf_ir {
+    cf_arena arena;
+    const cf_graph *graph;   /* must outlive the IR                            */
+    int n_gemms;             /* 1, or 2 for B2B                                */
+    cf_ir_spec *epi[2];      /* the epilogue after each GEMM                   */
+    int n_stages[2];
+    cf_ir_arg *args;         /* A                                              */
+    int n_args;
+    int n_nodes;             /* ids are 0..n_nodes-1                           */
+    cf_dim dim_m, dim_k, dim_n, dim_n2;  /* dim_n2 < 0 unless B2B           */
+};
+
+/* The shape of a compute node over operands of shapes a and b: the lattice
+ * SCALAR < VEC_N, VEC_M < TILE (VEC_N joined with VEC_M is TILE). */
+cf_shape cf_shape_join(cf_shape a, cf_shape b);
+const char *cf_ir_kind_name(cf_ir_kind k);
+const char *cf_shape_name(cf_shape s);
+const char *cf_arg_kind_name(cf_arg_kind k);
+/* A readable, stable name for a node: its graph name with the id, e.g. "x.7". */
+const char *cf_ir_node_label(const cf_ir_node *n, char *buf, size_t len);
+/* Structural checks (edges stay inside their stage, one terminal, shapes
+ * consistent); returns CF_ERR_INTERNAL with a message on a malformed IR. */
+cf_status cf_ir_verify(const cf_ir *ir, cf_error *err);
+/* Deterministic text form (used by cf_ir_print and tests). */
+void cf_ir_format(const cf_ir *ir, cf_strbuf *sb);
+
+/* ---- kernel.c ----------------------------------------------------------- */
+
+const cf_ir *cf_kernel_ir(const cf_kernel *k);
+/* Whether a launch with N columns takes the wide-row path (rows wider than one
+ * cluster: GEMM to f32 in device memory, then the row kernel of rows.c). */
+bool cf_kernel_wide(const cf_kernel *k, int64_t n);
+
+/* ---- codegen.c: Ψ ----------------------------------------------------- */
+
+/* Kernel shape chosen by the host (see the device header for the meaning). */
+typedef struct cf_cg_options {
+    int bm, bn;          /* rows / columns of one consumer warpgroup's tile    */
+    int stages;          /* shared-memory pipeline depth                        */
+    int cluster_n;       /* CTAs per hardware cluster along N                   */
+    int row_ctas;        /* CTAs that share a row block (a multiple of cluster_n) */
+    bool red_leader;     /* leader-follower cluster reductions (else peer-to-peer) */
+    bool red_global;     /* row partials through L2 between row_ctas CTAs      */
+    bool sync_finish;    /* no late finish: every tile waits for its row's partials
+                            before the next mainloop                            */
+} cf_cg_options;
+
+/* CF_ERR_UNSUPPORTED when the IR uses what the code generator cannot emit yet. */
+cf_status cf_cg_check(const cf_ir *ir, cf_error *err);
+/* Offsets (indexed like ir->args; 0 for args not in the struct), size and
+ * alignment of the generated cf_epi_params, for packing it on the host. */
+void cf_cg_epi_layout(const cf_ir *ir, size_t *offsets, size_t *size, size_t *align);
+/* Appends the CUDA source of the fused kernel to out; title names the spec. */
+cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *title, cf_strbuf *out,
+                     cf_error *err);
+
+/* ---- runtime.c / cache.c / sha256.c ------------------------------------- */
+
+/* SHA-256 (sha256.c): the cache key and entry checksums. */
+typedef struct cf_sha256_ctx {
+    uint32_t h[8];
+    uint64_t nbytes;
+    unsigned char buf[64];
+    size_t fill;
+} cf_sha256_ctx;
+
+void cf_sha256_init(cf_sha256_ctx *s);
+void cf_sha256_update(cf_sha256_ctx *s, const void *data, size_t len);
+void cf_sha256_final(cf_sha256_ctx *s, unsigned char out[32]);
+void cf_sha256(const void *data, size_t len, unsigned char out[32]);
+void cf_sha256_hex(const unsigned char digest[32], char hex[65]);
+
+/* The device headers (every .cuh in src/device/), embedded at build time by
+ * tools/embed.c into build/gen/device_headers.c.  NVRTC sees each one under its file name
+ * (`#include "cf_sm90.cuh"`); texts are NUL-terminated, sizes exclude the NUL. */
+extern const int cf_rt_n_device_headers;
+extern const char *const cf_rt_device_header_names[];
+extern const char *const cf_rt_device_header_texts[];
+extern const size_t cf_rt_device_header_sizes[];
+
+/* What the kernel cache did for one cf_rt_compile. */
+typedef enum cf_rt_cache_result {
+    CF_RT_CACHE_DISABLED,    /* no usable cache dir (see cache_note): compiled, not stored */
+    CF_RT_CACHE_MISS,        /* compiled; stored when `stored`                              */
+    CF_RT_CACHE_HIT_MEMORY,  /* from the in-process table                                   */
+    CF_RT_CACHE_HIT_DISK,    /* read from cache_path                                        */
+    CF_RT_CACHE_REBUILT,     /* a corrupt entry was removed and rebuilt (see cache_note)     */
+    CF_RT_CACHE_RESULT_COUNT
+} cf_rt_cache_result;
+
+const char *cf_rt_cache_result_name(cf_rt_cache_result r);
+
+/* A compiled kernel: the CUBIN, its PTX and the NVRTC log with ptxas -v
+ * figures.  All pointers are malloc'd and owned; free with cf_rt_cubin_free. */
+typedef struct cf_rt_cubin {
+    unsigned char *cubin;
+    size_t cubin_size;
+    char *ptx;                 /* NUL-terminated                                   */
+    size_t ptx_size;           /* without the NUL                                  */
+    char *log;                 /* NVRTC log; embedded NULs replaced by '\n'        */
+    size_t log_size;
+    /* From the ptxas -v report for the entry named like `name` (else the max
+     * over all entries); -1 when the log does not say. */
+    int registers, spill_store_bytes, spill_load_bytes, stack_bytes, smem_bytes, barriers;
+    cf_rt_cache_result cache;
+    bool stored;               /* an entry for key is now on disk                  */
+    char key[65];              /* hex SHA-256 cache key                            */
+    char cache_path[1024];     /* the entry file ("" when caching is disabled)     */
+    char cache_note[512];      /* why the cache was bypassed/rebuilt, or ""        */
+    double compile_ms;         /* NVRTC time (0 on a hit)                          */
+    double total_ms;           /* wall time of the whole cf_rt_compile call        */
+} cf_rt_cubin;
+
+/* Base NVRTC options; extra_opts are appended (and hashed into the key). */
+#define CF_RT_ARCH_OPT "--gpu-architecture=sm_90a"
+
+typedef struct cf_rt_compile_opts {
+    const char *const *extra_opts;   /* appended after the base options        */
+    int n_extra;
+    /* Named headers besides the embedded ones (same include-name rules). */
+    const char *const *header_names;
+    const char *const *header_texts;
+    int n_headers;
+    bool no_cache;                   /* neither read nor write any cache        */
+} cf_rt_compile_opts;
+
+/* Compiles src (kernel/program `name`) for sm_90a through the cache:
+ * --gpu-architecture=sm_90a -std=c++17 --ptxas-options=-v + extra options,
+ * with every embedded device header.  CF_ERR_NVRTC with the log on a failed
+ * compile (out->log then holds the full log); env CF_CACHE_DIR,
+ * CF_ASSERT_CACHED=1 (a miss is CF_ERR_IO).  out is zeroed first. */
+cf_status cf_rt_compile(const char *src, const char *name, const char *const *extra_opts,
+                        int n_extra, cf_rt_cubin *out, cf_error *err);
+cf_status cf_rt_compile_ex(const char *src, const char *name, const cf_rt_compile_opts *opts,
+                           cf_rt_cubin *out, cf_error *err);
+void cf_rt_cubin_free(cf_rt_cubin *c);
+
+/* NVRTC itself: loaded on first use ($CF_NVRTC_PATH, libnvrtc.so.13, .12,
+ * .so, then $CUDA_HOME/lib64 and /usr/local/cuda/lib64).  CF_ERR_NVRTC when
+ * it cannot be found.  *path (optional) gets the library that was loaded. */
+cf_status cf_rt_nvrtc_load(int *major, int *minor, const char **path, cf_error *err);
+
+/* Kernel cache (cache.c).  The cache dir: $CF_CACHE_DIR, else
+ * $XDG_CACHE_HOME/comfuse, else $HOME/.cache/comfuse, created like mkdir -p.
+ * Returns false (with a reason in note) when no usable dir exists. */
+bool cf_cache_dir(char *dir, size_t n, char *note, size_t note_n);
+/* The key over everything that determines the CUBIN (see cache.c). */
+void cf_cache_key(const char *src, const char *name, int nvrtc_major, int nvrtc_minor,
+                  const char *const *opts, int n_opts, const char *const *hdr_names,
+                  const char *const *hdr_texts, int n_hdrs, char hex[65]);
+typedef enum cf_cache_lookup {
+    CF_CACHE_ABSENT,       /* no entry                                            */
+    CF_CACHE_FOUND,        /* out filled (cubin, ptx, log)                        */
+    CF_CACHE_CORRUPT,      /* bad magic, length or checksum: removed; why in note */
+} cf_cache_lookup;
+/* Reads <dir>/<key>.cubin into out->cubin/ptx/log. */
+cf_cache_lookup cf_cache_load(const char *dir, const char *key, cf_rt_cubin *out, char *note,
+                              size_t note_n);
+/* Writes the entry atomically (mkstemp in dir, fsync, rename).  false with a
+ * reason in note on failure; never leaves a temp file behind. */
+bool cf_cache_store(const char *dir, const char *key, const cf_rt_cubin *c, char *note,
+                    size_t note_n);
+/* The path of the entry for key in dir. */
+void cf_cache_entry_path(const char *dir, const char *key, char *path, size_t n);
+/* The in-process table in front of the disk (thread-safe). */
+bool cf_cache_mem_get(const char *key, cf_rt_cubin *out);
+void cf_cache_mem_put(const char *key, const cf_rt_cubin *c);
+void cf_cache_mem_clear(void);
+/* Parses the ptxas -v report in c->log into c's register/spill/smem fields. */
+void cf_rt_parse_ptxas(cf_rt_cubin *c, const char *name);
+
+/* ---- the CUDA driver (runtime.c), loaded from libcuda.so.1 at run time ---- */
+
+typedef uint64_t cf_rt_devptr;     /* CUdeviceptr                                */
+typedef void *cf_rt_module;        /* CUmodule                                   */
+typedef void *cf_rt_func;          /* CUfunction                                 */
+typedef void *cf_rt_stream;        /* CUstream; NULL = the default stream        */
+typedef void *cf_rt_event;         /* CUevent                                    */
+
+/* Loads the driver, cuInit, and makes the primary context of device 0 (or
+ * $CF_DEVICE) current on the calling thread.  Every cf_rt_ driver wrapper
+ * calls it.  CF_ERR_NO_DEVICE without libcuda.so.1 or without a GPU. */
+cf_status cf_rt_init(cf_error *err);
+
+typedef struct cf_rt_device_info {
+    char name[256];
+    int ordinal;
+    int cc_major, cc_minor;
+    int sm_count;
+    int smem_optin;            /* max dynamic smem per block with opt-in, bytes */
+    int smem_per_sm;
+    int l2_bytes;
+    int clock_khz;
+    size_t total_mem;
+    int driver_version;        /* e.g. 13000                                     */
+} cf_rt_device_info;
+
+cf_status cf_rt_device_info_get(cf_rt_device_info *info, cf_error *err);
+
+cf_status cf_rt_module_load(const void *cubin, cf_rt_module *mod, cf_error *err);
+cf_status cf_rt_module_unload(cf_rt_module mod, cf_error *err);
+cf_status cf_rt_module_get_func(cf_rt_module mod, const char *name, cf_rt_func *f, cf_error *err);
+
+typedef struct cf_rt_func_attrs {
+    int registers, static_smem, const_bytes, local_bytes, max_threads;
+    int ptx_version, binary_version;
+    int max_dynamic_smem;
+} cf_rt_func_attrs;
+
+cf_status cf_rt_func_get_attrs(cf_rt_func f, cf_rt_func_attrs *a, cf_error *err);
+/* Sets MAX_DYNAMIC_SHARED_SIZE_BYTES to dyn_smem and, for clusters > 8,
+ * NON_PORTABLE_CLUSTER_SIZE_ALLOWED.  Call once per function and config. */
+cf_status cf_rt_func_prepare(cf_rt_func f, int dyn_smem, int cluster, cf_error *err);
+/* How many clusters of `cluster` CTAs (block threads, dyn_smem bytes each)
+ * can be co-resident (cuOccupancyMaxActiveClusters; cluster 1 = CTAs). */
+cf_status cf_rt_max_active_clusters(cf_rt_func f, int cluster, int block, int dyn_smem,
+                                    int *n, cf_error *err);
+
+typedef struct cf_rt_launch_cfg {
+    unsigned grid[3], block[3];
+    unsigned cluster[3];       /* {0,0,0} or {1,1,1}: no cluster attribute          */
+    unsigned dyn_smem;
+    cf_rt_stream stream;
+    bool cooperative;          /* all CTAs resident at once, or the launch fails     */
+} cf_rt_launch_cfg;
+
+/* cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION. */
+cf_status cf_rt_launch(cf_rt_func f, const cf_rt_launch_cfg *cfg, void **args, cf_error *err);
+
+cf_status cf_rt_malloc(cf_rt_devptr *p, size_t bytes, cf_error *err);
+cf_status cf_rt_free(cf_rt_devptr p, cf_error *err);
+cf_status cf_rt_memcpy_htod(cf_rt_devptr dst, const void *src, size_t bytes, cf_error *err);
+cf_status cf_rt_memcpy_dtoh(void *dst, cf_rt_devptr src, size_t bytes, cf_error *err);
+cf_status cf_rt_memcpy_dtod(cf_rt_devptr dst, cf_rt_devptr src, size_t bytes, cf_error *err);
+/* count elements of 1, 2 or 4 bytes. */
+cf_status cf_rt_memset_d8(cf_rt_devptr dst, uint8_t v, size_t count, cf_error *err);
+cf_status cf_rt_memset_d16(cf_rt_devptr dst, uint16_t v, size_t count, cf_error *err);
+cf_status cf_rt_memset_d32(cf_rt_devptr dst, uint32_t v, size_t count, cf_error *err);
+cf_status cf_rt_ctx_sync(cf_error *err);
+cf_status cf_rt_stream_create(cf_rt_stream *s, cf_error *err);
+cf_status cf_rt_stream_destroy(cf_rt_stream s, cf_error *err);
+cf_status cf_rt_stream_sync(cf_rt_stream s, cf_error *err);
+cf_status cf_rt_event_create(cf_rt_event *e, cf_error *err);
+cf_status cf_rt_event_destroy(cf_rt_event e, cf_error *err);
+cf_status cf_rt_event_record(cf_rt_event e, cf_rt_stream s, cf_error *err);
+cf_status cf_rt_event_sync(cf_rt_event e, cf_error *err);
+cf_status cf_rt_event_elapsed_ms(cf_rt_event start, cf_rt_event end, float *ms, cf_error *err);
+
+/* TMA (cuTensorMapEncodeTiled) for a row-major [rows, cols] tensor with a
+ * row pitch in elements.  cf_rt_tma_check is the pure validation (no GPU):
+ * CF_ERR_ALIGNMENT naming the constraint and value for what TMA cannot take,
+ * CF_ERR_INVALID_ARG for nonsense (zero sizes, pitch < cols, bad swizzle). */
+cf_status cf_rt_tma_check(const char *name, cf_dtype t, const void *dev_ptr, uint64_t rows,
+                          uint64_t cols, uint64_t row_pitch_elems, uint32_t box_rows,
+                          uint32_t box_cols, int swizzle_bytes, cf_error *err);
+/* desc128: 128 bytes, 64-byte aligned (what the kernel takes by value). */
+cf_status cf_rt_tensor_map_2d(void *desc128, cf_dtype t, const void *dev_ptr, uint64_t rows,
+                              uint64_t cols, uint64_t row_pitch_elems, uint32_t box_rows,
+                              uint32_t box_cols, int swizzle_bytes, cf_error *err);
+cf_status cf_rt_tensor_map_2d_named(void *desc128, const char *name, cf_dtype t,
+                                    const void *dev_ptr, uint64_t rows, uint64_t cols,
+                                    uint64_t row_pitch_elems, uint32_t box_rows,
+                                    uint32_t box_cols, int swizzle_bytes, cf_error *err);
+
+/* cuBLASLt baseline (libcublasLt.so.13/.12 loaded at run time): row-major
+ * C[M,N] = A[M,K] * B, B [K,N] or (b_is_nk) [N,K], t = CF_BF16 or CF_F16 for
+ * A, B and C, fp32 accumulate.  A plan keeps the layouts, the chosen algorithm
+ * and a workspace so timed runs only launch.  CF_ERR_NO_DEVICE without cuBLASLt. */
+typedef struct cf_rt_cublas_plan cf_rt_cublas_plan;
+cf_status cf_rt_cublas_plan_create(cf_dtype t, int64_t M, int64_t N, int64_t K, bool b_is_nk,
+                                   cf_rt_cublas_plan **plan, cf_error *err);
+cf_status cf_rt_cublas_plan_run(cf_rt_cublas_plan *plan, cf_rt_devptr A, cf_rt_devptr B,
+                                cf_rt_devptr C, cf_rt_stream s, cf_error *err);
+void cf_rt_cublas_plan_free(cf_rt_cublas_plan *plan);
+/* One-shot: plan, run, free. */
+cf_status cf_rt_cublas_gemm(cf_dtype t, int64_t M, int64_t N, int64_t K, cf_rt_devptr A,
+                            cf_rt_devptr B, bool b_is_nk, cf_rt_devptr C, cf_rt_stream s,
+                            cf_error *err);
+
+/* ---- rows.c: the unfused path's row kernel ------------------------------ */
+
+/* Pieces of codegen.c shared with rows.c so both kernels spell every op the
+ * same way: the C identifier of a node, a float literal, the load helper for
+ * a dtype, an op's expression over operand texts a0/a1 (false for a
+ * non-elementwise op), and the definitions of the helpers `text` calls
+ * (appended to out; returns how many). */
+const char *cf_cg_ident(const cf_ir_node *n, char *buf, size_t len);
+void cf_cg_float_literal(double v, char *buf, size_t len);
+const char *cf_cg_load_fn(cf_dtype t);
+bool cf_cg_expand_op(cf_op op, const char *a0, const char *a1, cf_strbuf *out);
+int cf_cg_emit_helpers(const char *text, cf_strbuf *out);
+
+/* The unfused epilogue: one standalone kernel, cf_rows_kernel, that reads the
+ * GEMM output C [M,N] (row-major, pitch N, bf16/f16/f32) from global memory
+ * and runs epilogue 0 of a single-GEMM IR over it, one CTA per row
+ * (grid-stride), one column loop per stage, each REDUCE as thread partials ->
+ * warp shuffles -> shared memory; TILE values carried to a later stage go
+ * through a global f32 scratch [n_scratch, M, N] (like eager PyTorch).
+ *
+ * Kernel parameters (plain scalars and pointers, in this order):
+ *   const void *C, int c_dtype (a cf_dtype), long long M, int N,
+ *   float *scratch, then one per entry of A that is not a GEMM operand, in A
+ *   order: an input pointer (VEC_N, VEC_M, TENSOR), a float (SCALAR), or an
+ *   output pointer (OUTPUT). */
+typedef struct cf_rows cf_rows;
+
+/* Generates the source only (no NVRTC); *n_scratch (optional) gets the number
+ * of [M,N] f32 scratch planes.  CF_ERR_UNSUPPORTED for B2B IRs. */
+cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, int *n_scratch, cf_error *err);
+/* Generates and compiles (NVRTC through the cache; no GPU needed).  The IR
+ * (and its graph) must outlive the object. */
+cf_status cf_rows_build(const cf_ir *ir, const char *title, cf_rows **out, cf_error *err);
+const char *cf_rows_source(const cf_rows *r);
+const cf_rt_cubin *cf_rows_cubin(const cf_rows *r);
+int cf_rows_scratch_planes(const cf_rows *r);
+/* Threads per CTA (one CTA per row) the launch uses for rows of N columns. */
+int cf_rows_threads(int64_t N);
+/* Runs the epilogue over C on stream s.  a gives the dims (checked against
+ * M and N), the epilogue inputs, params and outputs indexed as for
+ * cf_kernel_launch (GEMM operands are not read; a->stream is ignored).  The
+ * first launch loads the module; the scratch buffer is (re)allocated when it
+ * is too small, and poisoned with NaN when allocated. */
+cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, cf_dtype c_dtype, int64_t M, int64_t N,
+                         const cf_launch_args *a, cf_rt_stream s, cf_error *err);
+void cf_rows_free(cf_rows *r);
+
+#endif /* CF_INTERNAL_H */

@@ -1,0 +1,470 @@
+/* cli.c — `comfuse explain | emit | compile | run | bench`. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: comfuse <command> [options] SPEC.cf\n"
+    "\n"
+    "Fuses a GEMM with the epilogue that follows it (elementwise ops, row\n"
+    "reductions such as LayerNorm, RMSNorm, Softmax) into one Hopper kernel.\n"
+    "\n"
+    "commands:\n"
+    "  explain SPEC          print the Fusion Spec IR: stages, nodes, edges, bypasses\n"
+    "  emit SPEC             print the generated CUDA source of the fused kernel\n"
+    "                        (--unfused: of the unfused path's row kernel)\n"
+    "  compile SPEC          compile the kernel (NVRTC, sm_90a) into the cache; no GPU needed\n"
+    "  run SPEC --shape ...  run on the GPU; --check compares with the float64 reference\n"
+    "  bench SPEC --shape .. time the fused kernel beside cuBLAS doing the GEMM alone\n"
+    "                        and the unfused path (cuBLAS GEMM, then a row kernel)\n"
+    "\n"
+    "`comfuse <command> --help` describes each command.  Exit status: 0 on\n"
+    "success, 1 on an error, 2 on bad usage, 3 when the spec is outside what\n"
+    "comfuse can fuse (fall back to unfused execution), 4 when a check fails.\n";
+
+static const char explain_usage[] =
+    "usage: comfuse explain SPEC.cf\n"
+    "\n"
+    "Parses SPEC, lowers it to the Fusion Spec IR and prints it: the runtime\n"
+    "parameter table (A), then for each GEMM's epilogue its stages (one per\n"
+    "row reduction, nested as the reduction's PostOp), each node with its\n"
+    "category (accumulator, broadcast, compute, reduction, placeholder, store,\n"
+    "matmul), shape, operands and edges, and the values carried from one stage\n"
+    "to the next (bypass).  Then the fused kernel's resources: registers,\n"
+    "spills, shared memory, cluster shape (compiled with NVRTC for the kernel\n"
+    "options below, chosen from --shape when given).  Needs no GPU.\n\n";
+
+static const char kernel_opts_usage[] =
+    "kernel options (default: chosen from --shape):\n"
+    "  --shape D=n,...     sizes of the spec's dims, e.g. M=8192,N=4096,K=4096\n"
+    "  --block-m 64|128    rows of a consumer warpgroup's tile\n"
+    "  --block-n 64|128|192|256\n"
+    "  --stages S          shared-memory pipeline depth\n"
+    "  --cluster C         CTAs along N that share a row block (1, 2, 4, 8, 16; 32, 64\n"
+    "                      with --reduce-mode global): a thread-block cluster for\n"
+    "                      DSMEM, plain co-resident CTAs for global\n"
+    "  --reduce-mode peer|leader|global\n"
+    "                      row reductions across those CTAs: DSMEM all-to-all, DSMEM\n"
+    "                      via rank 0, or through L2 (the default)\n"
+    "  --sync-finish       through L2, finish every tile before the next mainloop\n"
+    "                      (default: post the row partials, park the tile in shared\n"
+    "                      memory and finish it after the next mainloop; needs the\n"
+    "                      stages to leave room, 5 at 128x128)\n";
+
+static const char emit_usage[] =
+    "usage: comfuse emit [kernel options] SPEC.cf\n"
+    "\n"
+    "Prints the CUDA C source of the fused kernel that Ψ generates for SPEC:\n"
+    "the epilogue parameter struct and the epilogue, over the hand-written\n"
+    "sm_90a mainloop of src/device/cf_sm90.cuh.  --unfused prints instead the\n"
+    "unfused path's row kernel (cf_rows_kernel: the epilogue over a GEMM output\n"
+    "read from memory, one CTA per row).  Needs no GPU.\n\n";
+
+static const char compile_usage[] =
+    "usage: comfuse compile [kernel options] [--ptx] SPEC.cf\n"
+    "\n"
+    "Generates the kernel and compiles it with NVRTC for sm_90a into the\n"
+    "kernel cache ($CF_CACHE_DIR, else $XDG_CACHE_HOME/comfuse), then prints\n"
+    "its resource use: registers, spills, shared memory, cluster shape.\n"
+    "--ptx also prints the PTX.  Needs NVRTC, not a GPU.\n\n";
+
+static const char run_usage[] =
+    "usage: comfuse run --shape D=n,... [--check] [--unfused] [--rows R] [--seed S]\n"
+    "                   [--param NAME=VALUE]... [kernel options] SPEC.cf\n"
+    "\n"
+    "Runs the fused kernel on the GPU with fresh random inputs and outputs\n"
+    "poisoned with NaN, twice (the second launch, into re-poisoned outputs, is\n"
+    "the one checked).  --check compares every element of the checked rows\n"
+    "with the float64 CPU reference and prints the max and relative Frobenius\n"
+    "errors (pass: <= 1e-2 for 16-bit outputs, 2e-3 for f32; non-finite values\n"
+    "must match).  All rows are checked unless --rows R asks for an even sample\n"
+    "of R rows (each output row depends only on its own input rows).\n"
+    "--unfused runs (and checks) the unfused path instead: cuBLASLt writes the\n"
+    "GEMM output to memory in the operands' dtype, then a row kernel runs the\n"
+    "epilogue over it, carried values going through an f32 scratch buffer.\n"
+    "Without it, a spec the fused kernel cannot take yet exits with status 3.\n\n";
+
+static const char bench_usage[] =
+    "usage: comfuse bench --shape D=n,... [--iters N] [kernel options] SPEC.cf\n"
+    "\n"
+    "Times the fused kernel beside cuBLASLt doing the GEMM alone and beside the\n"
+    "unfused path (cuBLASLt GEMM, then the row kernel, timed together), in the\n"
+    "same process, launch by launch in turns so clock drift cancels (median of N\n"
+    "event-timed launches each after a warm-up, L2 flushed before each), and\n"
+    "prints TFLOP/s, GB/s and the ratios to cuBLAS and to the physical floor\n"
+    "max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s).\n"
+    "A path comfuse cannot build for the spec is reported as not available.\n"
+    "The last line, BENCH<TAB>spec<TAB>shape<TAB>fused_ms<TAB>cublas_ms<TAB>floor_ms\n"
+    "<TAB>unfused_ms ('-' for a path not available), is for scripts.\n\n";
+
+static int exit_code(cf_status st) { return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : 1; }
+
+static bool wants_help(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return true;
+    return false;
+}
+
+/* Parses and lowers SPEC; prints the error and returns its status on failure. */
+static cf_status load_spec(const char *path, cf_graph **g, cf_ir **ir)
+{
+    cf_error err;
+    cf_status st = cf_spec_parse_file(path, g, &err);
+    if (st == CF_OK && ir)
+        st = cf_lower(*g, ir, &err);
+    if (st != CF_OK)
+        fprintf(stderr, "comfuse: %s\n", err.msg);
+    return st;
+}
+
+/* ---- options ------------------------------------------------------------ */
+
+static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* "M=8192,N=4096,K=4096": every dim of the spec must get a size. */
+static bool parse_shape(const cf_graph *g, const char *text, cli_opts *o)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", text);
+    snprintf(o->shape_text, sizeof o->shape_text, "%s", text);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *eq = strchr(tok, '=');
+        int64_t v;
+        if (!eq) {
+            fprintf(stderr, "comfuse: --shape: expected DIM=SIZE, got '%s'\n", tok);
+            return false;
+        }
+        *eq = 0;
+        int d = -1;
+        for (int i = 0; i < cf_graph_num_dims(g); i++)
+            if (strcmp(cf_graph_dim_name(g, i), tok) == 0)
+                d = i;
+        if (d < 0) {
+            fprintf(stderr, "comfuse: --shape: the spec has no dim '%s'\n", tok);
+            return false;
+        }
+        if (!parse_int(eq + 1, 1, (int64_t)1 << 31, &v)) {
+            fprintf(stderr, "comfuse: --shape: size of %s must be an integer in [1, 2^31], got '%s'\n", tok, eq + 1);
+            return false;
+        }
+        o->dims[d] = v;
+    }
+    for (int i = 0; i < cf_graph_num_dims(g); i++)
+        if (o->dims[i] <= 0) {
+            fprintf(stderr, "comfuse: --shape: no size given for dim %s\n", cf_graph_dim_name(g, i));
+            return false;
+        }
+    o->have_shape = true;
+    return true;
+}
+
+/* Parses the options shared by emit/compile/run/bench.  Returns 0 on success,
+ * else the exit code. */
+static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_graph **g, bool *want_ptx)
+{
+    memset(o, 0, sizeof *o);
+    o->seed = 1;
+    o->iters = 100;
+    const char *shape = NULL;
+    if (wants_help(argc, argv)) {
+        fputs(help, stdout);
+        fputs(kernel_opts_usage, stdout);
+        return -1;
+    }
+    const char *param_text[64];
+    int n_param_text = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t x;
+        bool takes = true;
+        if (strcmp(a, "--check") == 0) {
+            o->check = true;
+            takes = false;
+        } else if (strcmp(a, "--sync-finish") == 0) {
+            o->kopt.sync_finish = true;
+            takes = false;
+        } else if (strcmp(a, "--unfused") == 0) {
+            o->unfused = true;
+            takes = false;
+        } else if (strcmp(a, "--ptx") == 0 && want_ptx) {
+            *want_ptx = true;
+            takes = false;
+        } else if (a[0] != '-') {
+            if (o->spec) {
+                fprintf(stderr, "comfuse: more than one spec given ('%s', '%s')\n", o->spec, a);
+                return 2;
+            }
+            o->spec = a;
+            takes = false;
+        } else if (!v) {
+            fprintf(stderr, "comfuse: unknown option or missing value: %s\n%s", a, help);
+            return 2;
+        } else if (strcmp(a, "--shape") == 0) {
+            shape = v;
+        } else if (strcmp(a, "--param") == 0) {
+            if (n_param_text == 64) {
+                fprintf(stderr, "comfuse: too many --param options\n");
+                return 2;
+            }
+            param_text[n_param_text++] = v;
+        } else if (strcmp(a, "--seed") == 0 && parse_int(v, 0, INT64_MAX, &x)) {
+            o->seed = (uint64_t)x;
+        } else if (strcmp(a, "--iters") == 0 && parse_int(v, 1, 100000, &x)) {
+            o->iters = (int)x;
+        } else if (strcmp(a, "--rows") == 0 && parse_int(v, 0, INT64_MAX, &x)) {
+            o->check_rows = x;
+        } else if (strcmp(a, "--block-m") == 0 && parse_int(v, 1, 1024, &x)) {
+            o->kopt.block_m = (int)x;
+        } else if (strcmp(a, "--block-n") == 0 && parse_int(v, 1, 1024, &x)) {
+            o->kopt.block_n = (int)x;
+        } else if (strcmp(a, "--stages") == 0 && parse_int(v, 1, 64, &x)) {
+            o->kopt.stages = (int)x;
+        } else if (strcmp(a, "--cluster") == 0 && parse_int(v, 1, 64, &x)) {
+            o->kopt.cluster_n = (int)x;
+        } else if (strcmp(a, "--reduce-mode") == 0 &&
+                   (strcmp(v, "peer") == 0 || strcmp(v, "leader") == 0 || strcmp(v, "global") == 0)) {
+            o->kopt.reduce_mode = strcmp(v, "peer") == 0     ? CF_REDUCE_PEER
+                                  : strcmp(v, "leader") == 0 ? CF_REDUCE_LEADER
+                                                             : CF_REDUCE_GLOBAL;
+        } else {
+            fprintf(stderr, "comfuse: bad option %s %s\n%s%s", a, v, help, kernel_opts_usage);
+            return 2;
+        }
+        if (takes)
+            i++;
+    }
+    if (!o->spec) {
+        fprintf(stderr, "comfuse: no spec given\n%s", help);
+        return 2;
+    }
+    cf_status st = load_spec(o->spec, g, NULL);
+    if (st != CF_OK)
+        return exit_code(st);
+    if (shape && !parse_shape(*g, shape, o))
+        return 2;
+    for (int i = 0; i < n_param_text; i++) {
+        char name[CF_MAX_NAME];
+        const char *eq = strchr(param_text[i], '=');
+        size_t n = eq ? (size_t)(eq - param_text[i]) : 0;
+        char *end;
+        double val = eq ? strtod(eq + 1, &end) : 0;
+        int idx = -1;
+        if (eq && n < sizeof name) {
+            memcpy(name, param_text[i], n);
+            name[n] = 0;
+            for (int p = 0; p < cf_graph_num_params(*g) && p < 64; p++)
+                if (strcmp(cf_graph_param_name(*g, p), name) == 0)
+                    idx = p;
+        }
+        if (!eq || idx < 0 || end == eq + 1 || *end) {
+            fprintf(stderr, "comfuse: --param %s: expected NAME=VALUE naming a param of the spec\n", param_text[i]);
+            return 2;
+        }
+        o->params[idx] = val;
+        o->params_set[idx] = true;
+    }
+    if (o->have_shape) {
+        /* Fill what the user left open from the GEMM's size. */
+        cf_ir *ir = NULL;
+        cf_error err;
+        if (cf_lower(*g, &ir, &err) == CF_OK) {
+            cf_options d = cf_options_for(*g, o->dims[ir->dim_m], o->dims[ir->dim_n], o->dims[ir->dim_k]);
+            cf_options_fill(&o->kopt, d);
+        }
+        cf_ir_free(ir);
+    }
+    return 0;
+}
+
+/* Builds (and optionally compiles) the kernel; prints errors. */
+static cf_status make_kernel(const cli_opts *o, const cf_graph *g, bool compile, cf_kernel **k)
+{
+    cf_error err;
+    cf_status st = cf_kernel_build(g, &o->kopt, o->spec, k, &err);
+    if (st == CF_OK && compile)
+        st = cf_kernel_compile(*k, &err);
+    if (st != CF_OK) {
+        fprintf(stderr, "comfuse: %s\n", err.msg);
+        cf_kernel_free(*k);
+        *k = NULL;
+    }
+    return st;
+}
+
+/* `emit --unfused`: the row kernel of the unfused path (no NVRTC, no GPU). */
+static int emit_unfused(const cf_graph *g, const cli_opts *o)
+{
+    cf_ir *ir = NULL;
+    cf_error err;
+    cf_strbuf src = {0};
+    cf_status st = cf_lower(g, &ir, &err);
+    if (st == CF_OK)
+        st = cf_rows_generate(ir, o->spec, &src, NULL, &err);
+    if (st == CF_OK)
+        fputs(src.data, stdout);
+    else
+        fprintf(stderr, "comfuse emit: %s\n", err.msg);
+    cf_sb_free(&src);
+    cf_ir_free(ir);
+    return exit_code(st);
+}
+
+const char *cli_layout_text(const cf_resources *r, char *buf, size_t n)
+{
+    static const char *const how[] = {"", "DSMEM peer-to-peer", "DSMEM via rank 0", "L2"};
+    int len = snprintf(buf, n, "cluster %dx1", r->cluster_n);
+    if (r->reduce_mode && r->row_ctas > 1 && len > 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, ", row reductions over %d CTAs through %s%s", r->row_ctas,
+                 how[r->reduce_mode], r->late_finish ? ", tiles finished late" : "");
+    return buf;
+}
+
+/* The resources of the kernel Ψ makes for the spec (NVRTC; no GPU). */
+static void print_resources(const cli_opts *o, const cf_graph *g)
+{
+    cf_kernel *k = NULL;
+    cf_error err;
+    cf_resources r;
+    cf_status st = cf_kernel_build(g, &o->kopt, o->spec, &k, &err);
+    if (st == CF_OK)
+        st = cf_kernel_compile(k, &err);
+    if (st == CF_OK)
+        st = cf_kernel_resources(k, &r, &err);
+    if (st != CF_OK) {
+        printf("fused kernel: none (%s)\n", err.msg);
+    } else {
+        char lay[128];
+        printf("fused kernel (%s): tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n",
+               o->have_shape ? o->shape_text : "no --shape: default options", r.block_m, r.block_n, r.stages,
+               cli_layout_text(&r, lay, sizeof lay), r.threads);
+        printf("  registers %d/thread at launch (the consumer warpgroups raise theirs with setmaxnreg), "
+               "spills %d bytes\n", r.registers, r.spill_bytes);
+        printf("  shared memory %d bytes dynamic (operand ring, output staging, barriers) + %d static "
+               "(reduction exchange)\n", r.smem_bytes, r.static_smem_bytes);
+    }
+    cf_kernel_free(k);
+}
+
+static int cmd_explain(int argc, char **argv)
+{
+    cli_opts o;
+    cf_graph *g = NULL;
+    cf_ir *ir = NULL;
+    int rc = parse_opts(argc, argv, explain_usage, &o, &g, NULL);
+    if (rc == 0) {
+        cf_error err;
+        cf_status st = cf_lower(g, &ir, &err);
+        if (st != CF_OK) {
+            fprintf(stderr, "comfuse: %s\n", err.msg);
+            rc = exit_code(st);
+        } else {
+            cf_ir_print(ir, stdout);
+            fflush(stdout);
+            print_resources(&o, g);
+        }
+    }
+    cf_ir_free(ir);
+    cf_graph_free(g);
+    return rc < 0 ? 0 : rc;
+}
+
+static int cmd_kernel(const char *verb, int argc, char **argv)
+{
+    const char *help = strcmp(verb, "emit") == 0      ? emit_usage
+                       : strcmp(verb, "compile") == 0 ? compile_usage
+                       : strcmp(verb, "run") == 0     ? run_usage
+                                                      : bench_usage;
+    cli_opts o;
+    cf_graph *g = NULL;
+    cf_kernel *k = NULL;
+    bool want_ptx = false;
+    int rc = parse_opts(argc, argv, help, &o, &g, &want_ptx);
+    if (rc != 0) {
+        cf_graph_free(g);
+        return rc < 0 ? 0 : rc;
+    }
+    bool gpu = strcmp(verb, "run") == 0 || strcmp(verb, "bench") == 0;
+    if (gpu && !o.have_shape) {
+        fprintf(stderr, "comfuse %s: --shape is required\n%s", verb, help);
+        cf_graph_free(g);
+        return 2;
+    }
+    if (gpu) {
+        /* run and bench build what they time (the fused kernel may not exist yet) */
+        rc = strcmp(verb, "run") == 0 ? cli_run(g, &o) : cli_bench(g, &o);
+        cf_graph_free(g);
+        return rc;
+    }
+    if (o.unfused) {
+        if (strcmp(verb, "emit") != 0) {
+            fprintf(stderr, "comfuse %s: --unfused applies to emit, run and bench\n", verb);
+            cf_graph_free(g);
+            return 2;
+        }
+        rc = emit_unfused(g, &o);
+        cf_graph_free(g);
+        return rc;
+    }
+    cf_status st = make_kernel(&o, g, strcmp(verb, "emit") != 0, &k);
+    if (st != CF_OK) {
+        rc = exit_code(st);
+    } else if (strcmp(verb, "emit") == 0) {
+        fputs(cf_kernel_source(k), stdout);
+    } else if (strcmp(verb, "compile") == 0) {
+        cf_resources r;
+        cf_error err;
+        cf_kernel_resources(k, &r, &err);
+        printf("compiled %s for sm_90a: %s in %.0f ms\n", o.spec, r.cache_hit ? "cache hit" : "NVRTC",
+               r.compile_ms);
+        char lay[128];
+        printf("  tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n", r.block_m, r.block_n, r.stages,
+               cli_layout_text(&r, lay, sizeof lay), r.threads);
+        printf("  registers %d/thread, spills %d bytes, dynamic shared memory %d bytes\n", r.registers,
+               r.spill_bytes, r.smem_bytes);
+        printf("  cubin: %s\n", r.cache_path[0] ? r.cache_path : "(not cached)");
+        if (want_ptx)
+            fputs(cf_kernel_ptx(k), stdout);
+    }
+    cf_kernel_free(k);
+    cf_graph_free(g);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("comfuse %s\n", CF_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "explain") == 0)
+        return cmd_explain(argc - 2, argv + 2);
+    if (strcmp(cmd, "emit") == 0 || strcmp(cmd, "compile") == 0 || strcmp(cmd, "run") == 0 ||
+        strcmp(cmd, "bench") == 0)
+        return cmd_kernel(cmd, argc - 2, argv + 2);
+    fprintf(stderr, "comfuse: unknown command '%s'\n\n%s", cmd, usage);
+    return 2;
+}

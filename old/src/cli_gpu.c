@@ -1,0 +1,687 @@
+/* cli_gpu.c — the CLI verbs that touch the GPU: `run --check` and `bench`.
+ *
+ * Inputs are fresh random values each run (never zeros), outputs are poisoned
+ * with NaN bit patterns before every launch so an unwritten element fails the
+ * check, and the float64 reference computes the expected values.  Benchmarks
+ * time each launch with CUDA events after a warm-up, flush L2 between runs,
+ * and report medians beside cuBLAS doing the GEMM alone in the same process.
+ */
+#include "cli.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- host data ------------------------------------------------------------ */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(uint64_t *s) /* [-1, 1) */
+{
+    return (double)(rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+static void store_elem(void *p, cf_dtype t, size_t i, double v)
+{
+    if (t == CF_F32)
+        ((float *)p)[i] = (float)v;
+    else if (t == CF_BF16)
+        ((uint16_t *)p)[i] = cf_f32_to_bf16((float)v);
+    else
+        ((uint16_t *)p)[i] = cf_f32_to_f16((float)v);
+}
+
+static double load_elem(const void *p, cf_dtype t, size_t i)
+{
+    if (t == CF_F32)
+        return ((const float *)p)[i];
+    if (t == CF_BF16)
+        return cf_bf16_to_f32(((const uint16_t *)p)[i]);
+    return cf_f16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static size_t numel(const cf_graph *g, cf_tensor_info t, const int64_t *dims)
+{
+    (void)g;
+    size_t n = 1;
+    for (int d = 0; d < t.rank; d++)
+        n *= (size_t)dims[t.dims[d]];
+    return n;
+}
+
+/* Random inputs: GEMM operands scaled so X*W stays O(1); vectors in [-1, 1). */
+static void fill_inputs(const cf_graph *g, const int64_t *dims, void **host, uint64_t seed)
+{
+    const cf_ir *unused = NULL;
+    (void)unused;
+    for (int i = 0; i < cf_graph_num_inputs(g); i++) {
+        cf_tensor_info t = cf_graph_input_info(g, i);
+        size_t n = numel(g, t, dims);
+        uint64_t s = seed * 0x100000001B3ull + (uint64_t)i * 7919u + 1;
+        double scale = 1.0;
+        if (t.rank == 2 && (t.dtype == CF_BF16 || t.dtype == CF_F16)) {
+            /* a matmul operand: keep dot products near unit variance */
+            int64_t k = dims[t.dims[1]] < dims[t.dims[0]] ? dims[t.dims[1]] : dims[t.dims[0]];
+            scale = 1.7 / sqrt(sqrt((double)(k > 0 ? k : 1)));
+        }
+        for (size_t e = 0; e < n; e++)
+            store_elem(host[i], t.dtype, e, rng_uniform(&s) * scale);
+    }
+}
+
+/* ---- comparing ------------------------------------------------------------ */
+
+typedef struct check_stats {
+    double max_abs, err2, ref2;
+    size_t bad_nonfinite, n;
+} check_stats;
+
+static void compare(const void *got, cf_dtype t, const double *ref, size_t n, check_stats *s)
+{
+    for (size_t i = 0; i < n; i++) {
+        double g = load_elem(got, t, i), r = ref[i];
+        s->n++;
+        if (isnan(r) || isinf(r) || isnan(g) || isinf(g)) {
+            bool same = (isnan(r) && isnan(g)) || (isinf(r) && isinf(g) && (r > 0) == (g > 0));
+            /* A finite reference that overflows the output dtype is fine as inf. */
+            bool overflow = isinf(g) && !isinf(r) && fabs(r) > (t == CF_F16 ? 65504.0 : 3.3e38);
+            if (!same && !overflow)
+                s->bad_nonfinite++;
+            continue;
+        }
+        double d = fabs(g - r);
+        if (d > s->max_abs)
+            s->max_abs = d;
+        s->err2 += d * d;
+        s->ref2 += r * r;
+    }
+}
+
+/* Relative Frobenius error allowed for an output of dtype t (bf16 rounding of
+ * the output dominates; f32 outputs still see bf16 GEMM inputs, exactly). */
+static double tolerance(cf_dtype t) { return t == CF_F32 ? 2e-3 : 1e-2; }
+
+/* ---- the GPU session ---------------------------------------------------------- */
+
+typedef struct session {
+    const cf_graph *g;
+    int64_t dims[CF_MAX_DIMS];
+    int n_in, n_out;
+    void **h_in;
+    cf_rt_devptr *d_in, *d_out;
+    double *params;
+} session;
+
+static void session_free(session *s)
+{
+    for (int i = 0; i < s->n_in; i++) {
+        free(s->h_in ? s->h_in[i] : NULL);
+        if (s->d_in && s->d_in[i])
+            cf_rt_free(s->d_in[i], NULL);
+    }
+    for (int i = 0; i < s->n_out; i++)
+        if (s->d_out && s->d_out[i])
+            cf_rt_free(s->d_out[i], NULL);
+    free(s->h_in);
+    free(s->d_in);
+    free(s->d_out);
+    free(s->params);
+}
+
+static cf_status session_init(session *s, const cf_graph *g, const cli_opts *o, uint64_t seed, cf_error *err)
+{
+    memset(s, 0, sizeof *s);
+    s->g = g;
+    memcpy(s->dims, o->dims, sizeof s->dims);
+    s->n_in = cf_graph_num_inputs(g);
+    s->n_out = cf_graph_num_outputs(g);
+    s->h_in = calloc((size_t)s->n_in + 1, sizeof *s->h_in);
+    s->d_in = calloc((size_t)s->n_in + 1, sizeof *s->d_in);
+    s->d_out = calloc((size_t)s->n_out + 1, sizeof *s->d_out);
+    s->params = calloc((size_t)cf_graph_num_params(g) + 1, sizeof *s->params);
+    if (!s->h_in || !s->d_in || !s->d_out || !s->params)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of host memory");
+    for (int i = 0; i < cf_graph_num_params(g); i++)
+        s->params[i] = o->params_set[i] ? o->params[i] : 0.5 + 0.25 * i;
+    for (int i = 0; i < s->n_in; i++) {
+        cf_tensor_info t = cf_graph_input_info(g, i);
+        size_t bytes = numel(g, t, s->dims) * cf_dtype_size(t.dtype);
+        s->h_in[i] = malloc(bytes ? bytes : 1);
+        if (!s->h_in[i])
+            return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of host memory for input '%s'", t.name);
+    }
+    fill_inputs(g, s->dims, s->h_in, seed);
+    cf_status st;
+    for (int i = 0; i < s->n_in; i++) {
+        cf_tensor_info t = cf_graph_input_info(g, i);
+        size_t bytes = numel(g, t, s->dims) * cf_dtype_size(t.dtype);
+        if ((st = cf_rt_malloc(&s->d_in[i], bytes, err)) != CF_OK ||
+            (st = cf_rt_memcpy_htod(s->d_in[i], s->h_in[i], bytes, err)) != CF_OK)
+            return st;
+    }
+    for (int i = 0; i < s->n_out; i++) {
+        cf_tensor_info t = cf_graph_output_info(g, i);
+        size_t bytes = numel(g, t, s->dims) * cf_dtype_size(t.dtype);
+        if ((st = cf_rt_malloc(&s->d_out[i], bytes, err)) != CF_OK)
+            return st;
+    }
+    return CF_OK;
+}
+
+static cf_status poison_outputs(session *s, cf_error *err)
+{
+    for (int i = 0; i < s->n_out; i++) {
+        cf_tensor_info t = cf_graph_output_info(s->g, i);
+        cf_status st = cf_rt_memset_d8(s->d_out[i], 0xFF, numel(s->g, t, s->dims) * cf_dtype_size(t.dtype), err);
+        if (st != CF_OK)
+            return st;
+    }
+    return CF_OK;
+}
+
+static cf_status launch(cf_kernel *k, session *s, cf_rt_stream stream, cf_error *err)
+{
+    cf_launch_args a = {.dims = s->dims, .inputs = s->d_in, .params = s->params, .outputs = s->d_out,
+                        .stream = stream};
+    return cf_kernel_launch(k, &a, err);
+}
+
+/* The output checked is the second launch's, into re-poisoned buffers: state
+ * a kernel object keeps between launches (the exchange slots and their epoch)
+ * must not leak into results. */
+static cf_status launch_twice(cf_kernel *k, session *s, cf_error *err)
+{
+    cf_status st = launch(k, s, NULL, err);
+    if (st == CF_OK)
+        st = cf_rt_ctx_sync(err);
+    if (st == CF_OK)
+        st = poison_outputs(s, err);
+    if (st == CF_OK)
+        st = launch(k, s, NULL, err);
+    return st;
+}
+
+/* Rows checked: every row when the reference is cheap, else an even sample. */
+static int64_t *pick_rows(int64_t M, int64_t want, int64_t *count)
+{
+    int64_t n = want <= 0 || want >= M ? M : want;
+    int64_t *rows = malloc((size_t)n * sizeof *rows);
+    if (!rows)
+        return NULL;
+    for (int64_t i = 0; i < n; i++)
+        rows[i] = n == M ? i : (i * M) / n + ((i * 7) % (M / n > 1 ? M / n : 1));
+    *count = n;
+    return rows;
+}
+
+/* Runs the reference on the chosen rows only (the epilogue is row-wise, so a
+ * row of the output depends on that row of every [M, ...] input) and compares. */
+static cf_status check_outputs(session *s, cf_dim dim_m, int64_t check_rows, bool *all_ok, cf_error *err)
+{
+    const cf_graph *g = s->g;
+    int64_t M = s->dims[dim_m], nr = 0;
+    int64_t *rows = pick_rows(M, check_rows, &nr);
+    int64_t sub_dims[CF_MAX_DIMS];
+    memcpy(sub_dims, s->dims, sizeof sub_dims);
+    sub_dims[dim_m] = nr;
+    const void **sub_in = calloc((size_t)s->n_in + 1, sizeof *sub_in);
+    void **owned = calloc((size_t)s->n_in + 1, sizeof *owned);
+    double **ref = calloc((size_t)s->n_out + 1, sizeof *ref);
+    void *got = NULL;
+    cf_status st = CF_OK;
+    if (!rows || !sub_in || !owned || !ref) {
+        st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of host memory");
+        goto done;
+    }
+    for (int i = 0; i < s->n_in; i++) {
+        cf_tensor_info t = cf_graph_input_info(g, i);
+        if (t.rank >= 1 && t.dims[0] == dim_m && nr != M) {
+            size_t row_elems = t.rank == 2 ? (size_t)s->dims[t.dims[1]] : 1, es = cf_dtype_size(t.dtype);
+            owned[i] = malloc((size_t)nr * row_elems * es);
+            if (!owned[i]) {
+                st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of host memory");
+                goto done;
+            }
+            for (int64_t r = 0; r < nr; r++)
+                memcpy((char *)owned[i] + (size_t)r * row_elems * es,
+                       (const char *)s->h_in[i] + (size_t)rows[r] * row_elems * es, row_elems * es);
+            sub_in[i] = owned[i];
+        } else {
+            sub_in[i] = s->h_in[i];
+        }
+    }
+    for (int i = 0; i < s->n_out; i++) {
+        cf_tensor_info t = cf_graph_output_info(g, i);
+        ref[i] = malloc(numel(g, t, sub_dims) * sizeof(double));
+        if (!ref[i]) {
+            st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of host memory");
+            goto done;
+        }
+    }
+    cf_bindings b = {.dims = sub_dims, .inputs = sub_in, .params = s->params};
+    if ((st = cf_reference_run(g, &b, ref, err)) != CF_OK)
+        goto done;
+    *all_ok = true;
+    for (int i = 0; i < s->n_out; i++) {
+        cf_tensor_info t = cf_graph_output_info(g, i);
+        size_t full = numel(g, t, s->dims), es = cf_dtype_size(t.dtype);
+        size_t row_elems = full / (size_t)M;
+        got = malloc(full * es);
+        if (!got) {
+            st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of host memory");
+            goto done;
+        }
+        if ((st = cf_rt_memcpy_dtoh(got, s->d_out[i], full * es, err)) != CF_OK)
+            goto done;
+        check_stats cs = {0};
+        for (int64_t r = 0; r < nr; r++)
+            compare((const char *)got + (size_t)rows[r] * row_elems * es, t.dtype, ref[i] + (size_t)r * row_elems,
+                    row_elems, &cs);
+        double rel = cs.ref2 > 0 ? sqrt(cs.err2 / cs.ref2) : sqrt(cs.err2);
+        bool ok = cs.bad_nonfinite == 0 && rel <= tolerance(t.dtype);
+        printf("  check %-8s %s: %zu elements (%lld of %lld rows): max |err| %.3e, rel Frobenius %.3e, "
+               "non-finite mismatches %zu -> %s\n",
+               t.name, cf_dtype_name(t.dtype), cs.n, (long long)nr, (long long)M, cs.max_abs, rel,
+               cs.bad_nonfinite, ok ? "PASS" : "FAIL");
+        *all_ok = *all_ok && ok;
+        free(got);
+        got = NULL;
+    }
+done:
+    free(got);
+    for (int i = 0; i < s->n_in; i++)
+        free(owned ? owned[i] : NULL);
+    for (int i = 0; i < s->n_out; i++)
+        free(ref ? ref[i] : NULL);
+    free(owned);
+    free(sub_in);
+    free(ref);
+    free(rows);
+    return st;
+}
+
+/* ---- the two paths ------------------------------------------------------------ */
+
+/* Builds and compiles the fused kernel.  CF_ERR_UNSUPPORTED (the reason in
+ * err) when Ψ cannot fuse this graph yet. */
+static cf_status build_fused(const cf_graph *g, const cli_opts *o, cf_kernel **k, cf_error *err)
+{
+    cf_status st = cf_kernel_build(g, &o->kopt, o->spec, k, err);
+    if (st == CF_OK)
+        st = cf_kernel_compile(*k, err);
+    if (st != CF_OK) {
+        cf_kernel_free(*k);
+        *k = NULL;
+    }
+    return st;
+}
+
+/* The unfused path, as a user runs it today: cuBLASLt writes C = X*W in the
+ * operands' 16-bit dtype to global memory, then cf_rows_kernel reads it back
+ * and runs the whole epilogue, one CTA per row. */
+typedef struct unfused {
+    const cf_ir *ir;
+    cf_rows *rows;
+    cf_rt_cublas_plan *plan;
+    cf_rt_devptr c;
+    cf_dtype c_dtype;
+    int64_t M, N, K;
+    session *s;
+} unfused;
+
+static void unfused_free(unfused *u)
+{
+    cf_rt_cublas_plan_free(u->plan);
+    cf_rows_free(u->rows);
+    if (u->c)
+        cf_rt_free(u->c, NULL);
+    memset(u, 0, sizeof *u);
+}
+
+/* The row kernel (CPU side: codegen + NVRTC; CF_ERR_UNSUPPORTED for B2B). */
+static cf_status unfused_build(unfused *u, const cf_ir *ir, const cli_opts *o, cf_error *err)
+{
+    memset(u, 0, sizeof *u);
+    u->ir = ir;
+    u->M = o->dims[ir->dim_m];
+    u->N = o->dims[ir->dim_n];
+    u->K = o->dims[ir->dim_k];
+    u->c_dtype = ir->args[0].dtype;
+    return cf_rows_build(ir, o->spec, &u->rows, err);
+}
+
+/* The GPU side: the C buffer and the cuBLASLt plan. */
+static cf_status unfused_prepare(unfused *u, session *s, cf_error *err)
+{
+    u->s = s;
+    cf_status st = cf_rt_malloc(&u->c, (size_t)u->M * (size_t)u->N * cf_dtype_size(u->c_dtype), err);
+    if (st == CF_OK)
+        st = cf_rt_cublas_plan_create(u->c_dtype, u->M, u->N, u->K, u->ir->args[1].b_is_nk, &u->plan, err);
+    return st;
+}
+
+static cf_status run_unfused(void *ctx, cf_rt_stream stream, cf_error *err)
+{
+    unfused *u = ctx;
+    const cf_ir_arg *A = &u->ir->args[0], *B = &u->ir->args[1];
+    cf_status st = cf_rt_cublas_plan_run(u->plan, u->s->d_in[A->index], u->s->d_in[B->index], u->c, stream, err);
+    if (st != CF_OK)
+        return st;
+    cf_launch_args a = {.dims = u->s->dims, .inputs = u->s->d_in, .params = u->s->params, .outputs = u->s->d_out,
+                        .stream = stream};
+    return cf_rows_launch(u->rows, u->c, u->c_dtype, u->M, u->N, &a, stream, err);
+}
+
+/* Lowers g for the CLI; prints the error. */
+static cf_status lower_for_cli(const cf_graph *g, const char *verb, cf_ir **ir)
+{
+    cf_error err;
+    cf_status st = cf_lower(g, ir, &err);
+    if (st != CF_OK)
+        fprintf(stderr, "comfuse %s: %s\n", verb, err.msg);
+    return st;
+}
+
+static int exit_code_of(cf_status st) { return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : 1; }
+
+int cli_run(const cf_graph *g, const cli_opts *o)
+{
+    cf_error err;
+    cf_ir *ir = NULL;
+    cf_kernel *k = NULL;
+    unfused u;
+    memset(&u, 0, sizeof u);
+    session s;
+    memset(&s, 0, sizeof s);
+    cf_status st = lower_for_cli(g, "run", &ir);
+    if (st != CF_OK)
+        return exit_code_of(st);
+    const char *path = o->unfused ? "unfused: cuBLAS + rows" : "fused";
+    st = o->unfused ? unfused_build(&u, ir, o, &err) : build_fused(g, o, &k, &err);
+    if (st == CF_ERR_UNSUPPORTED && !o->unfused) {
+        fprintf(stderr, "comfuse run: the fused kernel is not available: %s\n", err.msg);
+        if (ir->n_gemms == 1)
+            fprintf(stderr, "  (`comfuse run --unfused` runs and checks the unfused path: cuBLAS GEMM + row kernel)\n");
+        cf_ir_free(ir);
+        return 3;
+    }
+    if (st != CF_OK) {
+        fprintf(stderr, "comfuse run: %s%s\n", o->unfused ? "unfused path: " : "", err.msg);
+        cf_ir_free(ir);
+        return exit_code_of(st);
+    }
+    bool ok = true;
+    if ((st = cf_rt_init(&err)) == CF_OK && (st = session_init(&s, g, o, o->seed, &err)) == CF_OK &&
+        (!o->unfused || (st = unfused_prepare(&u, &s, &err)) == CF_OK) && (st = poison_outputs(&s, &err)) == CF_OK &&
+        (st = o->unfused ? run_unfused(&u, NULL, &err) : launch_twice(k, &s, &err)) == CF_OK &&
+        (st = cf_rt_ctx_sync(&err)) == CF_OK) {
+        if (o->unfused)
+            printf("ran %s at %s (seed %llu) on the unfused path: cuBLASLt GEMM -> %s C -> row kernel "
+                   "(%d threads per row, %d scratch plane%s)\n",
+                   o->spec, o->shape_text, (unsigned long long)o->seed, cf_dtype_name(u.c_dtype),
+                   cf_rows_threads(u.N), cf_rows_scratch_planes(u.rows), cf_rows_scratch_planes(u.rows) == 1 ? "" : "s");
+        else
+            printf("ran %s at %s (seed %llu)%s\n", o->spec, o->shape_text, (unsigned long long)o->seed,
+                   cf_kernel_wide(k, s.dims[ir->dim_n])
+                       ? ": rows wider than one cluster, so our GEMM -> f32 C -> row kernel"
+                       : "");
+        if (o->check)
+            st = check_outputs(&s, ir->dim_m, o->check_rows, &ok, &err);
+    }
+    if (st != CF_OK)
+        fprintf(stderr, "comfuse run (%s): %s\n", path, err.msg);
+    unfused_free(&u);
+    cf_kernel_free(k);
+    session_free(&s);
+    cf_ir_free(ir);
+    if (st != CF_OK)
+        return exit_code_of(st);
+    if (o->check)
+        printf("%s\n", ok ? "check passed" : "check FAILED");
+    return ok ? 0 : 4;
+}
+
+/* ---- bench ------------------------------------------------------------------ */
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+typedef cf_status (*timed_fn)(void *ctx, cf_rt_stream s, cf_error *err);
+
+/* Times n implementations launch by launch, in turns (cuBLAS, fused, unfused,
+ * cuBLAS, ...), each behind an L2 flush and between its own events, and
+ * returns the medians.  Taking turns keeps clock drift over the run (seen on
+ * the H200: the same cuBLAS kernel 0.34 -> 0.45 ms within a second of load)
+ * out of the ratios. */
+static cf_status time_paired(int n, timed_fn const *fns, void *const *ctxs, int iters, cf_rt_devptr flush,
+                             size_t flush_bytes, float *median_ms, cf_error *err)
+{
+    cf_rt_event e0 = NULL, e1 = NULL;
+    float *t = calloc((size_t)iters * (size_t)n, sizeof *t);
+    cf_status st = t ? CF_OK : cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+    if (st == CF_OK && (st = cf_rt_event_create(&e0, err)) == CF_OK)
+        st = cf_rt_event_create(&e1, err);
+    for (int i = 0; i < 5 && st == CF_OK; i++)
+        for (int j = 0; j < n && st == CF_OK; j++)
+            st = fns[j](ctxs[j], NULL, err);
+    for (int i = 0; i < iters && st == CF_OK; i++)
+        for (int j = 0; j < n && st == CF_OK; j++) {
+            if ((st = cf_rt_memset_d32(flush, (uint32_t)i, flush_bytes / 4, err)) != CF_OK ||
+                (st = cf_rt_event_record(e0, NULL, err)) != CF_OK || (st = fns[j](ctxs[j], NULL, err)) != CF_OK ||
+                (st = cf_rt_event_record(e1, NULL, err)) != CF_OK || (st = cf_rt_event_sync(e1, err)) != CF_OK)
+                break;
+            st = cf_rt_event_elapsed_ms(e0, e1, &t[(size_t)j * (size_t)iters + (size_t)i], err);
+        }
+    for (int j = 0; j < n && st == CF_OK; j++) {
+        float *tj = t + (size_t)j * (size_t)iters;
+        qsort(tj, (size_t)iters, sizeof *tj, cmp_float);
+        median_ms[j] = tj[iters / 2];
+    }
+    if (e0)
+        cf_rt_event_destroy(e0, NULL);
+    if (e1)
+        cf_rt_event_destroy(e1, NULL);
+    free(t);
+    return st;
+}
+
+typedef struct fused_ctx {
+    cf_kernel *k;
+    session *s;
+} fused_ctx;
+
+static cf_status run_fused(void *ctx, cf_rt_stream st, cf_error *err)
+{
+    fused_ctx *f = ctx;
+    return launch(f->k, f->s, st, err);
+}
+
+typedef struct cublas_ctx {
+    cf_rt_cublas_plan *plan;
+    cf_rt_devptr a, b, c;
+} cublas_ctx;
+
+static cf_status run_cublas(void *ctx, cf_rt_stream st, cf_error *err)
+{
+    cublas_ctx *c = ctx;
+    return cf_rt_cublas_plan_run(c->plan, c->a, c->b, c->c, st, err);
+}
+
+/* Bytes every implementation must move at least: each input read once, each
+ * output written once. */
+static double floor_bytes(const session *s)
+{
+    double b = 0;
+    for (int i = 0; i < s->n_in; i++) {
+        cf_tensor_info t = cf_graph_input_info(s->g, i);
+        b += (double)numel(s->g, t, s->dims) * (double)cf_dtype_size(t.dtype);
+    }
+    for (int i = 0; i < s->n_out; i++) {
+        cf_tensor_info t = cf_graph_output_info(s->g, i);
+        b += (double)numel(s->g, t, s->dims) * (double)cf_dtype_size(t.dtype);
+    }
+    return b;
+}
+
+/* Why a path is not available, for the report ("" when it is). */
+typedef struct why {
+    char text[400];
+} why;
+
+static void set_why(why *w, const cf_error *err)
+{
+    /* the first line of the message is enough for a table */
+    size_t n = strcspn(err->msg, "\n");
+    if (n >= sizeof w->text)
+        n = sizeof w->text - 1;
+    memcpy(w->text, err->msg, n);
+    w->text[n] = 0;
+}
+
+int cli_bench(const cf_graph *g, const cli_opts *o)
+{
+    cf_error err;
+    session s;
+    memset(&s, 0, sizeof s);
+    cf_ir *ir = NULL;
+    cf_kernel *k = NULL;
+    unfused u;
+    memset(&u, 0, sizeof u);
+    bool have_unfused = false, fused_failed = false;
+    why no_fused = {""}, no_unfused = {""};
+    cf_status st = lower_for_cli(g, "bench", &ir);
+    if (st != CF_OK)
+        return exit_code_of(st);
+    int64_t M = o->dims[ir->dim_m], N = o->dims[ir->dim_n], K = o->dims[ir->dim_k];
+    const size_t flush_bytes = 256u << 20;
+    cf_rt_devptr flush = 0, c_buf = 0;
+    cublas_ctx cb = {0};
+    float t_fused = 0, t_cublas = 0, t_unfused = 0;
+
+    /* Either path may be outside what comfuse does yet; bench what exists. */
+    st = build_fused(g, o, &k, &err);
+    if (st == CF_ERR_UNSUPPORTED) {
+        set_why(&no_fused, &err);
+        st = CF_OK;
+    }
+    if (st == CF_OK) {
+        st = unfused_build(&u, ir, o, &err);
+        have_unfused = st == CF_OK;
+        if (st == CF_ERR_UNSUPPORTED) {
+            set_why(&no_unfused, &err);
+            st = CF_OK;
+        }
+    }
+    if (st == CF_OK && !k && !have_unfused) {
+        fprintf(stderr, "comfuse bench: nothing to time for %s:\n  fused: %s\n  unfused: %s\n", o->spec,
+                no_fused.text, no_unfused.text);
+        st = CF_ERR_UNSUPPORTED;
+        goto done;
+    }
+    if (st == CF_OK)
+        st = cf_rt_init(&err);
+    if (st == CF_OK)
+        st = session_init(&s, g, o, o->seed, &err);
+    if (st == CF_OK)
+        st = cf_rt_malloc(&flush, flush_bytes, &err);
+    if (st == CF_OK)
+        st = cf_rt_malloc(&c_buf, (size_t)M * (size_t)N * 2, &err);
+    if (st == CF_OK && k) {
+        /* A fused kernel that fails to launch still leaves the baselines worth
+         * timing; the bench then reports it and exits 1. */
+        fused_ctx f0 = {k, &s};
+        cf_status fs = run_fused(&f0, NULL, &err);
+        if (fs == CF_OK)
+            fs = cf_rt_ctx_sync(&err);
+        if (fs != CF_OK) {
+            /* CF_ERR_UNSUPPORTED at launch: a shape the kernel declines (not a failure) */
+            fused_failed = fs != CF_ERR_UNSUPPORTED;
+            if (fused_failed)
+                fprintf(stderr, "comfuse bench: the fused kernel failed: %s\n", err.msg);
+            set_why(&no_fused, &err);
+            cf_kernel_free(k);
+            k = NULL;
+            cf_rt_ctx_sync(NULL); /* let a failed launch finish before the others run */
+        }
+    }
+    fused_ctx f = {k, &s};
+    if (st == CF_OK) {
+        const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
+        cb.a = s.d_in[A->index];
+        cb.b = s.d_in[B->index];
+        cb.c = c_buf;
+        st = cf_rt_cublas_plan_create(A->dtype, M, N, K, B->b_is_nk, &cb.plan, &err);
+    }
+    if (st == CF_OK && have_unfused)
+        st = unfused_prepare(&u, &s, &err);
+    if (st == CF_OK) {
+        timed_fn fns[3];
+        void *ctxs[3];
+        float *outs[3], med[3];
+        int n = 0;
+        fns[n] = run_cublas, ctxs[n] = &cb, outs[n++] = &t_cublas;
+        if (k)
+            fns[n] = run_fused, ctxs[n] = &f, outs[n++] = &t_fused;
+        if (have_unfused)
+            fns[n] = run_unfused, ctxs[n] = &u, outs[n++] = &t_unfused;
+        st = time_paired(n, fns, ctxs, o->iters, flush, flush_bytes, med, &err);
+        for (int j = 0; j < n && st == CF_OK; j++)
+            *outs[j] = med[j];
+    }
+    if (st == CF_OK) {
+        double flops = 2.0 * (double)M * (double)N * (double)K, bytes = floor_bytes(&s);
+        double floor_ms = fmax(flops / 790e12, bytes / 4.3e12) * 1e3;
+        char fused_col[32] = "-", unfused_col[32] = "-";
+        printf("bench %s at %s (median of %d, L2 flushed)\n", o->spec, o->shape_text, o->iters);
+        printf("  %-22s %9s %9s %9s %10s %10s\n", "implementation", "ms", "TFLOP/s", "GB/s", "vs cuBLAS", "vs floor");
+        if (k) {
+            printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n",
+                   cf_kernel_wide(k, N) ? "comfuse (wide rows)" : "comfuse fused", t_fused, flops / t_fused / 1e9,
+                   bytes / t_fused / 1e6, t_fused / t_cublas, t_fused / floor_ms);
+            snprintf(fused_col, sizeof fused_col, "%.5f", t_fused);
+            cf_resources r;
+            char lay[128];
+            if (cf_kernel_resources(k, &r, NULL) == CF_OK)
+                printf("  %-22s %dx%d tiles, %d stages, %s, %d regs, %d+%d B smem, %d CTAs resident\n",
+                       "  fused kernel:", r.block_m, r.block_n, r.stages, cli_layout_text(&r, lay, sizeof lay),
+                       r.registers, r.smem_bytes, r.static_smem_bytes, r.resident_ctas);
+        } else {
+            printf("  %-22s %s (%s)\n", "comfuse fused", fused_failed ? "FAILED" : "not available", no_fused.text);
+        }
+        printf("  %-22s %9.4f %9.1f %9s %10.3f %10.3f\n", "cuBLASLt GEMM alone", t_cublas, flops / t_cublas / 1e9,
+               "-", 1.0, t_cublas / floor_ms);
+        if (have_unfused) {
+            printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n", "unfused: cuBLAS + rows", t_unfused,
+                   flops / t_unfused / 1e9, bytes / t_unfused / 1e6, t_unfused / t_cublas, t_unfused / floor_ms);
+            snprintf(unfused_col, sizeof unfused_col, "%.5f", t_unfused);
+        } else {
+            printf("  %-22s not available (%s)\n", "unfused: cuBLAS + rows", no_unfused.text);
+        }
+        printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
+        /* columns: spec shape fused cublas floor unfused ("-" for a path not available) */
+        printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\n", o->spec, o->shape_text, fused_col, t_cublas, floor_ms,
+               unfused_col);
+    }
+done:
+    if (st != CF_OK && st != CF_ERR_UNSUPPORTED)
+        fprintf(stderr, "comfuse bench: %s\n", err.msg);
+    cf_rt_cublas_plan_free(cb.plan);
+    unfused_free(&u);
+    cf_kernel_free(k);
+    if (flush)
+        cf_rt_free(flush, NULL);
+    if (c_buf)
+        cf_rt_free(c_buf, NULL);
+    session_free(&s);
+    cf_ir_free(ir);
+    return st == CF_OK && fused_failed ? 1 : exit_code_of(st);
+}

@@ -1,0 +1,1038 @@
+/* codegen.c — Ψ: Fusion Spec IR -> the CUDA C source of one fused kernel.
+ *
+ * A structural expansion: the mainloop, tile scheduler and store machinery
+ * are hand-written in src/device/cf_sm90.cuh (which declares the epilogue and
+ * defines the kernel, cf_gemm_kernel); this file writes what depends on
+ * the IR — the epilogue parameter struct and the epilogue itself — by
+ * expanding each node with the rule of its category (emit_rules[] below:
+ * adding a category means adding a rule).  The epilogue runs per fragment in
+ * registers, on the wgmma accumulator layout: one unrolled loop over the
+ * CF_ACC_REGS accumulator registers of the thread, values named after IR nodes.
+ * Output is deterministic: same IR and options, same bytes.
+ */
+#include "cf_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- op expansions -------------------------------------------------------- */
+
+/* C expression templates for each elementwise op; %1/%2 are the operands. */
+static const char *op_expr(cf_op op)
+{
+    switch (op) {
+    case CF_OP_NEG: return "(-%1)";
+    case CF_OP_ABS: return "fabsf(%1)";
+    case CF_OP_EXP: return "op_exp(%1)";
+    case CF_OP_LOG: return "logf(%1)";
+    case CF_OP_SQRT: return "sqrtf(%1)";
+    case CF_OP_RSQRT: return "rsqrtf(%1)";
+    case CF_OP_SQUARE: return "(%1 * %1)";
+    case CF_OP_RECIP: return "(1.0f / %1)";
+    case CF_OP_RELU: return "op_relu(%1)";
+    case CF_OP_GELU: return "op_gelu_tanh(%1)";
+    case CF_OP_GELU_ERF: return "op_gelu_erf(%1)";
+    case CF_OP_SILU: return "op_silu(%1)";
+    case CF_OP_SIGMOID: return "op_sigmoid(%1)";
+    case CF_OP_TANH: return "tanhf(%1)";
+    case CF_OP_ADD: return "(%1 + %2)";
+    case CF_OP_SUB: return "(%1 - %2)";
+    case CF_OP_MUL: return "(%1 * %2)";
+    case CF_OP_DIV: return "(%1 / %2)";
+    case CF_OP_MAX: return "op_max(%1, %2)";
+    case CF_OP_MIN: return "op_min(%1, %2)";
+    case CF_OP_POW: return "powf(%1, %2)";
+    default: return NULL;
+    }
+}
+
+/* Device definitions of the helpers the templates use, emitted only when used.
+ * NaN semantics follow the reference: max/min and relu propagate NaN. */
+static const struct {
+    const char *name;
+    const char *def;
+} helpers[] = {
+    {"op_exp",
+     "/* 2^(x log2 e) on the SFU: relative error ~2^-22, inf/NaN as expf; results\n"
+     " * below 2^-126 flush to zero (invisible after the output rounding). */\n"
+     "static __device__ __forceinline__ float op_exp(float x)\n"
+     "{\n"
+     "    float y;\n"
+     "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x * 1.44269504f));\n"
+     "    return y;\n"
+     "}"},
+    {"op_relu", "static __device__ __forceinline__ float op_relu(float x) { return x < 0.0f ? 0.0f : x; }"},
+    {"op_gelu_tanh",
+     "static __device__ __forceinline__ float op_gelu_tanh(float x)\n"
+     "{\n"
+     "    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); tanh.approx is exact to\n"
+     "     * 2^-11 relative, below bf16 output rounding, and far cheaper than tanhf. */\n"
+     "    const float u = x * fmaf(0.0356774081f, x * x, 0.7978845608f);  /* 3 ops, not 5 */\n"
+     "    float th;\n"
+     "    asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(th) : \"f\"(u));\n"
+     "    const float h = 0.5f * x;\n"
+     "    return fmaf(h, th, h);\n"
+     "}"},
+    {"op_gelu_erf",
+     "static __device__ __forceinline__ float op_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }"},
+    {"op_silu", "static __device__ __forceinline__ float op_silu(float x) { return x / (1.0f + op_exp(-x)); }"},
+    {"op_sigmoid", "static __device__ __forceinline__ float op_sigmoid(float x) { return 1.0f / (1.0f + op_exp(-x)); }"},
+    {"op_max",
+     "/* max.NaN: one instruction, NaN if either operand is NaN (torch semantics). */\n"
+     "static __device__ __forceinline__ float op_max(float a, float b)\n"
+     "{\n"
+     "    float d;\n"
+     "    asm(\"max.NaN.f32 %0, %1, %2;\" : \"=f\"(d) : \"f\"(a), \"f\"(b));\n"
+     "    return d;\n"
+     "}"},
+    {"load_f32", "static __device__ __forceinline__ float load_f32(const float *p, long long i) { return __ldg(p + i); }"},
+    {"load_bf16",
+     "static __device__ __forceinline__ float load_bf16(const unsigned short *p, long long i)\n"
+     "{\n"
+     "    return __uint_as_float((unsigned)__ldg(p + i) << 16);\n"
+     "}"},
+    {"load_f16",
+     "static __device__ __forceinline__ float load_f16(const unsigned short *p, long long i)\n"
+     "{\n"
+     "    float f;\n"
+     "    asm(\"{ .reg .f16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }\" : \"=f\"(f) : \"h\"(__ldg(p + i)));\n"
+     "    return f;\n"
+     "}"},
+    {"store_f32", "static __device__ __forceinline__ void store_f32(float *p, long long i, float v) { p[i] = v; }"},
+    {"store_bf16",
+     "static __device__ __forceinline__ void store_bf16(unsigned short *p, long long i, float v)\n"
+     "{\n"
+     "    unsigned short h;\n"
+     "    asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(v));\n"
+     "    p[i] = h;\n"
+     "}"},
+    {"store_f16",
+     "static __device__ __forceinline__ void store_f16(unsigned short *p, long long i, float v)\n"
+     "{\n"
+     "    unsigned short h;\n"
+     "    asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(v));\n"
+     "    p[i] = h;\n"
+     "}"},
+    {"op_min",
+     "static __device__ __forceinline__ float op_min(float a, float b)\n"
+     "{\n"
+     "    float d;\n"
+     "    asm(\"min.NaN.f32 %0, %1, %2;\" : \"=f\"(d) : \"f\"(a), \"f\"(b));\n"
+     "    return d;\n"
+     "}"},
+};
+
+/* ---- emission context ------------------------------------------------------ */
+
+/* Where a value lives from one fragment loop to the next: tile arrays T<k>
+ * (T0 is the accumulator itself) for TILE and VEC_N values, row arrays R<k>
+ * (one value per row the thread holds) for VEC_M values, S_<id> for scalars. */
+enum { CLS_TILE, CLS_ROW, CLS_SCALAR };
+#define CG_MAX_ARRAYS 32
+
+typedef struct cg_ctx {
+    const cf_ir *ir;
+    const cf_cg_options *opt;
+    cf_strbuf *sb;
+    int indent;
+    int *arr;            /* by node id: its array, or -1 when it needs none    */
+    bool *pass;          /* by node id: a bypass that keeps its array          */
+    int n_arrays[2];     /* tile and row arrays used                            */
+    int n_red;           /* reductions emitted so far (each has its own exchange slots) */
+    const cf_ir_node **shifted_by; /* by node id: the reduction whose tile statistic shifted
+                                      this carried value (merged exchange), else NULL */
+    int merge_next;      /* the stage being emitted starts a merged exchange (MERGE_*) */
+    int merge_prev;      /* ... ends the one its predecessor started                */
+    const cf_ir_node *merge_r1; /* that predecessor's reduction, and its exchange slots */
+    int merge_index;
+    int *merge_of;       /* by stage depth: the merged exchange it starts (MERGE_*) */
+    const cf_ir_spec *late;      /* the last stage when it finishes late, else NULL */
+    const cf_ir_node *late_r1;   /* the merged exchange's first reduction: its tile
+                                    statistics wait in cf_late for the late finish */
+    const cf_ir_node *late_parked; /* the value the late stage gets from the park */
+    bool in_late;        /* emitting the late stage (parked tile in, 8 registers at a time) */
+} cg_ctx;
+
+enum { MERGE_NONE, MERGE_VAR, MERGE_SOFTMAX };
+
+__attribute__((format(printf, 2, 3)))
+static void line(cg_ctx *c, const char *fmt, ...)
+{
+    for (int i = 0; i < c->indent; i++)
+        cf_sb_puts(c->sb, "    ");
+    va_list ap;
+    va_start(ap, fmt);
+    cf_sb_vprintf(c->sb, fmt, ap);
+    va_end(ap);
+    cf_sb_puts(c->sb, "\n");
+}
+
+static void blank(cg_ctx *c) { cf_sb_puts(c->sb, "\n"); }
+
+/* A C identifier for a node: its graph name and id, e.g. "x_4" or "v7". */
+static const char *ident(const cf_ir_node *n, char *buf, size_t len)
+{
+    if (!n->name) {
+        snprintf(buf, len, "v%d", n->id);
+        return buf;
+    }
+    size_t j = 0;
+    for (const char *p = n->name; *p && j + 12 < len; p++)
+        buf[j++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')
+                              ? *p : '_');
+    snprintf(buf + j, len - j, "_%d", n->id);
+    return buf;
+}
+
+static void float_literal(double v, char *buf, size_t len)
+{
+    if (isnan(v))
+        snprintf(buf, len, "__int_as_float(0x7fffffff)");
+    else if (isinf(v))
+        snprintf(buf, len, "__int_as_float(%s)", v > 0 ? "0x7f800000" : "(int)0xff800000");
+    else {
+        snprintf(buf, len, "%.9g", v);
+        if (!strpbrk(buf, ".eE"))
+            strncat(buf, ".0", len - strlen(buf) - 1);
+        strncat(buf, "f", len - strlen(buf) - 1);
+    }
+}
+
+static const char *ptr_type(cf_dtype t)
+{
+    return t == CF_F32 ? "const float *" : "const unsigned short *";
+}
+
+/* The load helper of the device header for an element of dtype t. */
+static const char *load_fn(cf_dtype t)
+{
+    return t == CF_F32 ? "load_f32" : t == CF_BF16 ? "load_bf16" : "load_f16";
+}
+
+/* ---- per-category rules ------------------------------------------------------ */
+
+typedef void (*emit_rule)(cg_ctx *c, const cf_ir_node *n);
+
+static void emit_acc(cg_ctx *c, const cf_ir_node *n)
+{
+    char id[96];
+    line(c, "const float %s = acc[r];  /* accumulator entry */", ident(n, id, sizeof id));
+}
+
+static void emit_bcast(cg_ctx *c, const cf_ir_node *n)
+{
+    char id[96], lit[64];
+    const cf_ir_arg *a = n->arg >= 0 ? &c->ir->args[n->arg] : NULL;
+    ident(n, id, sizeof id);
+    switch (n->src) {
+    case CF_BC_CONST:
+        float_literal(n->cval, lit, sizeof lit);
+        line(c, "const float %s = %s;  /* scalar broadcast */", id, lit);
+        break;
+    case CF_BC_PARAM:
+        line(c, "const float %s = p.%s;  /* runtime scalar */", id, a->name);
+        break;
+    case CF_BC_VEC_N:
+        if (a->dtype == CF_F32)
+            line(c, "const float %s = cv_%s[cf_col_slot(r)];  /* row-vector broadcast */", id, id);
+        else
+            line(c, "const float %s = col < t.N ? %s(p.%s, col) : 0.0f;  /* row-vector broadcast */", id,
+                 load_fn(a->dtype), a->name);
+        break;
+    case CF_BC_VEC_M:
+        line(c, "const float %s = row < t.M ? %s(p.%s, row) : 0.0f;  /* column-vector broadcast */", id,
+             load_fn(a->dtype), a->name);
+        break;
+    case CF_BC_TENSOR:
+        line(c, "const float %s = (row < t.M && col < t.N) ? %s(p.%s, (long long)row * t.N + col) : 0.0f;"
+                "  /* [M,N] tensor */", id, load_fn(a->dtype), a->name);
+        break;
+    default:
+        break;
+    }
+}
+
+static void emit_compute(cg_ctx *c, const cf_ir_node *n)
+{
+    char id[96], a0[96], a1[96];
+    const char *tmpl = op_expr(n->op);
+    /* Dividing a tile by a per-row (or per-column, or scalar) value: multiply
+     * by its reciprocal, which the unrolled loop computes once per row — one
+     * FMUL per element instead of an IEEE divide (within 2 ulp). */
+    if (n->op == CF_OP_DIV && n->args[1]->shape != n->shape)
+        tmpl = "(%1 * (1.0f / %2))";
+    ident(n->args[0], a0, sizeof a0);
+    if (n->nargs == 2)
+        ident(n->args[1], a1, sizeof a1);
+    cf_strbuf e = {0};
+    for (const char *p = tmpl; *p; p++) {
+        if (p[0] == '%' && (p[1] == '1' || p[1] == '2')) {
+            cf_sb_puts(&e, p[1] == '1' ? a0 : a1);
+            p++;
+        } else {
+            char ch[2] = {*p, 0};
+            cf_sb_puts(&e, ch);
+        }
+    }
+    line(c, "const float %s = %s;", ident(n, id, sizeof id), e.data ? e.data : "0");
+    cf_sb_free(&e);
+}
+
+static int cls_of(cf_shape s)
+{
+    return s == CF_SHAPE_VEC_M ? CLS_ROW : s == CF_SHAPE_SCALAR ? CLS_SCALAR : CLS_TILE;
+}
+
+/* "T1[r]", "R0[cf_acc_slot(r)]" or "S_7": the storage of node n. */
+static const char *slot_ref(cg_ctx *c, const cf_ir_node *n, char *buf, size_t len)
+{
+    int k = c->arr[n->id];
+    if (c->in_late && cls_of(n->shape) == CLS_TILE) {
+        /* the late stage reads the parked group pk and writes the restaged group y8 */
+        snprintf(buf, len, "%s[r %% 8]", n->kind == CF_IR_PLACEHOLDER ? "pk" : "y8");
+        return buf;
+    }
+    switch (cls_of(n->shape)) {
+    case CLS_TILE: snprintf(buf, len, "T%d[r]", k); break;
+    case CLS_ROW: snprintf(buf, len, "R%d[cf_acc_slot(r)]", k); break;
+    default: snprintf(buf, len, "S_%d", k); break;
+    }
+    return buf;
+}
+
+static const char *red_op(cf_op op)
+{
+    return op == CF_OP_RMAX ? "CF_RED_MAX" : op == CF_OP_RMIN ? "CF_RED_MIN" : "CF_RED_SUM";
+}
+
+static void emit_placeholder(cg_ctx *c, const cf_ir_node *n)
+{
+    char id[96], ref[96], where[96], by[96];
+    const cf_ir_node *shift = n->is_stat ? NULL : c->shifted_by[n->ref->id];
+    if (shift) {
+        /* shifted by its tile's own statistic in the previous stage: correct it per row,
+         * in place too when later stages carry it on */
+        ident(n, id, sizeof id);
+        line(c, "const float %s = %s %s corr_%s[cf_acc_slot(r)];  /* bypass: %s, corrected to the row's %s */", id,
+             slot_ref(c, n, where, sizeof where), shift->op == CF_OP_RMAX ? "*" : "+", ident(shift, by, sizeof by),
+             ident(n->ref, ref, sizeof ref), cf_op_name(shift->op));
+        if (c->pass[n->id])
+            line(c, "%s = %s;", where, id);
+    } else if (n->is_stat)
+        line(c, "const float %s = red_%s[cf_acc_slot(r)];  /* statistic of the previous stage */",
+             ident(n, id, sizeof id), ident(n->ref, ref, sizeof ref));
+    else
+        line(c, "const float %s = %s;  /* bypass: %s, carried from stage %d */", ident(n, id, sizeof id),
+             slot_ref(c, n, where, sizeof where), ident(n->ref, ref, sizeof ref), n->ref->stage);
+}
+
+static void emit_reduce(cg_ctx *c, const cf_ir_node *n)
+{
+    char id[96], a0[96];
+    ident(n, id, sizeof id);
+    line(c, "if (col < t.N)  /* columns past N hold TMA's zero fill, not data */");
+    line(c, "    red_%s[cf_acc_slot(r)] = cf_red_combine<%s>(red_%s[cf_acc_slot(r)], %s);", id, red_op(n->op), id,
+         ident(n->args[0], a0, sizeof a0));
+}
+
+/* Stores happen after the loop, from the value's storage (see emit_stage). */
+static void emit_store(cg_ctx *c, const cf_ir_node *n)
+{
+    (void)c;
+    (void)n;
+}
+
+static void emit_unsupported(cg_ctx *c, const cf_ir_node *n)
+{
+    (void)c;
+    (void)n;
+    CF_ASSERT(!"codegen: node kind reached without a rule (checked before emission)");
+}
+
+static const emit_rule emit_rules[] = {
+    [CF_IR_ACC] = emit_acc,
+    [CF_IR_BCAST] = emit_bcast,
+    [CF_IR_COMPUTE] = emit_compute,
+    [CF_IR_REDUCE] = emit_reduce,
+    [CF_IR_PLACEHOLDER] = emit_placeholder,
+    [CF_IR_STORE] = emit_store,
+    [CF_IR_MATMUL] = emit_unsupported,
+};
+_Static_assert(CF_ARRAY_LEN(emit_rules) == CF_IR_KIND_COUNT, "emit_rules out of sync with cf_ir_kind");
+
+/* ---- the translation unit ------------------------------------------------------ */
+
+void cf_cg_epi_layout(const cf_ir *ir, size_t *offsets, size_t *size, size_t *align)
+{
+    /* Mirrors the cf_epi_params emitted below: scalars are float, inputs and
+     * per-row outputs are pointers, in A order; an empty struct gets one int. */
+    size_t off = 0, al = 4;
+    for (int i = 0; i < ir->n_args; i++) {
+        cf_arg_kind k = ir->args[i].kind;
+        bool row_out = k == CF_ARG_OUTPUT && cf_graph_output_info(ir->graph, ir->args[i].index).rank == 1;
+        size_t sz = k == CF_ARG_SCALAR ? 4
+                    : (k == CF_ARG_VEC_N || k == CF_ARG_VEC_M || k == CF_ARG_TENSOR || row_out) ? 8
+                                                                                               : 0;
+        if (offsets)
+            offsets[i] = 0;
+        if (!sz)
+            continue;
+        off = (off + sz - 1) / sz * sz;
+        if (offsets)
+            offsets[i] = off;
+        off += sz;
+        if (sz > al)
+            al = sz;
+    }
+    if (off == 0)
+        off = 4;
+    *size = (off + al - 1) / al * al;
+    *align = al;
+}
+
+/* Whether generated text calls the helper `name`. */
+static bool calls(const char *text, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = text; p && (p = strstr(p, name)) != NULL; p += len)
+        if (p[len] == '(' && (p == text || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z'))))
+            return true;
+    return false;
+}
+
+/* ---- stages: storage planning and the fragment loop ------------------------- */
+
+static bool carried_out(const cf_ir_spec *sp, const cf_ir_node *v)
+{
+    const cf_ir_spec *next = sp->post;
+    for (int i = 0; next && i < next->n_nodes; i++)
+        if (next->nodes[i]->kind == CF_IR_PLACEHOLDER && !next->nodes[i]->is_stat && next->nodes[i]->ref == v)
+            return true;
+    return false;
+}
+
+static bool stored(const cf_ir_spec *sp, const cf_ir_node *v)
+{
+    for (int i = 0; i < sp->n_nodes; i++)
+        if (sp->nodes[i]->kind == CF_IR_STORE && sp->nodes[i]->args[0] == v)
+            return true;
+    return false;
+}
+
+/* Gives every value that must outlive its fragment loop (carried to the next
+ * stage, or stored after the loop) an array.  In-values are read at the top
+ * of iteration r and out-values written at its bottom, always at index r, so
+ * an out-value may take the array of any in-value that is not carried on. */
+static void plan_storage(cg_ctx *c, const cf_ir_spec *sp)
+{
+    bool busy[2][CG_MAX_ARRAYS] = {{false}};
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (n->kind == CF_IR_ACC)
+            c->arr[n->id] = 0;
+        else if (n->kind == CF_IR_PLACEHOLDER && !n->is_stat)
+            c->arr[n->id] = c->arr[n->ref->id];
+        else
+            continue;
+        c->pass[n->id] = carried_out(sp, n);
+        if (c->pass[n->id] && cls_of(n->shape) != CLS_SCALAR)
+            busy[cls_of(n->shape)][c->arr[n->id]] = true;
+    }
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (n->kind == CF_IR_STORE || n->kind == CF_IR_REDUCE || n->kind == CF_IR_MATMUL || c->pass[n->id] ||
+            !(carried_out(sp, n) || stored(sp, n)))
+            continue;
+        int cls = cls_of(n->shape);
+        if (cls == CLS_SCALAR) {
+            c->arr[n->id] = n->id;
+            continue;
+        }
+        int k = 0;
+        while (k < CG_MAX_ARRAYS - 1 && busy[cls][k])
+            k++;
+        busy[cls][k] = true;
+        c->arr[n->id] = k;
+        if (k + 1 > c->n_arrays[cls])
+            c->n_arrays[cls] = k + 1;
+    }
+    if (c->n_arrays[CLS_TILE] < 1)
+        c->n_arrays[CLS_TILE] = 1;
+}
+
+/* ---- merged exchanges ------------------------------------------------------
+ * Through L2 an exchange costs a round trip that the tile's epilogue waits for
+ * (docs/perf-notes.md v8).  A reduction whose PostOp reduces its data shifted
+ * by its statistic needs no exchange of its own:
+ *   mean(x), then sum or mean of (x - mean)^2          (variance)
+ *   max(z),  then sum of exp(z - max)                   (softmax)
+ * Each CTA shifts by its own tile's statistic, and one exchange of pairs merges
+ * both (cf_row_merge); the shifted value, if carried on, is corrected per row.
+ * The rule needs every use of the statistic and of the shifted value to be
+ * the pattern's own; anything else keeps two exchanges. */
+static int n_users(const cf_ir_spec *sp, const cf_ir_node *v, const cf_ir_node **user)
+{
+    int n = 0;
+    for (int i = 0; i < sp->n_nodes; i++)
+        for (int j = 0; j < sp->nodes[i]->nargs; j++)
+            if (sp->nodes[i]->args[j] == v) {
+                n++;
+                *user = sp->nodes[i];
+                break; /* mul(d, d) is one user */
+            }
+    return n;
+}
+
+static bool is_square_of(const cf_ir_node *a, const cf_ir_node *d)
+{
+    return a->kind == CF_IR_COMPUTE && a->args[0] == d &&
+           ((a->op == CF_OP_MUL && a->args[1] == d) || a->op == CF_OP_SQUARE ||
+            (a->op == CF_OP_POW && a->args[1]->kind == CF_IR_BCAST && a->args[1]->src == CF_BC_CONST &&
+             a->args[1]->cval == 2.0));
+}
+
+/* MERGE_* when sp's reduction can share its PostOp's exchange; *shifted is
+ * the PostOp's value that the next stage must correct (may not be carried). */
+static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **shifted)
+{
+    const cf_ir_spec *q = sp->post;
+    const cf_ir_node *r1 = sp->terminal, *r2 = q ? q->terminal : NULL, *stat = NULL, *d = NULL, *u = NULL;
+    /* Merged, each lane loads a 16-byte pair per CTA of the row; measured (perf-notes
+     * v8), that wins while all of a row's pairs come in one round of 8 loads (rows of
+     * up to 8 CTAs with 128-row tiles) and loses beyond, so larger groups keep two. */
+    const int pairs_per_lane = c->opt->row_ctas * c->opt->bm / 128;
+    if (!c->opt->red_global || c->opt->row_ctas < 2 || pairs_per_lane > 8 || !r1 || r1->kind != CF_IR_REDUCE ||
+        !r2 || r2->kind != CF_IR_REDUCE)
+        return MERGE_NONE;
+    for (int i = 0; i < q->n_nodes; i++)
+        if (q->nodes[i]->kind == CF_IR_PLACEHOLDER && q->nodes[i]->is_stat && q->nodes[i]->ref == r1)
+            stat = q->nodes[i];
+    if (!stat || n_users(q, stat, &d) != 1 || d->kind != CF_IR_COMPUTE || d->op != CF_OP_SUB ||
+        d->args[1] != stat || d->args[0] == stat)
+        return MERGE_NONE;
+    const cf_ir_node *a = r2->args[0];
+    if (r1->op == CF_OP_MEAN && (r2->op == CF_OP_SUM || r2->op == CF_OP_MEAN) && is_square_of(a, d) &&
+        n_users(q, d, &u) == 1 && n_users(q, a, &u) == 1 && !carried_out(q, a)) {
+        *shifted = d;
+        return MERGE_VAR;
+    }
+    if (r1->op == CF_OP_RMAX && r2->op == CF_OP_SUM && a->kind == CF_IR_COMPUTE && a->op == CF_OP_EXP &&
+        a->args[0] == d && n_users(q, d, &u) == 1 && !carried_out(q, d) && n_users(q, a, &u) == 1) {
+        *shifted = a;
+        return MERGE_SOFTMAX;
+    }
+    return MERGE_NONE;
+}
+
+/* ---- late finish -----------------------------------------------------------
+ * A tile's last exchange need not hold up its warpgroup: it posts its row
+ * partials, parks the one value the last stage needs in its staging buffer as
+ * 16-bit, and runs its next mainloop; cf_epilogue_finish then folds the row's
+ * partials (long arrived) and finishes the parked tile in place, 8 registers at
+ * a time beside the new accumulator (cf_sm90.cuh).  It applies through L2 when
+ * the last stage has one tile output (bf16 or f16), takes in one tile value and
+ * the last reduction's statistic only, and that value survives 16 bits: the
+ * variance merge parks x - tile mean (bf16, so |mean| >> std stays exact
+ * enough), the softmax merge exp(z - tile max) in [0, 1] (f16), anything else
+ * bf16 when it is only multiplied or divided (relative error 2^-9, as the
+ * output's own rounding). */
+static bool late_fits_smem(const cf_cg_options *o)
+{
+    /* cf_sm90.cuh: 1024 + 16 stages + 64 + stages x stage + both warpgroups'
+     * whole-tile staging buffers <= 227 KB less the static 128 bytes */
+    long need = 1024 + 16L * o->stages + 64 + (long)o->stages * (o->bm + o->bn) * 128 + 2L * (o->bn / 64) * o->bm * 128;
+    return need <= 232448 - 128;
+}
+
+static const cf_ir_spec *find_late(cg_ctx *c)
+{
+    const cf_ir *ir = c->ir;
+    const cf_ir_spec *prev = NULL, *last = ir->epi[0];
+    while (last->post) {
+        prev = last;
+        last = last->post;
+    }
+    if (!c->opt->red_global || c->opt->row_ctas < 2 || c->opt->sync_finish || !prev || !late_fits_smem(c->opt))
+        return NULL;
+    const cf_ir_node *parked = NULL;
+    int n_tile_out = 0;
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
+        for (int i = 0; i < sp->n_nodes; i++) {
+            const cf_ir_node *n = sp->nodes[i];
+            if (n->kind != CF_IR_STORE)
+                continue;
+            const cf_ir_arg *a = &ir->args[n->arg];
+            bool tile = cf_graph_output_info(ir->graph, a->index).rank == 2;
+            if (sp != last && !tile)
+                continue; /* a per-row output of an earlier stage: stored before the park */
+            if (sp != last || !tile || (a->dtype != CF_BF16 && a->dtype != CF_F16) ||
+                n->args[0]->kind == CF_IR_PLACEHOLDER)
+                return NULL;
+            n_tile_out++;
+        }
+    if (n_tile_out != 1)
+        return NULL;
+    for (int i = 0; i < last->n_nodes; i++) {
+        const cf_ir_node *n = last->nodes[i];
+        if (n->kind != CF_IR_PLACEHOLDER)
+            continue;
+        if (n->is_stat ? n->ref != prev->terminal : (parked || cls_of(n->shape) != CLS_TILE))
+            return NULL;
+        if (!n->is_stat)
+            parked = n;
+    }
+    if (!parked)
+        return NULL;
+    const cf_ir_node *shift = c->shifted_by[parked->ref->id];
+    int merge = prev->depth > 0 ? c->merge_of[prev->depth - 1] : MERGE_NONE;
+    if (merge && !shift)
+        return NULL; /* the raw value of a merged stage: x - mean would cancel in 16 bits */
+    if (!merge)
+        for (int i = 0; i < last->n_nodes; i++)
+            for (int j = 0; j < last->nodes[i]->nargs; j++)
+                if (last->nodes[i]->args[j] == parked && last->nodes[i]->kind == CF_IR_COMPUTE &&
+                    last->nodes[i]->op != CF_OP_MUL && last->nodes[i]->op != CF_OP_DIV)
+                    return NULL;
+    c->late_parked = parked;
+    for (const cf_ir_spec *sp = ir->epi[0]; merge && sp; sp = sp->post)
+        if (sp->post == prev)
+            c->late_r1 = sp->terminal;
+    return last;
+}
+
+/* 1: the parked value is f16 (softmax's exp(z - tile max)), 0: bf16. */
+static int late_park_fmt(const cg_ctx *c)
+{
+    const cf_ir_node *shift = c->shifted_by[c->late_parked->ref->id];
+    return shift && shift->op == CF_OP_RMAX;
+}
+
+static int late_out_f16(const cg_ctx *c)
+{
+    for (int i = 0; i < c->late->n_nodes; i++)
+        if (c->late->nodes[i]->kind == CF_IR_STORE)
+            return c->ir->args[c->late->nodes[i]->arg].dtype == CF_F16;
+    return 0;
+}
+
+/* Ends cf_epilogue after posting red's partials and parking the late stage's
+ * value, and starts cf_epilogue_finish with the fold of the row's partials. */
+static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
+{
+    char id[96], id1[96], pid[96];
+    const int merge = c->merge_prev;
+    ident(red, id, sizeof id);
+    if (merge) {
+        ident(c->merge_r1, id1, sizeof id1);
+        line(c, "cf_row_merge_post<%d, %d>(args, t, raw_%s, red_%s);  /* post (%s, partial) pairs for the row */",
+             c->merge_index, c->n_red, id1, id, merge == MERGE_VAR ? "sum" : "max");
+    } else {
+        line(c, "cf_row_post<%s, %d>(args, t, red_%s);  /* quad shuffles, then post the partials for the row */",
+             red_op(red->op), c->n_red, id);
+    }
+    ident(c->late_parked->ref, pid, sizeof pid);
+    line(c, "cf_park_tile<%s>(t, T%d);  /* %s waits in shared memory while the next mainloop runs */",
+         late_park_fmt(c) ? "CF_PARK_F16" : "CF_PARK_BF16", c->arr[c->late_parked->id], pid);
+    c->indent--;
+    line(c, "}");
+    blank(c);
+    line(c, "/* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */");
+    line(c, "__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, "
+            "cf_late &late)");
+    line(c, "{");
+    c->indent++;
+    line(c, "const cf_epi_params &p = args.epi;");
+    line(c, "(void)p;");
+    line(c, "(void)late;");
+    line(c, "float red_%s[CF_ROWS];", id);
+    if (merge) {
+        line(c, "float corr_%s[CF_ROWS];", id1);
+        line(c, "cf_row_merge_finish<%s, %d, %d>(args, t, late.raw_%s, late.red_%s, red_%s, corr_%s);  /* %s */",
+             merge == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1, id, id1,
+             merge == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
+    } else {
+        line(c, "cf_row_finish<%s, %d>(args, t, red_%s);  /* the row's %s */", red_op(red->op), c->n_red++, id,
+             cf_op_name(red->op));
+    }
+    if (red->op == CF_OP_MEAN) {
+        line(c, "#pragma unroll");
+        line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+        line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
+    }
+}
+
+static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
+{
+    const cf_ir *ir = c->ir;
+    char id[96], where[96];
+    const cf_ir_node *red = sp->terminal && sp->terminal->kind == CF_IR_REDUCE ? sp->terminal : NULL;
+    if (sp->depth == 0)
+        line(c, "/* ---- stage 0: %d nodes, streamed one accumulator register at a time ---- */", sp->n_nodes);
+    else
+        line(c, "/* ---- stage %d (PostOp of the reduction above): %d nodes ---- */", sp->depth, sp->n_nodes);
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (cls_of(n->shape) == CLS_SCALAR && c->arr[n->id] == n->id && n->kind != CF_IR_PLACEHOLDER)
+            line(c, "float S_%d;", n->id);
+    }
+    if (red) {
+        ident(red, id, sizeof id);
+        if (red == c->late_r1)
+            line(c, "float (&red_%s)[CF_ROWS] = late.red_%s;  /* %s over N: partials, then this tile's own */", id,
+                 id, cf_op_name(red->op));
+        else
+            line(c, "float red_%s[CF_ROWS];  /* %s over N: thread-local partials per row */", id,
+                 cf_op_name(red->op));
+        line(c, "#pragma unroll");
+        line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+        line(c, "    red_%s[s] = cf_red_identity<%s>();", id, red_op(red->op));
+    }
+    /* f32 row vectors: every column this thread touches, loaded at once before
+     * the loop (independent loads; one latency instead of one per register). */
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N && ir->args[n->arg].dtype == CF_F32) {
+            ident(n, id, sizeof id);
+            line(c, "float cv_%s[CF_COLS];", id);
+            line(c, "cf_load_cols(t, p.%s, cv_%s);", ir->args[n->arg].name, id);
+        }
+    }
+    if (c->in_late)
+        line(c, "float pk[8], y8[8];  /* one 8-register group: parked %s in, output out */",
+             ident(c->late_parked->ref, id, sizeof id));
+    line(c, "#pragma unroll");
+    line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
+    c->indent++;
+    line(c, "const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);");
+    line(c, "(void)row;");
+    line(c, "(void)col;");
+    if (c->in_late) {
+        line(c, "if (r %% 8 == 0)");
+        line(c, "    cf_unpark8<%s>(t, r / 8, pk);", late_park_fmt(c) ? "CF_PARK_F16" : "CF_PARK_BF16");
+    }
+    for (int i = 0; i < sp->n_nodes; i++)
+        emit_rules[sp->nodes[i]->kind](c, sp->nodes[i]);
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (c->arr[n->id] < 0 || c->pass[n->id] || n->kind == CF_IR_ACC || n->kind == CF_IR_PLACEHOLDER)
+            continue;
+        line(c, "%s = %s;  /* %s */", slot_ref(c, n, where, sizeof where), ident(n, id, sizeof id),
+             carried_out(sp, n) ? "carried to the next stage" : "kept for the store");
+    }
+    if (c->in_late) {
+        line(c, "if (r %% 8 == 7)");
+        line(c, "    cf_restage8<%s>(t, r / 8, y8);  /* in place, as the output's 16-bit type */", late_out_f16(c) ? "CF_PARK_F16" : "CF_PARK_BF16");
+    }
+    c->indent--;
+    line(c, "}");
+    /* Stores of this stage, from the values' arrays. */
+    int tile_out = 0;
+    for (int i = 0; i < ir->n_args; i++) {
+        const cf_ir_arg *a = &ir->args[i];
+        if (a->kind != CF_ARG_OUTPUT)
+            continue;
+        bool tile = cf_graph_output_info(ir->graph, a->index).rank == 2;
+        for (int j = 0; j < sp->n_nodes; j++) {
+            const cf_ir_node *n = sp->nodes[j];
+            if (n->kind != CF_IR_STORE || n->arg != i)
+                continue;
+            int k = c->arr[n->args[0]->id];
+            if (tile && c->in_late) {
+                line(c, "cf_store_staged(args, t, %d);  /* output %s: %s [M,N], restaged where it was parked */",
+                     tile_out, a->name, cf_dtype_name(a->dtype));
+            } else if (tile) {
+                line(c, "cf_store_tile_%s(args, t, %d, T%d);  /* output %s: %s [M,N] */", cf_dtype_name(a->dtype),
+                     tile_out, k, a->name, cf_dtype_name(a->dtype));
+            } else {
+                line(c, "#pragma unroll");
+                line(c, "for (int s = 0; s < CF_ROWS; ++s) {  /* output %s: %s [M], one writer per row */", a->name,
+                     cf_dtype_name(a->dtype));
+                line(c, "    const int row = t.m0 + cf_slot_row(t, s);");
+                line(c, "    if (t.n0 == 0 && (t.lane & 3) == 0 && row < t.M)");
+                line(c, "        store_%s(p.%s, row, R%d[s]);", cf_dtype_name(a->dtype), a->name, k);
+                line(c, "}");
+            }
+        }
+        tile_out += tile;
+    }
+    if (red && c->merge_next) {
+        ident(red, id, sizeof id);
+        if (red == c->late_r1)
+            line(c, "float (&raw_%s)[CF_ROWS] = late.raw_%s;  /* this tile's own %s, for the merged exchange */", id,
+                 id, c->merge_next == MERGE_VAR ? "sum" : "max");
+        else
+            line(c, "float raw_%s[CF_ROWS];  /* this tile's own %s, for the merged exchange after the next stage */",
+                 id, c->merge_next == MERGE_VAR ? "sum" : "max");
+        line(c, "%s(%sred_%s, raw_%s);  /* quad shuffles; the next stage shifts by this tile's %s */",
+             c->merge_next == MERGE_VAR ? "cf_local_mean" : "cf_local_max", c->merge_next == MERGE_VAR ? "t, " : "",
+             id, id, c->merge_next == MERGE_VAR ? "mean" : "max");
+        c->merge_r1 = red;
+        c->merge_index = c->n_red++;
+    } else if (red && sp->post == c->late) {
+        emit_late_split(c, red);
+    } else if (red && c->merge_prev) {
+        char id1[96];
+        ident(red, id, sizeof id);
+        ident(c->merge_r1, id1, sizeof id1);
+        line(c, "float corr_%s[CF_ROWS];", id1);
+        line(c, "cf_row_merge<%s, %d, %d>(args, t, raw_%s, red_%s, red_%s, corr_%s);  /* one exchange: %s */",
+             c->merge_prev == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1,
+             id, id1, c->merge_prev == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
+        if (red->op == CF_OP_MEAN) {
+            line(c, "#pragma unroll");
+            line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+            line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
+        }
+    } else if (red) {
+        ident(red, id, sizeof id);
+        line(c, "cf_row_reduce<%s, %d>(args, t, red_%s);  /* quad shuffles, then across the row's CTAs */",
+             red_op(red->op), c->n_red++, id);
+        if (red->op == CF_OP_MEAN) {
+            line(c, "#pragma unroll");
+            line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+            line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
+        }
+    }
+}
+
+cf_status cf_cg_check(const cf_ir *ir, cf_error *err)
+{
+    if (ir->n_gemms != 1)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "B2B GEMMs (F(X*W1)*W2) have no code generator yet; "
+                         "the IR is valid (see `comfuse explain`), fall back to unfused execution");
+    return CF_OK;
+}
+
+cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *title, cf_strbuf *out,
+                     cf_error *err)
+{
+    cf_status st = cf_cg_check(ir, err);
+    if (st != CF_OK)
+        return st;
+    cg_ctx c = {.ir = ir, .opt = opt, .sb = out};
+    /* The epilogue goes into its own buffer first so only the helpers it
+     * calls are emitted ahead of it; its plan comes first, since the header
+     * part says whether tiles finish late. */
+    cf_strbuf epi = {0};
+    cg_ctx e = {.ir = ir, .opt = opt, .sb = &epi};
+    int n_ids = ir->n_nodes;
+    e.arr = calloc((size_t)n_ids, sizeof *e.arr);
+    e.pass = calloc((size_t)n_ids, sizeof *e.pass);
+    e.shifted_by = calloc((size_t)n_ids, sizeof *e.shifted_by);
+    e.merge_of = calloc((size_t)ir->n_stages[0] + 1, sizeof *e.merge_of);
+    if (!e.arr || !e.pass || !e.shifted_by || !e.merge_of) {
+        free(e.arr);
+        free(e.pass);
+        free(e.shifted_by);
+        free(e.merge_of);
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating code");
+    }
+    for (int i = 0; i < n_ids; i++)
+        e.arr[i] = -1;
+    /* Plan every stage's storage first so the arrays can be declared up front. */
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
+        plan_storage(&e, sp);
+    /* a reduction merged into its PostOp's exchange cannot also start one */
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post) {
+        const cf_ir_node *shifted = NULL;
+        int prev = sp->depth > 0 ? e.merge_of[sp->depth - 1] : MERGE_NONE;
+        e.merge_of[sp->depth] = prev ? MERGE_NONE : merge_kind(&e, sp, &shifted);
+        if (e.merge_of[sp->depth])
+            e.shifted_by[shifted->id] = sp->terminal;
+    }
+    e.late = find_late(&e);
+    const cf_ir_arg *A = &ir->args[0];
+    int n_out = 0;
+    for (int i = 0; i < ir->n_args; i++)
+        n_out += ir->args[i].kind == CF_ARG_OUTPUT && cf_graph_output_info(ir->graph, ir->args[i].index).rank == 2;
+
+    line(&c, "/* Generated by comfuse %s (Psi) from %s: do not edit.", CF_VERSION, title ? title : "<graph>");
+    line(&c, " * GEMM [M,N] = X[M,K] x W%s, %s operands, f32 accumulation, then a %d-stage epilogue",
+         ir->args[1].b_is_nk ? "^T (W given as [N,K])" : " (W given as [K,N])", cf_dtype_name(A->dtype),
+         ir->n_stages[0]);
+    line(&c, " * applied per fragment in registers on the wgmma accumulator layout. */");
+    line(&c, "#define CF_BM %d", opt->bm);
+    line(&c, "#define CF_BN %d", opt->bn);
+    line(&c, "#define CF_STAGES %d", opt->stages);
+    line(&c, "#define CF_CLUSTER_N %d", opt->cluster_n);
+    if (opt->row_ctas != opt->cluster_n)
+        line(&c, "#define CF_ROW_CTAS %d  /* CTAs per row block */", opt->row_ctas);
+    line(&c, "#define CF_B_NK %d", ir->args[1].b_is_nk ? 1 : 0);
+    line(&c, "#define CF_IN_F16 %d", A->dtype == CF_F16 ? 1 : 0);
+    line(&c, "#define CF_NUM_OUT %d%s", n_out ? n_out : 1, n_out ? "" : "  /* no tile output: one unused slot */");
+    if (opt->cluster_n > 1 && (opt->bm / opt->cluster_n) % 8 != 0)
+        line(&c, "#define CF_MULTICAST 0  /* a %d-row slice per CTA is too thin for TMA multicast */",
+             opt->bm / opt->cluster_n);
+    if (e.late)
+        line(&c, "#define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */");
+    if (ir->n_stages[0] > 1) {
+        line(&c, "#define CF_HAS_REDUCE 1");
+        line(&c, "#define CF_NUM_RED %d", ir->n_stages[0] - 1);
+        /* cf_reduce.cuh's static buffers for the DSMEM exchange: partials [2 wg][2 buf][cluster]
+         * [rows], leader results, barriers and sequence counters; the pipeline gets the rest. */
+        bool dsmem = opt->row_ctas > 1 && !opt->red_global;
+        int red = dsmem ? 2 * 2 * opt->cluster_n * opt->bm * 4 + (opt->red_leader ? 2 * 2 * opt->bm * 4 + 32 : 0) + 32 +
+                              2 * 128 * 4
+                        : 0;
+        line(&c, "#define CF_STATIC_SMEM %d", red + 128 /* alignment slack */);
+        if (opt->red_global)
+            line(&c, "#define CF_RED_GLOBAL 1  /* row partials through L2 (cooperative launch) */");
+        else
+            line(&c, "#define CF_RED_LEADER %d  /* cluster reductions: %s */", opt->red_leader ? 1 : 0,
+                 opt->red_leader ? "leader-follower" : "peer-to-peer");
+    }
+    blank(&c);
+    line(&c, "/* Epilogue inputs and runtime scalars (the IR's parameter table A). */");
+    line(&c, "struct cf_epi_params {");
+    c.indent++;
+    int n_fields = 0;
+    for (int i = 0; i < ir->n_args; i++) {
+        const cf_ir_arg *a = &ir->args[i];
+        switch (a->kind) {
+        case CF_ARG_SCALAR:
+            line(&c, "float %s;  /* a%d: runtime scalar */", a->name, i);
+            n_fields++;
+            break;
+        case CF_ARG_VEC_N:
+        case CF_ARG_VEC_M:
+        case CF_ARG_TENSOR:
+            line(&c, "%s%s;  /* a%d: %s %s */", ptr_type(a->dtype), a->name, i, cf_arg_kind_name(a->kind),
+                 cf_dtype_name(a->dtype));
+            n_fields++;
+            break;
+        case CF_ARG_OUTPUT:
+            if (cf_graph_output_info(ir->graph, a->index).rank == 1) {
+                line(&c, "%s%s;  /* a%d: per-row output, %s */", a->dtype == CF_F32 ? "float *" : "unsigned short *",
+                     a->name, i, cf_dtype_name(a->dtype));
+                n_fields++;
+            }
+            break;
+        default:
+            break;
+        }
+    }
+    if (n_fields == 0)
+        line(&c, "int unused;  /* C++ needs no empty struct; keeps the layout fixed */");
+    c.indent--;
+    line(&c, "};");
+    blank(&c);
+    if (e.late) {
+        char id[96];
+        line(&c, "/* This tile's own statistics, kept in registers for its late finish. */");
+        line(&c, "struct cf_late {");
+        c.indent++;
+        if (e.late_r1) {
+            ident(e.late_r1, id, sizeof id);
+            line(&c, "float raw_%s[CF_BM / 32];  /* %s, per row the thread holds */", id,
+                 e.late_r1->op == CF_OP_RMAX ? "max" : "sum");
+            line(&c, "float red_%s[CF_BM / 32];  /* %s */", id, e.late_r1->op == CF_OP_RMAX ? "shift" : "mean");
+        } else {
+            line(&c, "int unused;  /* a single exchange needs nothing beyond its posted partials */");
+        }
+        c.indent--;
+        line(&c, "};");
+        blank(&c);
+    }
+    line(&c, "#include \"cf_sm90.cuh\"");
+    if (ir->n_stages[0] > 1)
+        line(&c, "#include \"cf_reduce.cuh\"  /* row reductions: shuffles and the cluster exchange */");
+    blank(&c);
+    if (e.late) {
+        line(&e, "/* Part 1, right after the tile's mainloop: every stage up to the last exchange. */");
+        line(&e, "__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, "
+                 "float (&acc)[CF_ACC_REGS], cf_late &late)");
+    } else {
+        line(&e, "/* Runs once per tile of a consumer warpgroup, after its mainloop. */");
+        line(&e, "__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, "
+                 "float (&acc)[CF_ACC_REGS])");
+    }
+    line(&e, "{");
+    e.indent++;
+    line(&e, "const cf_epi_params &p = args.epi;");
+    line(&e, "(void)p;");
+    if (e.late)
+        line(&e, "(void)late;");
+    line(&e, "float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */");
+    for (int k = 1; k < e.n_arrays[CLS_TILE]; k++)
+        line(&e, "float T%d[CF_ACC_REGS];", k);
+    for (int k = 0; k < e.n_arrays[CLS_ROW]; k++)
+        line(&e, "float R%d[CF_ROWS];", k);
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post) {
+        e.merge_prev = sp->depth > 0 ? e.merge_of[sp->depth - 1] : MERGE_NONE;
+        e.merge_next = e.merge_of[sp->depth];
+        e.in_late = sp == e.late;
+        emit_stage(&e, sp);
+    }
+    free(e.merge_of);
+    free(e.shifted_by);
+    free(e.arr);
+    free(e.pass);
+    e.indent--;
+    line(&e, "}");
+    cf_strbuf defs = {0};
+    if (cf_cg_emit_helpers(epi.data, &defs) > 0) {
+        line(&c, "/* Helpers used by this epilogue (NaN-propagating like the reference). */");
+        cf_sb_puts(out, defs.data);
+        blank(&c);
+    }
+    if (defs.oom)
+        out->oom = true;
+    cf_sb_free(&defs);
+    if (epi.data)
+        cf_sb_puts(out, epi.data);
+    if (epi.oom)
+        out->oom = true;
+    cf_sb_free(&epi);
+    if (out->oom)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating code");
+    return CF_OK;
+}
+
+/* ---- shared with rows.c (the unfused path's row kernel) ------------------------ */
+
+/* The same op templates, identifiers, literals and helper definitions as the
+ * fused epilogue, so both kernels compute every op identically. */
+const char *cf_cg_ident(const cf_ir_node *n, char *buf, size_t len) { return ident(n, buf, len); }
+
+void cf_cg_float_literal(double v, char *buf, size_t len) { float_literal(v, buf, len); }
+
+const char *cf_cg_load_fn(cf_dtype t) { return load_fn(t); }
+
+bool cf_cg_expand_op(cf_op op, const char *a0, const char *a1, cf_strbuf *out)
+{
+    const char *tmpl = op_expr(op);
+    if (!tmpl)
+        return false;
+    for (const char *p = tmpl; *p; p++) {
+        if (p[0] == '%' && (p[1] == '1' || p[1] == '2')) {
+            cf_sb_puts(out, p[1] == '1' ? a0 : (a1 ? a1 : "0.0f"));
+            p++;
+        } else {
+            char ch[2] = {*p, 0};
+            cf_sb_puts(out, ch);
+        }
+    }
+    return true;
+}
+
+int cf_cg_emit_helpers(const char *text, cf_strbuf *out)
+{
+    /* What text calls, and what those helpers call in turn (op_silu uses
+     * op_exp); a helper only calls ones before it in the table. */
+    bool need[CF_ARRAY_LEN(helpers)] = {false};
+    for (int i = CF_ARRAY_LEN(helpers) - 1; i >= 0; i--) {
+        need[i] = text && calls(text, helpers[i].name);
+        for (int j = i + 1; j < CF_ARRAY_LEN(helpers) && !need[i]; j++)
+            need[i] = need[j] && calls(helpers[j].def, helpers[i].name);
+    }
+    int n = 0;
+    for (int i = 0; i < CF_ARRAY_LEN(helpers); i++)
+        if (need[i]) {
+            cf_sb_puts(out, helpers[i].def);
+            cf_sb_puts(out, "\n");
+            n++;
+        }
+    return n;
+}

@@ -1,0 +1,439 @@
+/* cf_reduce.cuh — row reductions for Stage-Stream epilogues (included by
+ * generated kernels that have reductions, after cf_sm90.cuh).
+ *
+ * A consumer thread holds CF_ROWS rows of its warpgroup's tile (2 per m64
+ * sub-tile); a row's CF_BN columns live in the 4 lanes of one quad.  A
+ * reduction is hierarchical, as in the paper:
+ *   1. thread-local: the epilogue folds each fragment into part[slot];
+ *   2. within the warp: butterfly shuffles over the quad (xor 1, 2); a row
+ *      never spans warps or warpgroups here, so no shared-memory step;
+ *   3. across the CTAs that hold the same rows (CF_ROW_CTAS > 1): through DSMEM inside
+ *      their thread-block cluster (cf_cluster_row_combine), or with CF_RED_GLOBAL through
+ *      L2 between the co-resident CTAs of a row group (cf_global_row_combine).
+ * Every participant combines the partials in the same order, so all CTAs get
+ * bit-identical statistics.
+ */
+#ifndef CF_REDUCE_CUH
+#define CF_REDUCE_CUH
+
+#define CF_ROWS ((CF_BM / 64) * 2)  /* rows of the tile held by one thread */
+
+#define CF_RED_SUM 0
+#define CF_RED_MAX 1
+#define CF_RED_MIN 2
+
+/* Row slot of accumulator register r: slot s covers tile row cf_slot_row(t, s). */
+__device__ __forceinline__ int cf_acc_slot(int r)
+{
+    return (r / CF_ACC_PER_MT) * 2 + ((r % CF_ACC_PER_MT) >> 1 & 1);
+}
+__device__ __forceinline__ int cf_slot_row(const cf_tile &t, int s)
+{
+    return 64 * (s >> 1) + 16 * t.warp + (t.lane >> 2) + 8 * (s & 1);
+}
+
+template <int OP> __device__ __forceinline__ float cf_red_identity()
+{
+    return OP == CF_RED_SUM ? 0.0f : OP == CF_RED_MAX ? __int_as_float(0xff800000) : __int_as_float(0x7f800000);
+}
+
+/* NaN-propagating like the reference (torch.amax semantics). */
+template <int OP> __device__ __forceinline__ float cf_red_combine(float a, float b)
+{
+    if (OP == CF_RED_SUM)
+        return a + b;
+    return OP == CF_RED_MAX ? cf_fmax(a, b) : cf_fmin(a, b); /* max.NaN / min.NaN */
+}
+
+/* ---- level 3: across the CTAs of the cluster, through DSMEM -----------------------------
+ * CTAs of a cluster hold the same rows (the scheduler keeps them on one row block) and the
+ * same thread ids hold the same rows in every CTA, so a partial needs no reordering: quad
+ * leader q of warpgroup w writes its CF_ROWS row partials straight into slot
+ * [w][buf][my rank][row] of the peers' buffers with st.async, which also counts the bytes on
+ * the receiver's mbarrier.  Two modes:
+ *   peer-to-peer (CF_RED_LEADER 0): every CTA sends to every other and combines locally;
+ *     C(C-1) messages per row, one round trip.
+ *   leader-follower (CF_RED_LEADER 1): followers send to rank 0, which combines and sends
+ *     the result back; 2(C-1) messages, two round trips.
+ * Buffers and barriers are double-buffered by reduction sequence number (per warpgroup): a
+ * peer can be at most one reduction ahead, since it cannot finish reduction j+1 without our
+ * partial, which we send only after reading reduction j's buffer.  One buffer set serves
+ * every reduction of every stage (O(1) in the number of reductions). */
+#if CF_ROW_CTAS > 1 && !CF_RED_GLOBAL
+#ifndef CF_RED_LEADER
+#define CF_RED_LEADER 0
+#endif
+
+__shared__ __align__(16) float cf_red_part[2][2][CF_CLUSTER_N][CF_BM]; /* [wg][buf][rank][row] */
+#if CF_RED_LEADER
+__shared__ __align__(16) float cf_red_res[2][2][CF_BM];                /* results from rank 0 */
+__shared__ __align__(8) unsigned long long cf_red_res_bar[2][2];
+#endif
+__shared__ __align__(8) unsigned long long cf_red_bar[2][2];
+__shared__ unsigned cf_red_seq[2][128];                                  /* per consumer thread */
+
+__device__ __forceinline__ void cf_reduce_init()
+{
+    for (int w = 0; w < 2; ++w)
+        for (int b = 0; b < 2; ++b) {
+            cf_mbar_init(cf_smem_u32(&cf_red_bar[w][b]), 1);
+#if CF_RED_LEADER
+            cf_mbar_init(cf_smem_u32(&cf_red_res_bar[w][b]), 1);
+#endif
+        }
+    for (int i = 0; i < 256; ++i)
+        cf_red_seq[i >> 7][i & 127] = 0;
+}
+
+__device__ __forceinline__ void cf_st_async(unsigned local_addr, float v, unsigned local_bar, unsigned rank)
+{
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                 :: "r"(cf_mapa(local_addr, rank)), "r"(__float_as_uint(v)), "r"(cf_mapa(local_bar, rank))
+                 : "memory");
+}
+
+/* Waits for the phase with this parity; acquire at cluster scope makes the peers' st.async
+ * data visible. */
+__device__ __forceinline__ void cf_mbar_wait_cluster(unsigned bar, unsigned parity)
+{
+    asm volatile("{\n.reg .pred P1;\nCF_CWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P1, [%0], %1;\n"
+                 "@!P1 bra CF_CWAIT_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
+}
+
+/* Folds the cluster's partials of this thread's rows in rank order (so every
+ * CTA computes bit-identical statistics); rank `me`'s own is still in part[]. */
+template <int OP> __device__ __forceinline__ void cf_combine_partials(const cf_tile &t, int b, unsigned me,
+                                                                     float (&part)[CF_ROWS])
+{
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        float v = cf_red_identity<OP>();
+#pragma unroll
+        for (unsigned q = 0; q < CF_CLUSTER_N; ++q)
+            v = cf_red_combine<OP>(v, q == me ? part[s] : cf_red_part[t.wg][b][q][cf_slot_row(t, s)]);
+        part[s] = v;
+    }
+}
+
+template <int OP> __device__ __forceinline__ void cf_cluster_row_combine(const cf_tile &t, float (&part)[CF_ROWS])
+{
+    const unsigned seq = cf_red_seq[t.wg][t.tid];
+    cf_red_seq[t.wg][t.tid] = seq + 1;
+    const int b = (int)(seq & 1u);
+    const unsigned parity = (seq >> 1) & 1u;
+    const unsigned me = (unsigned)t.rank;
+    const bool writer = (t.lane & 3) == 0;
+    const unsigned bar = cf_smem_u32(&cf_red_bar[t.wg][b]);
+#if !CF_RED_LEADER
+    if (t.tid == 0)
+        cf_mbar_expect_tx(bar, (CF_CLUSTER_N - 1) * CF_BM * 4);
+    if (writer) {
+#pragma unroll
+        for (unsigned q = 1; q < CF_CLUSTER_N; ++q) {
+            const unsigned peer = (me + q) % CF_CLUSTER_N; /* stagger: not everyone hits rank 0 first */
+#pragma unroll
+            for (int s = 0; s < CF_ROWS; ++s)
+                cf_st_async(cf_smem_u32(&cf_red_part[t.wg][b][me][cf_slot_row(t, s)]), part[s], bar, peer);
+        }
+    }
+    cf_mbar_wait_cluster(bar, parity);
+    cf_combine_partials<OP>(t, b, me, part);
+#else
+    const unsigned res_bar = cf_smem_u32(&cf_red_res_bar[t.wg][b]);
+    if (me != 0) {
+        if (t.tid == 0)
+            cf_mbar_expect_tx(res_bar, CF_BM * 4);
+        if (writer) {
+#pragma unroll
+            for (int s = 0; s < CF_ROWS; ++s)
+                cf_st_async(cf_smem_u32(&cf_red_part[t.wg][b][me][cf_slot_row(t, s)]), part[s], bar, 0);
+        }
+        cf_mbar_wait_cluster(res_bar, parity);
+#pragma unroll
+        for (int s = 0; s < CF_ROWS; ++s)
+            part[s] = cf_red_res[t.wg][b][cf_slot_row(t, s)];
+    } else {
+        if (t.tid == 0)
+            cf_mbar_expect_tx(bar, (CF_CLUSTER_N - 1) * CF_BM * 4);
+        cf_mbar_wait_cluster(bar, parity);
+        cf_combine_partials<OP>(t, b, 0, part);
+        if (writer) {
+#pragma unroll
+            for (unsigned q = 1; q < CF_CLUSTER_N; ++q)
+#pragma unroll
+                for (int s = 0; s < CF_ROWS; ++s)
+                    cf_st_async(cf_smem_u32(&cf_red_res[t.wg][b][cf_slot_row(t, s)]), part[s], res_bar, q);
+        }
+    }
+#endif
+}
+#else
+__device__ __forceinline__ void cf_reduce_init()
+{
+}
+#endif
+
+/* ---- level 3 through L2 (CF_RED_GLOBAL) ----------------------------------------------------
+ * No cluster: the CF_ROW_CTAS CTAs of a row group are ordinary CTAs of a cooperative launch
+ * (so all are resident and a wait always ends), scheduled on the same row block at the same
+ * time.  Reduction RED of row tile tm has its own slots in args.xchg:
+ *     xchg[((tm * CF_NUM_RED + RED) * CF_ROW_CTAS + rank) * CF_BM + row]
+ * each an 8-byte (partial, epoch) pair written with one store, so a reader that sees this
+ * launch's epoch sees the partial too: no fences, flags or atomics on the critical path.
+ * Every slot is written once per launch and the epoch differs between launches, so no
+ * slot is ever reset.  Each row's total is folded in rank order by one lane (two for
+ * 64-row tiles), the same in every CTA, so all get bit-identical statistics. */
+
+/* ---- merged exchanges (CF_RED_GLOBAL; emitted by Ψ's merge rule) ----------------------
+ * mean(x) followed by sum((x - mean)^2), and max(z) followed by sum(exp(z - max)), need one
+ * exchange, not two: each CTA shifts its tile by the tile's own statistic, then (raw
+ * partial of the first reduction, partial of the second) pairs are exchanged once and
+ * folded in rank order -- Chan et al.'s pairwise update for the variance (accurate when
+ * |mean| >> std), the online-softmax rescaling for the exp sums.  The values the next
+ * stage carries on are corrected per row with corr: d + corr, e * corr. */
+__device__ __forceinline__ int cf_tile_cols(const cf_tile &t, int q)  /* valid columns of rank q's tile */
+{
+    return cf_imax(0, cf_imin(CF_BN, t.N - (t.n0 + (q - t.rank) * CF_BN)));
+}
+/* A stable shift for exp: a tile (or row) whose max is -inf shifts by 0. */
+__device__ __forceinline__ float cf_shift_of(float m) { return m == __int_as_float(0xff800000) ? 0.0f : m; }
+
+template <int OP> __device__ __forceinline__ void cf_row_reduce_local(float (&part)[CF_ROWS])
+{
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 1));
+        part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 2));
+    }
+}
+/* The tile's own mean (raw keeps its sum for the exchange). */
+__device__ __forceinline__ void cf_local_mean(const cf_tile &t, float (&stat)[CF_ROWS], float (&raw)[CF_ROWS])
+{
+    cf_row_reduce_local<CF_RED_SUM>(stat);
+    const int n = cf_tile_cols(t, t.rank);
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        raw[s] = stat[s];
+        stat[s] = n > 0 ? stat[s] / (float)n : 0.0f;
+    }
+}
+/* The tile's own max, as a shift (raw keeps the max itself). */
+__device__ __forceinline__ void cf_local_max(float (&stat)[CF_ROWS], float (&raw)[CF_ROWS])
+{
+    cf_row_reduce_local<CF_RED_MAX>(stat);
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        raw[s] = stat[s];
+        stat[s] = cf_shift_of(stat[s]);
+    }
+}
+
+#if CF_RED_GLOBAL
+#define CF_MERGE_VAR 8      /* fold kinds besides CF_RED_SUM / MAX / MIN: the merged pairs */
+#define CF_MERGE_SOFTMAX 9
+/* A running fold over the row's ranks: one partial per rank (a = the combined value), or
+ * (raw, part) pairs -- VAR keeps (n, mean, M2), SOFTMAX (max, sum of exp(z - shift(max))). */
+struct cf_fold {
+    float n, a, b;
+};
+template <int KIND> __device__ __forceinline__ cf_fold cf_fold_start()
+{
+    return KIND == CF_MERGE_VAR ? cf_fold{0.0f, 0.0f, 0.0f}
+           : KIND == CF_MERGE_SOFTMAX ? cf_fold{0.0f, __int_as_float(0xff800000), 0.0f}
+                                      : cf_fold{0.0f, cf_red_identity<KIND>(), 0.0f};
+}
+/* Adds rank q's words: n_q valid columns, w0 (the partial, or raw) and w1 (part). */
+template <int KIND> __device__ __forceinline__ cf_fold cf_fold_add(cf_fold f, float n_q, float w0, float w1)
+{
+    if (KIND == CF_MERGE_VAR) {            /* w0 = sum of the tile, w1 = sum of (x - its mean)^2 */
+        if (n_q > 0.0f) {
+            const float n = f.n + n_q, delta = w0 / n_q - f.a;
+            f.a += delta * (n_q / n);
+            f.b += w1 + delta * delta * (f.n * n_q / n);
+            f.n = n;
+        }
+    } else if (KIND == CF_MERGE_SOFTMAX) { /* w0 = max of the tile, w1 = sum of exp(z - shift) */
+        const float m = cf_fmax(f.a, w0), sm = cf_shift_of(m);
+        const float keep = f.b == 0.0f ? 0.0f : f.b * cf_exp(cf_shift_of(f.a) - sm);  /* 0 * inf is no term */
+        const float add = w1 == 0.0f ? 0.0f : w1 * cf_exp(cf_shift_of(w0) - sm);
+        f.a = m;
+        f.b = keep + add;
+    } else {
+        f.a = cf_red_combine<KIND>(f.a, w0);
+    }
+    return f;
+}
+/* Joins the fold of another lane (disjoint ranks) into f. */
+template <int KIND> __device__ __forceinline__ cf_fold cf_fold_join(cf_fold f, cf_fold o)
+{
+    if (KIND != CF_MERGE_VAR)
+        return KIND == CF_MERGE_SOFTMAX ? cf_fold_add<KIND>(f, 1.0f, o.a, o.b) : cf_fold_add<KIND>(f, 0.0f, o.a, 0.0f);
+    if (o.n > 0.0f) {
+        const float n = f.n + o.n, delta = o.a - f.a;
+        f.a += delta * (o.n / n);
+        f.b += o.b + delta * delta * (f.n * o.n / n);
+        f.n = n;
+    }
+    return f;
+}
+
+/* Reduction RED's slots of this row tile: WORDS 8-byte (value, epoch) words per [rank][row]. */
+template <int RED, int WORDS> __device__ __forceinline__ unsigned long long *cf_xchg_slots(const cf_gemm_args &args,
+                                                                                        const cf_tile &t)
+{
+    static_assert(WORDS == 1 || WORDS == 2, "one partial, or a pair taking two slot regions");
+    return args.xchg + ((size_t)t.tile_m * CF_NUM_RED + RED) * CF_ROW_CTAS * CF_BM;
+}
+
+/* Posts this CTA's words for its rows (quad leaders hold them after the quad shuffles). */
+template <int WORDS>
+__device__ __forceinline__ void cf_post_rows(const cf_tile &t, unsigned long long *slots, const float (&w0)[CF_ROWS],
+                                             const float (&w1)[CF_ROWS])
+{
+    const unsigned long long tag = (unsigned long long)t.epoch << 32;
+    if ((t.lane & 3) == 0) {
+#pragma unroll
+        for (int s = 0; s < CF_ROWS; ++s) {
+            unsigned long long *p = slots + WORDS * (t.rank * CF_BM + cf_slot_row(t, s));
+            if (WORDS == 2)
+                cf_st_relaxed_u64x2(p, tag | __float_as_uint(w0[s]), tag | __float_as_uint(w1[s]));
+            else
+                cf_st_relaxed_u64(p, tag | __float_as_uint(w0[s]));
+        }
+    }
+}
+
+/* Folds the row's ranks once every CTA of the row group has posted: lane l of the warp
+ * folds warp row l % RW over ranks l / RW, + LPR, ... in rank order (coalesced: a rank's
+ * rows are contiguous), 8 ranks in flight at a time, and returns the fold of the row held
+ * in this thread's slot s in a[s], b[s]. */
+template <int KIND, int WORDS>
+__device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned long long *slots, float (&a)[CF_ROWS],
+                                               float (&b)[CF_ROWS])
+{
+    const unsigned long long tag = (unsigned long long)t.epoch << 32;
+    constexpr int RW = 16 * (CF_BM / 64);   /* rows of the tile held by one warp */
+    constexpr int LPR = 32 / RW;            /* lanes per row */
+    constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
+    constexpr int CHUNK = PER_LANE < 8 ? PER_LANE : 8;
+    const int ri = t.lane % RW;
+    const unsigned long long *mine = slots + WORDS * (64 * (ri >> 4) + 16 * t.warp + (ri & 15));
+    cf_fold f = cf_fold_start<KIND>();
+#pragma unroll 1
+    for (int c0 = 0; c0 < PER_LANE; c0 += CHUNK) {
+        unsigned long long v0[CHUNK], v1[CHUNK];
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) {
+            const int q = (c0 + c) * LPR + t.lane / RW;
+            v0[c] = v1[c] = tag;
+            if (q < CF_ROW_CTAS && WORDS == 2)
+                cf_ld_relaxed_u64x2(mine + 2 * q * CF_BM, v0[c], v1[c]);
+            else if (q < CF_ROW_CTAS)
+                v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
+        }
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) {
+            const int q = (c0 + c) * LPR + t.lane / RW;
+            if (q < CF_ROW_CTAS) {
+                /* that CTA has not got there yet: spin (a 64 ns nanosleep here cost 5-10 %) */
+                while ((unsigned)(v0[c] >> 32) != t.epoch || (unsigned)(v1[c] >> 32) != t.epoch) {
+                    if (WORDS == 2)
+                        cf_ld_relaxed_u64x2(mine + 2 * q * CF_BM, v0[c], v1[c]);
+                    else
+                        v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
+                }
+                f = cf_fold_add<KIND>(f, (float)cf_tile_cols(t, q), __uint_as_float((unsigned)v0[c]),
+                                      __uint_as_float((unsigned)v1[c]));
+            }
+        }
+    }
+    if (LPR == 2) {   /* 64-row tiles: two lanes per row; the lower lane's fold is the one used */
+        const cf_fold o = {__shfl_xor_sync(0xffffffffu, f.n, 16), __shfl_xor_sync(0xffffffffu, f.a, 16),
+                           __shfl_xor_sync(0xffffffffu, f.b, 16)};
+        f = cf_fold_join<KIND>(f, o);
+    }
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {   /* slot s is warp row 16 (s >> 1) + 8 (s & 1) + lane / 4 */
+        const int src = 16 * (s >> 1) + 8 * (s & 1) + (t.lane >> 2);
+        a[s] = __shfl_sync(0xffffffffu, f.a, src);
+        if (WORDS == 2)
+            b[s] = __shfl_sync(0xffffffffu, f.b, src);
+    }
+}
+
+template <int OP, int RED>
+__device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args, const cf_tile &t, float (&part)[CF_ROWS])
+{
+    cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
+    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
+}
+
+/* A merged exchange in two halves: post the (raw, part) pairs, then (at once, or after the
+ * next mainloop with a late finish) fold the row's pairs and correct this tile's shift. */
+template <int R1, int R2>
+__device__ __forceinline__ void cf_row_merge_post(const cf_gemm_args &args, const cf_tile &t, const float (&raw)[CF_ROWS],
+                                                  float (&part)[CF_ROWS])
+{
+    static_assert(R2 == R1 + 1, "a merged exchange takes two consecutive slot regions");
+    cf_row_reduce_local<CF_RED_SUM>(part);
+    cf_post_rows<2>(t, cf_xchg_slots<R1, 2>(args, t), raw, part);
+}
+template <int KIND, int R1, int R2>
+__device__ __forceinline__ void cf_row_merge_finish(const cf_gemm_args &args, const cf_tile &t,
+                                                    const float (&raw)[CF_ROWS], float (&stat)[CF_ROWS],
+                                                    float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
+{
+    float a[CF_ROWS];
+    cf_gather_rows<KIND, 2>(t, cf_xchg_slots<R1, 2>(args, t), a, part);
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        if (KIND == CF_MERGE_VAR)
+            corr[s] = stat[s] - a[s];          /* x - mean = (x - tile mean) + (tile mean - mean) */
+        else                                   /* e = exp(z - shift(tile max)) * exp(...) */
+            corr[s] = raw[s] == __int_as_float(0xff800000) ? 0.0f : cf_exp(raw[s] - cf_shift_of(a[s]));
+        stat[s] = a[s];                        /* part: sum of (x - mean)^2, or of exp(z - max) */
+    }
+}
+template <int KIND, int R1, int R2>
+__device__ __forceinline__ void cf_row_merge(const cf_gemm_args &args, const cf_tile &t, const float (&raw)[CF_ROWS],
+                                             float (&stat)[CF_ROWS], float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
+{
+    cf_row_merge_post<R1, R2>(args, t, raw, part);
+    cf_row_merge_finish<KIND, R1, R2>(args, t, raw, stat, part, corr);
+}
+
+/* A single exchange in two halves, for a late finish: quad shuffles and post, then fold. */
+template <int OP, int RED> __device__ __forceinline__ void cf_row_post(const cf_gemm_args &args, const cf_tile &t,
+                                                                       float (&part)[CF_ROWS])
+{
+    cf_row_reduce_local<OP>(part);
+    cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
+}
+template <int OP, int RED> __device__ __forceinline__ void cf_row_finish(const cf_gemm_args &args, const cf_tile &t,
+                                                                         float (&part)[CF_ROWS])
+{
+    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
+}
+#endif
+
+/* Completes reduction number RED of the tile's epilogue over the whole row (levels 2, 3). */
+template <int OP, int RED> __device__ __forceinline__ void cf_row_reduce(const cf_gemm_args &args, const cf_tile &t,
+                                                                         float (&part)[CF_ROWS])
+{
+    (void)args;
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 1));
+        part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 2));
+    }
+#if CF_ROW_CTAS > 1 && CF_RED_GLOBAL
+    cf_global_row_combine<OP, RED>(args, t, part);
+#elif CF_ROW_CTAS > 1
+    cf_cluster_row_combine<OP>(t, part);
+#else
+    (void)t;
+#endif
+}
+
+#endif /* CF_REDUCE_CUH */

@@ -1,0 +1,957 @@
+/* cf_sm90.cuh — comfuse's own persistent, warp-specialised GEMM for sm_90a (Hopper).
+ *
+ * Header-only, NO #include at all (compiles under NVRTC with no include path and no
+ * CUDA headers): bf16/f16 are plain `unsigned short`, conversions are inline PTX.
+ * Build target: sm_90a (nvcc -gencode=arch=compute_90a,code=sm_90a, NVRTC --gpu-architecture=sm_90a).
+ *
+ * ===================================================================================
+ * HOW A GENERATED TRANSLATION UNIT USES THIS HEADER (one header; the kernel is in here)
+ * ===================================================================================
+ *     #define CF_BM 128          // rows of ONE consumer warpgroup's tile (64, 128)
+ *     #define CF_BN 128          // columns of the tile (64, 128, 192, 256)
+ *     #define CF_STAGES 5        // smem ring depth
+ *     #define CF_CLUSTER_N 1     // CTAs per cluster along N (1,2,4,8); launch with the same cluster dims
+ *     // optional for row reductions: CF_ROW_CTAS (CTAs per row block, a multiple of CF_CLUSTER_N),
+ *     //   CF_RED_GLOBAL (exchange through L2; launch cooperatively), CF_NUM_RED (see cf_reduce.cuh)
+ *     #define CF_B_NK 0          // 0: weight is [K,N] row-major; 1: weight is [N,K] row-major (nn.Linear)
+ *     #define CF_IN_F16 0        // 1: operands are f16 instead of bf16
+ *     #define CF_NUM_OUT 1       // number of TMA-stored outputs
+ *     // optional: CF_PINGPONG (1), CF_MULTICAST (CF_CLUSTER_N > 1), CF_STG_CHUNKS (auto), CF_GROUP_M (8),
+ *     //           CF_REG_PRODUCER (40), CF_REG_CONSUMER (232)
+ *     struct cf_epi_params { const float *bias; };       // generated, MUST come before the include
+ *     #include "cf_sm90.cuh"
+ *     __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t,
+ *                                                 float (&acc)[CF_ACC_REGS]) { ... }
+ *
+ * i.e. the brief's fallback form: cf_epi_params is defined BEFORE the include (cf_gemm_args embeds
+ * it by value), this header forward-declares cf_epilogue, defines the kernel, and the generated
+ * file defines cf_epilogue AFTER the include.  (The two-header variant cannot work as written:
+ * cf_gemm_args embeds cf_epi_params, and the store helpers take cf_gemm_args.)
+ * The kernel: extern "C" __global__ void cf_gemm_kernel(const __grid_constant__ cf_gemm_args args)
+ * It also exports  extern "C" __device__ const int cf_kernel_info[19]  (see CF_INFO_*) so the host
+ * can read the compiled configuration (smem bytes, tile sizes, ...) with cuModuleGetGlobal.
+ *
+ * ===================================================================================
+ * EXECUTION MODEL
+ * ===================================================================================
+ * 384 threads = WG0 producer (one thread issues TMA; setmaxnreg.dec CF_REG_PRODUCER) + WG1, WG2
+ * consumers (setmaxnreg.inc CF_REG_CONSUMER).  K is walked in blocks of 64 (CF_BK) through a ring
+ * of CF_STAGES smem stages with full/empty mbarriers.
+ *   CF_PINGPONG=1 (default): each consumer WG owns a different CF_BM x CF_BN tile; the CTA's tile
+ *     stream alternates WG0, WG1, WG0, ...; mainloops are ordered by named barriers so one WG's
+ *     epilogue overlaps the other WG's mainloop.  Scheduler tile = CF_BM x CF_BN.
+ *   CF_PINGPONG=0 (cooperative): both WGs work on one (2*CF_BM) x CF_BN tile, WG w takes rows
+ *     [w*CF_BM, (w+1)*CF_BM).  Scheduler tile = 2*CF_BM x CF_BN.
+ * Either way cf_epilogue is called once per (WG, tile) with a CF_BM x CF_BN accumulator block
+ * whose origin is (t.m0, t.n0).
+ * Persistent scheduler: gridDim.x CTAs (a multiple of CF_ROW_CTAS, host-chosen from
+ * cuOccupancyMaxActiveClusters).  A row group is CF_ROW_CTAS consecutive CTAs (whole clusters; by
+ * default CF_ROW_CTAS == CF_CLUSTER_N).  "Row-group tiles" = tiles_m x ceil(tiles_n / CF_ROW_CTAS);
+ * group c (= blockIdx.x / CF_ROW_CTAS) takes row-group tiles c, c + ngroups, ... ; the CTA of rank r
+ * (= blockIdx.x % CF_ROW_CTAS) takes column tile  g*CF_ROW_CTAS + r  of column group g (all CTAs of
+ * a group are on the SAME row block at the same time, in lock step: same tile count, same k-loop).
+ * Column tiles past tiles_n (when tiles_n % CF_ROW_CTAS != 0) are still "computed" (TMA zero fill)
+ * and their stores are skipped: t.n0 >= t.N tells the epilogue.  Row-group-tile order is grouped by
+ * CF_GROUP_M row blocks (L2 reuse): inside a group the row index runs fastest.
+ * Ragged M/N/K: TMA zero-fills out-of-bounds loads; TMA stores clip.  Requirements: K >= 1,
+ * K*2 and N*2 (row pitches) multiples of 16 bytes, i.e. K % 8 == 0 and N % 8 == 0, base pointers
+ * 16-byte aligned, output ld*elem_size a multiple of 16. 
+ *
+ * Recommended (measured on H200, docs/perf-notes.md): pingpong CF_BM=128 CF_BN=128 CF_STAGES=6,
+ * CF_CLUSTER_N=2 when K >= 2048 else 1 (plain GEMM at 0.99-1.06 of cuBLAS, fused bias+GELU 0.94-0.97
+ * at K >= 1024).  Cooperative CF_PINGPONG=0 CF_BM=128 CF_BN=128 CF_STAGES=4 CF_CLUSTER_N=2 matches it
+ * for plain GEMM but does not overlap the epilogue.
+ * Epilogue helpers: cf_acc_row/col(_global), cf_*_in_bounds, cf_load_cols + cf_col_slot (batched
+ * per-column vector loads: use them, per-register loads serialise), cf_quad_sum/max, cf_fmax/fmin
+ * (NaN-propagating), cf_exp/exp2/tanh/rcp/rsqrt/sigmoid/silu/gelu_tanh/gelu_erf, conversions
+ * cf_pack_bf16x2/f16x2, stores cf_store_tile_{bf16,f16,f32} (TMA).
+ *
+ * Named barriers: 0 = __syncthreads, 1..2 pingpong order, 3..4 per-WG epilogue (t.bar_id, 128
+ * threads).  Ids CF_BAR_USER_FIRST (5) .. 15 are free for generated code.
+ */
+#ifndef CF_SM90_CUH
+#define CF_SM90_CUH
+
+/* ----------------------------------------------------------------------------------------
+ * Configuration
+ * -------------------------------------------------------------------------------------- */
+#ifndef CF_BM
+#define CF_BM 128
+#endif
+#ifndef CF_BN
+#define CF_BN 128
+#endif
+#ifndef CF_STAGES
+#define CF_STAGES 5
+#endif
+#ifndef CF_CLUSTER_N
+#define CF_CLUSTER_N 1
+#endif
+#ifndef CF_B_NK
+#define CF_B_NK 0
+#endif
+#ifndef CF_IN_F16
+#define CF_IN_F16 0
+#endif
+#ifndef CF_NUM_OUT
+#define CF_NUM_OUT 1
+#endif
+#ifndef CF_PINGPONG
+#define CF_PINGPONG 1
+#endif
+#ifndef CF_HAS_REDUCE
+#define CF_HAS_REDUCE 0                            /* set by epilogues that include cf_reduce.cuh */
+#endif
+#ifndef CF_STATIC_SMEM
+#define CF_STATIC_SMEM 0                           /* static shared memory of the epilogue (cf_reduce.cuh) */
+#endif
+#define CF_SMEM_LIMIT (232448 - CF_STATIC_SMEM)    /* opt-in limit left for the dynamic part */
+#ifndef CF_GROUP_M
+#define CF_GROUP_M 8
+#endif
+/* CTAs that work on one row block at the same time, each on its own column tile: a hardware
+ * cluster (DSMEM exchange), or with CF_RED_GLOBAL a group of co-resident CTAs of a cooperative
+ * launch that exchange row partials through L2 (cf_reduce.cuh). */
+#ifndef CF_ROW_CTAS
+#define CF_ROW_CTAS CF_CLUSTER_N
+#endif
+#ifndef CF_RED_GLOBAL
+#define CF_RED_GLOBAL 0
+#endif
+#if CF_ROW_CTAS % CF_CLUSTER_N != 0
+#error "CF_ROW_CTAS must be a multiple of CF_CLUSTER_N"
+#endif
+/* TMA multicast of the A tile inside a cluster (all CTAs of a cluster share the row block):
+ * CTA rank r loads rows [r*CF_TILE_M/CF_CLUSTER_N, (r+1)*CF_TILE_M/CF_CLUSTER_N) of the A tile
+ * and multicasts them to every CTA of the cluster; this cuts L2->SM traffic for A by CF_CLUSTER_N. */
+#ifndef CF_MULTICAST
+#define CF_MULTICAST (CF_CLUSTER_N > 1)
+#endif
+#ifndef CF_REG_PRODUCER
+#define CF_REG_PRODUCER 40
+#endif
+#ifndef CF_REG_CONSUMER
+#define CF_REG_CONSUMER 232
+#endif
+
+#define CF_BK 64                                   /* K elements per stage (one 128-B swizzle row) */
+#define CF_NUM_THREADS 384
+#if CF_PINGPONG
+#define CF_TILE_M CF_BM                            /* rows of a scheduler tile */
+#else
+#define CF_TILE_M (2 * CF_BM)
+#endif
+#define CF_A_STAGE_BYTES (CF_TILE_M * CF_BK * 2)
+#if CF_MULTICAST
+#define CF_A_BOX_ROWS (CF_TILE_M / CF_CLUSTER_N)   /* rows of A each CTA loads (and multicasts) */
+#else
+#define CF_A_BOX_ROWS CF_TILE_M
+#endif
+#define CF_B_STAGE_BYTES (CF_BN * CF_BK * 2)
+#define CF_STAGE_BYTES (CF_A_STAGE_BYTES + CF_B_STAGE_BYTES)
+#define CF_ACC_REGS ((CF_BM / 64) * (CF_BN / 2))  /* fp32 accumulators per consumer thread */
+#define CF_ACC_PER_MT (CF_BN / 2)                  /* registers per m64 sub-tile */
+
+/* Output staging: one buffer per consumer WG, made of "chunks" of 128-byte-wide column strips
+ * (64 bf16/f16 columns or 32 f32 columns) x CF_BM rows, 128B-swizzled (the TMA store layout).
+ * A bf16 tile has CF_BN/64 chunks; with fewer staging chunks the store runs in several passes. */
+#define CF_STG_CHUNK_BYTES (CF_BM * 128)
+#define CF_SMEM_FIXED (1024 + 2 * 8 * CF_STAGES + 64)   /* alignment slack + mbarriers */
+#ifndef CF_STG_CHUNKS
+#if (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * (CF_BN / 64) * CF_STG_CHUNK_BYTES) <= CF_SMEM_LIMIT
+#define CF_STG_CHUNKS (CF_BN / 64)
+#elif (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * ((CF_BN / 64 + 1) / 2) * CF_STG_CHUNK_BYTES) <= CF_SMEM_LIMIT
+#define CF_STG_CHUNKS ((CF_BN / 64 + 1) / 2)
+#else
+#define CF_STG_CHUNKS 1
+#endif
+#endif
+#define CF_STG_BYTES (CF_STG_CHUNKS * CF_STG_CHUNK_BYTES)
+/* Dynamic shared memory the host must pass (and set with CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES):
+ *   1024 + 16*CF_STAGES + 64 + CF_STAGES*(CF_TILE_M + CF_BN)*128 + 2*CF_STG_CHUNKS*CF_BM*128 */
+#define CF_SMEM_BYTES (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * CF_STG_BYTES)
+
+#define CF_BAR_ORDER0 1
+#define CF_BAR_EPI0 3
+#define CF_BAR_USER_FIRST 5
+
+#if CF_BM % 64 != 0 || CF_BM < 64 || CF_TILE_M > 256
+#error "CF_BM must be a multiple of 64 and the A box (CF_TILE_M rows) at most 256"
+#endif
+#if CF_BN != 64 && CF_BN != 128 && CF_BN != 192 && CF_BN != 256
+#error "CF_BN must be 64, 128, 192 or 256"
+#endif
+#if CF_ACC_REGS > 128
+#error "more than 128 accumulator registers per thread would spill (CF_BM*CF_BN > 16384)"
+#endif
+#if CF_SMEM_BYTES > CF_SMEM_LIMIT
+#error "shared memory over the 227 KB opt-in limit: lower CF_STAGES or CF_STG_CHUNKS"
+#endif
+#if CF_MULTICAST && (CF_CLUSTER_N < 2 || CF_A_BOX_ROWS % 8 != 0)
+#error "CF_MULTICAST needs CF_CLUSTER_N >= 2 and CF_TILE_M / CF_CLUSTER_N a multiple of 8"
+#endif
+#if CF_CLUSTER_N != 1 && CF_CLUSTER_N != 2 && CF_CLUSTER_N != 4 && CF_CLUSTER_N != 8 && CF_CLUSTER_N != 16
+#error "CF_CLUSTER_N must be 1, 2, 4, 8 (or 16 with the non-portable attribute)"
+#endif
+#if CF_NUM_OUT < 1
+#error "CF_NUM_OUT must be >= 1 (pass a dummy output when the epilogue stores none)"
+#endif
+#ifndef CF_LATE_FINISH
+#define CF_LATE_FINISH 0
+#endif
+#if CF_LATE_FINISH && CF_STG_CHUNKS != CF_BN / 64
+#error "a late finish parks the whole tile in the staging buffer: lower CF_STAGES until CF_STG_CHUNKS == CF_BN / 64"
+#endif
+
+#if CF_IN_F16
+#define CF_WGMMA_AB "f16.f16"
+#else
+#define CF_WGMMA_AB "bf16.bf16"
+#endif
+
+/* Layout of cf_kernel_info[] (read by the host with cuModuleGetGlobal). */
+#define CF_INFO_VERSION 0      /* header version (CF_SM90_VERSION) */
+#define CF_INFO_SMEM 1         /* dynamic smem bytes to launch with */
+#define CF_INFO_BM 2
+#define CF_INFO_BN 3
+#define CF_INFO_TILE_M 4       /* rows of one scheduler tile (== BM pingpong, 2*BM cooperative) */
+#define CF_INFO_STAGES 5
+#define CF_INFO_CLUSTER_N 6    /* hardware cluster (launch attribute) */
+#define CF_INFO_B_NK 7
+#define CF_INFO_IN_F16 8
+#define CF_INFO_NUM_OUT 9
+#define CF_INFO_PINGPONG 10
+#define CF_INFO_THREADS 11
+#define CF_INFO_STG_CHUNKS 12
+#define CF_INFO_GROUP_M 13
+#define CF_INFO_A_BOX_ROWS 14  /* TMA box of A: {64, this} (CF_TILE_M / CF_CLUSTER_N with multicast) */
+#define CF_INFO_B_BOX 15       /* TMA box of B: B_NK ? {64, this} : {64, 64} (this == 64) */
+#define CF_INFO_ROW_CTAS 16    /* CTAs per row group (grid is a multiple of it) */
+#define CF_INFO_RED_GLOBAL 17  /* 1: row partials go through L2; cooperative launch, args.xchg */
+#define CF_INFO_NUM_RED 18     /* row reductions per tile (sizes args.xchg) */
+#define CF_INFO_LATE_FINISH 19 /* 1: tiles finish after the next mainloop (cf_epilogue_finish) */
+#define CF_SM90_VERSION 4
+
+/* ----------------------------------------------------------------------------------------
+ * Types shared with the host
+ * -------------------------------------------------------------------------------------- */
+typedef unsigned short cf_bf16;   /* raw bf16 bits */
+typedef unsigned short cf_f16;    /* raw f16 bits */
+
+/* An opaque CUtensorMap (128 bytes, 64-byte aligned), filled by cuTensorMapEncodeTiled. */
+struct alignas(64) cf_tma_desc { unsigned long long v[16]; };
+
+/* Kernel parameter block.  The host fills it (see tests/gpu/gemm_harness.cu, cf_host_setup()):
+ *   tma_a      A = X [M,K] row-major: dims {K, M}, strides {K*2}, box {64, CF_A_BOX_ROWS}, SWIZZLE_128B
+ *              (CF_A_BOX_ROWS = cf_kernel_info[CF_INFO_A_BOX_ROWS] = CF_TILE_M, or CF_TILE_M/CF_CLUSTER_N
+ *              with multicast)
+ *   tma_b      CF_B_NK=1: W [N,K] row-major: dims {K, N}, strides {K*2}, box {64, CF_BN}, SWIZZLE_128B
+ *              CF_B_NK=0: W [K,N] row-major: dims {N, K}, strides {N*2}, box {64, 64},   SWIZZLE_128B
+ *   tma_out[o] output o [M, ld] row-major: dims {N, M}, strides {out_ld[o]*esize},
+ *              box {128/esize, CF_BM} (64 for bf16/f16, 32 for f32), SWIZZLE_128B
+ *              (only needed for outputs stored with cf_store_tile_*; else may be left zero)
+ *   out[o]     base pointer of output o (for generated code)
+ *   M, N, K    problem size; out_ld[o] leading dimension (elements) of output o
+ *   epi        generated epilogue parameters
+ * All maps: CU_TENSOR_MAP_INTERLEAVE_NONE, elementStrides {1,1}, OOB fill NONE (zeros);
+ * L2 promotion 256B suggested for A and B. */
+struct cf_gemm_args {
+    cf_tma_desc tma_a;
+    cf_tma_desc tma_b;
+    cf_tma_desc tma_out[CF_NUM_OUT];
+    unsigned long long *xchg;  /* CF_RED_GLOBAL: row partials, (value, epoch) pairs (cf_reduce.cuh) */
+    unsigned *xsync;           /* CF_RED_GLOBAL: [0] launch epoch, [1] CTAs finished in this launch */
+    void *out[CF_NUM_OUT];
+    int M, N, K;
+    int out_ld[CF_NUM_OUT];
+    cf_epi_params epi;
+};
+
+/* What the epilogue knows about the tile it is given.  The accumulator block of the calling
+ * warpgroup covers rows [m0, m0 + CF_BM) and columns [n0, n0 + CF_BN) of the output. */
+struct cf_tile {
+    int m0, n0;        /* global origin of this WG's CF_BM x CF_BN block */
+    int M, N;          /* problem size (for bounds) */
+    int warp, lane;    /* warp within the WG (0..3), lane (0..31) */
+    int tid;           /* thread within the WG (0..127) */
+    int wg;            /* consumer WG index (0, 1) */
+    int tile_m, tile_n;/* scheduler tile indices (tile_n = column tile, tile_m = row tile) */
+    int rank;          /* CTA rank in its row group (0..CF_ROW_CTAS-1) == tile_n % CF_ROW_CTAS */
+    unsigned epoch;    /* CF_RED_GLOBAL: this launch's tag for exchanged partials */
+    int bar_id;        /* named barrier of this WG (128 threads) */
+    unsigned stg;      /* shared-window address of this WG's staging buffer (CF_STG_BYTES, 1024-aligned) */
+};
+
+/* ----------------------------------------------------------------------------------------
+ * Small helpers
+ * -------------------------------------------------------------------------------------- */
+__device__ __forceinline__ int cf_imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int cf_imax(int a, int b) { return a > b ? a : b; }
+
+__device__ __forceinline__ unsigned cf_smem_u32(const void *p) {
+    unsigned r;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+/* Coherent at GPU scope (through L2, never a stale L1 line); no ordering implied. */
+__device__ __forceinline__ unsigned cf_ld_relaxed_u32(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned long long cf_ld_relaxed_u64(const unsigned long long *p) {
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void cf_st_relaxed_u64(unsigned long long *p, unsigned long long v) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+/* Two 8-byte elements in one 16-byte access; each element is single-copy atomic on its own. */
+__device__ __forceinline__ void cf_ld_relaxed_u64x2(const unsigned long long *p, unsigned long long &a,
+                                                    unsigned long long &b) {
+    asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+__device__ __forceinline__ void cf_st_relaxed_u64x2(unsigned long long *p, unsigned long long a, unsigned long long b) {
+    asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};" :: "l"(p), "l"(a), "l"(b) : "memory");
+}
+
+/* ---- accumulator layout (wgmma m64nNk16, fp32 D) --------------------------------------
+ * acc[r]: m64 sub-tile mt = r / (CF_BN/2), i = r % (CF_BN/2):
+ *   row = 64*mt + 16*warp + lane/4 + 8*((i>>1)&1)      col = 8*(i>>2) + 2*(lane%4) + (i&1)
+ * Consecutive even/odd r (r, r+1 with r even) are ADJACENT COLUMNS of the same row.  Each thread
+ * holds 2 rows per m64 sub-tile; a row's CF_BN values live in the 4 lanes of one quad (same lane/4):
+ * row reductions = in-thread reduce, then cf_quad_* (shfl xor 1, 2). */
+__device__ __forceinline__ int cf_acc_row(const cf_tile &t, int r) {
+    int mt = r / CF_ACC_PER_MT, i = r % CF_ACC_PER_MT;
+    return 64 * mt + 16 * t.warp + (t.lane >> 2) + 8 * ((i >> 1) & 1);
+}
+__device__ __forceinline__ int cf_acc_col(const cf_tile &t, int r) {
+    int i = r % CF_ACC_PER_MT;
+    return 8 * (i >> 2) + 2 * (t.lane & 3) + (i & 1);
+}
+__device__ __forceinline__ int cf_acc_row_global(const cf_tile &t, int r) { return t.m0 + cf_acc_row(t, r); }
+__device__ __forceinline__ int cf_acc_col_global(const cf_tile &t, int r) { return t.n0 + cf_acc_col(t, r); }
+__device__ __forceinline__ bool cf_acc_in_bounds(const cf_tile &t, int r) {
+    return cf_acc_row_global(t, r) < t.M && cf_acc_col_global(t, r) < t.N;
+}
+__device__ __forceinline__ bool cf_col_in_bounds(const cf_tile &t, int r) { return cf_acc_col_global(t, r) < t.N; }
+__device__ __forceinline__ bool cf_row_in_bounds(const cf_tile &t, int r) { return cf_acc_row_global(t, r) < t.M; }
+
+/* Load the two values of a per-column fp32 vector v[N] (bias, gamma, ...) for the column pair of
+ * accumulator index i (even; same columns for every m64 sub-tile): b0 -> column of i, b1 -> i+1.
+ * Out-of-range columns read 0.  Uses one 8-byte load when N is even (v must be 8-byte aligned). */
+__device__ __forceinline__ void cf_load_col_pair(const cf_tile &t, const float *v, int i, float &b0, float &b1) {
+    const int col = t.n0 + 8 * ((i % CF_ACC_PER_MT) >> 2) + 2 * (t.lane & 3);
+    if (col + 1 < t.N && (t.N & 1) == 0) {
+        float2 p = *(const float2 *)(v + col);
+        b0 = p.x; b1 = p.y;
+    } else {
+        b0 = col < t.N ? v[col] : 0.0f;
+        b1 = col + 1 < t.N ? v[col + 1] : 0.0f;
+    }
+}
+
+/* Per-column vectors, batched: all CF_BN/4 distinct columns this thread touches, loaded at once
+ * (independent loads, one memory latency).  cv[cf_col_slot(r)] is the value for accumulator r:
+ *   cv[2*j + e] = v[n0 + 8*j + 2*(lane&3) + e], j < CF_BN/8, e < 2; out-of-range columns read 0.
+ * Prefer this over per-register loads inside the accumulator loop (those serialise on latency). */
+#define CF_COLS (CF_BN / 4)
+__device__ __forceinline__ int cf_col_slot(int r) { return 2 * ((r % CF_ACC_PER_MT) >> 2) + (r & 1); }
+__device__ __forceinline__ void cf_load_cols(const cf_tile &t, const float *v, float (&cv)[CF_COLS]) {
+    const int c0 = t.n0 + 2 * (t.lane & 3);
+    if (t.n0 + CF_BN <= t.N && ((t.N | (int)(((unsigned long long)v) >> 2)) & 1) == 0) {
+#pragma unroll
+        for (int j = 0; j < CF_BN / 8; ++j) {
+            float2 p = __ldg((const float2 *)(v + c0 + 8 * j));
+            cv[2 * j] = p.x; cv[2 * j + 1] = p.y;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < CF_BN / 8; ++j) {
+            const int c = c0 + 8 * j;
+            cv[2 * j] = c < t.N ? __ldg(v + c) : 0.0f;
+            cv[2 * j + 1] = c + 1 < t.N ? __ldg(v + c + 1) : 0.0f;
+        }
+    }
+}
+
+/* ---- fp32 math for epilogues (NaN-propagating max/min; fast approximations) ------------ */
+__device__ __forceinline__ float cf_fmax(float a, float b) { float d; asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b)); return d; }
+__device__ __forceinline__ float cf_fmin(float a, float b) { float d; asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b)); return d; }
+__device__ __forceinline__ float cf_exp2(float x) { float d; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(x)); return d; }
+__device__ __forceinline__ float cf_exp(float x) { return cf_exp2(x * 1.4426950408889634f); }
+__device__ __forceinline__ float cf_tanh(float x) { float d; asm("tanh.approx.f32 %0, %1;" : "=f"(d) : "f"(x)); return d; }
+__device__ __forceinline__ float cf_rcp(float x) { float d; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(x)); return d; }
+__device__ __forceinline__ float cf_rsqrt(float x) { float d; asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(x)); return d; }
+__device__ __forceinline__ float cf_sigmoid(float x) { return cf_rcp(1.0f + cf_exp(-x)); }
+/* gelu, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); tanh.approx rel. err ~2^-11 */
+__device__ __forceinline__ float cf_gelu_tanh(float x) {
+    float u = x * (0.7978845608028654f + 0.0356774081363001f * x * x);
+    float hx = 0.5f * x;
+    return hx + hx * cf_tanh(u);
+}
+__device__ __forceinline__ float cf_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+__device__ __forceinline__ float cf_silu(float x) { return x * cf_sigmoid(x); }
+/* quad (4 lanes holding one accumulator row) reductions */
+__device__ __forceinline__ float cf_quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v;
+}
+__device__ __forceinline__ float cf_quad_max(float v) {
+    v = cf_fmax(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = cf_fmax(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return v;
+}
+
+/* ---- conversions ---------------------------------------------------------------------- */
+/* pack (lo, hi) -> bf16x2 / f16x2 (lo in the low 16 bits = lower column) */
+__device__ __forceinline__ unsigned cf_pack_bf16x2(float lo, float hi) {
+    unsigned d; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo)); return d;
+}
+__device__ __forceinline__ unsigned cf_pack_f16x2(float lo, float hi) {
+    unsigned d; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo)); return d;
+}
+__device__ __forceinline__ float cf_bf16_to_f32(cf_bf16 h) { return __uint_as_float(((unsigned)h) << 16); }
+__device__ __forceinline__ cf_bf16 cf_f32_to_bf16(float x) { return (cf_bf16)(cf_pack_bf16x2(x, 0.0f) & 0xffffu); }
+__device__ __forceinline__ float cf_f16_to_f32(cf_f16 h) { float d; asm("cvt.f32.f16 %0, %1;" : "=f"(d) : "h"(h)); return d; }
+__device__ __forceinline__ cf_f16 cf_f32_to_f16(float x) { unsigned short d; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(d) : "f"(x)); return d; }
+
+/* ----------------------------------------------------------------------------------------
+ * PTX wrappers: mbarrier, TMA, wgmma, named barriers, cluster
+ * -------------------------------------------------------------------------------------- */
+__device__ __forceinline__ void cf_mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count));
+}
+__device__ __forceinline__ void cf_mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cf_mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+__device__ __forceinline__ void cf_mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile("{\n.reg .pred P1;\nCF_WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+                 "@!P1 bra CF_WAIT_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void cf_fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void cf_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void cf_named_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void cf_named_bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void cf_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ unsigned cf_cluster_ctarank() { unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
+__device__ __forceinline__ void cf_prefetch_tma(const cf_tma_desc *d) {
+    asm volatile("prefetch.tensormap [%0];" :: "l"(d) : "memory");
+}
+__device__ __forceinline__ void cf_tma_load_2d(unsigned dst, const cf_tma_desc *d, unsigned bar, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+                 :: "r"(dst), "l"(d), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void cf_tma_load_2d_mc(unsigned dst, const cf_tma_desc *d, unsigned bar, int c0, int c1,
+                                                  unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%3, %4}], [%2], %5;"
+                 :: "r"(dst), "l"(d), "r"(bar), "r"(c0), "r"(c1), "h"(mask) : "memory");
+}
+/* shared::cta address -> the same offset in CTA `rank` of the cluster */
+__device__ __forceinline__ unsigned cf_mapa(unsigned addr, unsigned rank) {
+    unsigned r; asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank)); return r;
+}
+/* Remote arrive with the default (.release.cta) semantics, as CUTLASS's ClusterBarrier::arrive does:
+ * the .release.cluster form costs a cluster-scope fence per call and halved the throughput (v2). */
+__device__ __forceinline__ void cf_mbar_arrive_cluster(unsigned cluster_addr) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(cluster_addr) : "memory");
+}
+__device__ __forceinline__ void cf_tma_store_2d(const cf_tma_desc *d, unsigned src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];"
+                 :: "l"(d), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void cf_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cf_bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void cf_bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+__device__ __forceinline__ void cf_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cf_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cf_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+template <int N> __device__ __forceinline__ void cf_fence_operand(float *a) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(a[i]) :: "memory");
+}
+
+/* wgmma shared-memory descriptor, 128B swizzle: start>>4 | LBO>>4 << 16 | SBO>>4 << 32 | 1 << 62 */
+__device__ __forceinline__ unsigned long long cf_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) |
+           ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+
+/* ---- wgmma m64nNk16, fp32 accumulate (generated wrappers; TRANS_B=1: B is MN-major) ---- */
+template <int TRANS_B>
+__device__ __forceinline__ void cf_wgmma_n64(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." CF_WGMMA_AB " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void cf_wgmma_n128(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." CF_WGMMA_AB " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void cf_wgmma_n192(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32." CF_WGMMA_AB " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, %99;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void cf_wgmma_n256(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." CF_WGMMA_AB " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+
+/* one m64 x CF_BN x k16 wgmma on one accumulator sub-tile */
+template <int TRANS_B>
+__device__ __forceinline__ void cf_wgmma_tile(float *d, unsigned long long da, unsigned long long db, int scale_d) {
+#if CF_BN == 64
+    cf_wgmma_n64<TRANS_B>(d, da, db, scale_d);
+#elif CF_BN == 128
+    cf_wgmma_n128<TRANS_B>(d, da, db, scale_d);
+#elif CF_BN == 192
+    cf_wgmma_n192<TRANS_B>(d, da, db, scale_d);
+#else
+    cf_wgmma_n256<TRANS_B>(d, da, db, scale_d);
+#endif
+}
+
+/* ----------------------------------------------------------------------------------------
+ * Store helpers (called by all 128 threads of a consumer WG, from cf_epilogue)
+ *
+ * cf_store_tile_{bf16,f16,f32}(args, t, o, y): y (same layout as acc) -> convert -> this WG's
+ * 128B-swizzled smem staging buffer (stmatrix for 16-bit, st.shared.v2 for f32) -> fence.proxy.async
+ * -> named barrier -> one thread issues TMA stores of 128-byte-wide column strips (box {64|32, CF_BM})
+ * with tensor map args.tma_out[o] -> commit.  Rows >= M / columns >= N are clipped by TMA.  Before
+ * the staging buffer is rewritten (next pass, next output, next tile) the issuing thread waits
+ * cp.async.bulk.wait_group.read 0 and the WG synchronises: race-free.  Several stores per tile
+ * (CF_NUM_OUT > 1) are fine; they serialise on the staging buffer.
+ * Output o's map must have the element type of the helper used.
+ * -------------------------------------------------------------------------------------- */
+template <int F16>
+__device__ __forceinline__ void cf_store_tile_16(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                 const float (&y)[CF_ACC_REGS]) {
+    constexpr int NCH = CF_BN / 64;
+    const int lane = t.lane, mi = lane >> 3;
+#pragma unroll
+    for (int c0 = 0; c0 < NCH; c0 += CF_STG_CHUNKS) {
+        if (t.tid == 0) cf_bulk_wait_read0();
+        cf_named_bar_sync(t.bar_id, 128);
+#pragma unroll
+        for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
+            const int c = c0 + cc;
+            if (c < NCH) {
+#pragma unroll
+                for (int mt = 0; mt < CF_BM / 64; ++mt) {
+                    const int row = mt * 64 + t.warp * 16 + (mi & 1) * 8 + (lane & 7);
+                    const unsigned rbase = t.stg + cc * CF_STG_CHUNK_BYTES + row * 128;
+#pragma unroll
+                    for (int gp = 0; gp < 4; ++gp) {
+                        const int b = mt * CF_ACC_PER_MT + 4 * (c * 8 + 2 * gp);
+                        unsigned r0, r1, r2, r3;
+                        if (F16) {
+                            r0 = cf_pack_f16x2(y[b + 0], y[b + 1]); r1 = cf_pack_f16x2(y[b + 2], y[b + 3]);
+                            r2 = cf_pack_f16x2(y[b + 4], y[b + 5]); r3 = cf_pack_f16x2(y[b + 6], y[b + 7]);
+                        } else {
+                            r0 = cf_pack_bf16x2(y[b + 0], y[b + 1]); r1 = cf_pack_bf16x2(y[b + 2], y[b + 3]);
+                            r2 = cf_pack_bf16x2(y[b + 4], y[b + 5]); r3 = cf_pack_bf16x2(y[b + 6], y[b + 7]);
+                        }
+                        const int ch = 2 * gp + (mi >> 1);
+                        const unsigned addr = rbase + (unsigned)((ch ^ (lane & 7)) << 4);
+                        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                                     :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+                    }
+                }
+            }
+        }
+        cf_fence_proxy_async();
+        cf_named_bar_sync(t.bar_id, 128);
+        if (t.tid == 0) {
+#pragma unroll
+            for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
+                const int c = c0 + cc;
+                const int col = t.n0 + c * 64;
+                if (c < NCH && col < t.N && t.m0 < t.M)
+                    cf_tma_store_2d(&args.tma_out[o], t.stg + cc * CF_STG_CHUNK_BYTES, col, t.m0);
+            }
+            cf_bulk_commit();
+        }
+    }
+}
+
+__device__ __forceinline__ void cf_store_tile_bf16(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                   const float (&y)[CF_ACC_REGS]) {
+    cf_store_tile_16<0>(args, t, o, y);
+}
+__device__ __forceinline__ void cf_store_tile_f16(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                  const float (&y)[CF_ACC_REGS]) {
+    cf_store_tile_16<1>(args, t, o, y);
+}
+__device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                  const float (&y)[CF_ACC_REGS]) {
+    constexpr int NCH = CF_BN / 32;   /* 32 fp32 columns per 128-byte strip */
+    const int lane = t.lane;
+#pragma unroll
+    for (int c0 = 0; c0 < NCH; c0 += CF_STG_CHUNKS) {
+        if (t.tid == 0) cf_bulk_wait_read0();
+        cf_named_bar_sync(t.bar_id, 128);
+#pragma unroll
+        for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
+            const int c = c0 + cc;
+            if (c < NCH) {
+#pragma unroll
+                for (int mt = 0; mt < CF_BM / 64; ++mt) {
+                    const int row0 = mt * 64 + t.warp * 16 + (lane >> 2);
+                    const unsigned base0 = t.stg + cc * CF_STG_CHUNK_BYTES + row0 * 128;
+#pragma unroll
+                    for (int gg = 0; gg < 4; ++gg) {
+                        const int b = mt * CF_ACC_PER_MT + 4 * (c * 4 + gg);
+                        const int ch = 2 * gg + ((lane & 3) >> 1);
+                        const unsigned off = (unsigned)(((ch ^ (row0 & 7)) << 4) + (lane & 1) * 8);
+                        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(base0 + off), "f"(y[b]), "f"(y[b + 1]) : "memory");
+                        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(base0 + 8 * 128 + off), "f"(y[b + 2]), "f"(y[b + 3]) : "memory");
+                    }
+                }
+            }
+        }
+        cf_fence_proxy_async();
+        cf_named_bar_sync(t.bar_id, 128);
+        if (t.tid == 0) {
+#pragma unroll
+            for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
+                const int c = c0 + cc;
+                const int col = t.n0 + c * 32;
+                if (c < NCH && col < t.N && t.m0 < t.M)
+                    cf_tma_store_2d(&args.tma_out[o], t.stg + cc * CF_STG_CHUNK_BYTES, col, t.m0);
+            }
+            cf_bulk_commit();
+        }
+    }
+}
+
+#if CF_LATE_FINISH
+/* ---- late finish: a tile parked in the staging buffer ----------------------------------
+ * With a late finish (cf_reduce.cuh) a warpgroup posts its row partials, parks the value its
+ * last stage needs as 16-bit in its staging buffer (the whole tile; the TMA store layout),
+ * runs its next mainloop, and only then folds the row's partials and finishes the parked
+ * tile in place, 8 registers at a time (an x4 8x8 matrix group), so the accumulator of the
+ * new tile stays live in registers alongside.  Group g holds acc registers 8g .. 8g+7. */
+#define CF_PARK_BF16 0
+#define CF_PARK_F16 1
+__device__ __forceinline__ unsigned cf_group_addr(const cf_tile &t, int g) {
+    constexpr int GPM = CF_ACC_PER_MT / 8;    /* groups per m64 sub-tile */
+    const int mt = g / GPM, c = (g % GPM) / 4, gp = g % 4, mi = t.lane >> 3;
+    const int row = mt * 64 + t.warp * 16 + (mi & 1) * 8 + (t.lane & 7);
+    return t.stg + c * CF_STG_CHUNK_BYTES + row * 128 + (unsigned)(((2 * gp + (mi >> 1)) ^ (t.lane & 7)) << 4);
+}
+template <int F16> __device__ __forceinline__ void cf_stmatrix8(unsigned addr, const float *y) {
+    unsigned r[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        r[j] = F16 ? cf_pack_f16x2(y[2 * j], y[2 * j + 1]) : cf_pack_bf16x2(y[2 * j], y[2 * j + 1]);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+template <int F16> __device__ __forceinline__ void cf_unpark8(const cf_tile &t, int g, float (&y)[8]) {
+    unsigned r[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(cf_group_addr(t, g)) : "memory");
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        if (F16) {
+            asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
+                : "=f"(y[2 * j]), "=f"(y[2 * j + 1]) : "r"(r[j]));
+        } else {
+            y[2 * j] = __uint_as_float(r[j] << 16);
+            y[2 * j + 1] = __uint_as_float(r[j] & 0xffff0000u);
+        }
+    }
+}
+/* Parks v (16-bit) once the previous tile's TMA store has read the buffer. */
+template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t, const float (&v)[CF_ACC_REGS]) {
+    if (t.tid == 0) cf_bulk_wait_read0();
+    cf_named_bar_sync(t.bar_id, 128);
+#pragma unroll
+    for (int g = 0; g < CF_ACC_REGS / 8; ++g)
+        cf_stmatrix8<F16>(cf_group_addr(t, g), v + 8 * g);
+}
+/* Writes finished group g (the output's 16-bit type) where it was parked. */
+template <int F16> __device__ __forceinline__ void cf_restage8(const cf_tile &t, int g, const float (&y)[8]) {
+    cf_stmatrix8<F16>(cf_group_addr(t, g), y);
+}
+/* TMA-stores the restaged tile to output o. */
+__device__ __forceinline__ void cf_store_staged(const cf_gemm_args &args, const cf_tile &t, int o) {
+    cf_fence_proxy_async();
+    cf_named_bar_sync(t.bar_id, 128);
+    if (t.tid == 0) {
+#pragma unroll
+        for (int c = 0; c < CF_BN / 64; ++c) {
+            const int col = t.n0 + c * 64;
+            if (col < t.N && t.m0 < t.M)
+                cf_tma_store_2d(&args.tma_out[o], t.stg + c * CF_STG_CHUNK_BYTES, col, t.m0);
+        }
+        cf_bulk_commit();
+    }
+}
+#endif
+
+/* Direct predicated global stores (no TMA, no alignment needs beyond the element): for outputs
+ * whose pitch is not a multiple of 16 bytes, or partial/strided outputs.  Slower (uncoalesced). */
+
+/* ----------------------------------------------------------------------------------------
+ * The kernel
+ * -------------------------------------------------------------------------------------- */
+/* Defined by the generated code AFTER this header. */
+#if CF_LATE_FINISH
+/* Per-row values a late finish needs; defined by the generated code before this header. */
+struct cf_late;
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
+                                            cf_late &late);
+__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late);
+#else
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS]);
+#endif
+#if CF_HAS_REDUCE
+/* Epilogues with row reductions (cf_reduce.cuh): barriers of the cluster exchange, set up by one
+ * thread before the kernel's first cluster sync so no peer can signal an uninitialised barrier. */
+__device__ __forceinline__ void cf_reduce_init();
+#endif
+
+/* a consumer warp releases a ring stage: lane 0 arrives locally, or with multicast lane p < CLUSTER_N
+ * arrives on CTA p's empty barrier (every CTA's producer multicasts into this stage) */
+__device__ __forceinline__ void cf_release_stage(unsigned bar, int lane) {
+#if CF_MULTICAST
+    if (lane < CF_CLUSTER_N) cf_mbar_arrive_cluster(cf_mapa(bar, (unsigned)lane));
+#else
+    if (lane == 0) cf_mbar_arrive(bar);
+#endif
+}
+
+#ifndef CF_NUM_RED
+#define CF_NUM_RED 0                               /* row reductions per tile (generated) */
+#endif
+extern "C" __device__ const int cf_kernel_info[20] = {
+    CF_SM90_VERSION, CF_SMEM_BYTES, CF_BM, CF_BN, CF_TILE_M, CF_STAGES, CF_CLUSTER_N, CF_B_NK,
+    CF_IN_F16, CF_NUM_OUT, CF_PINGPONG, CF_NUM_THREADS, CF_STG_CHUNKS, CF_GROUP_M, CF_A_BOX_ROWS,
+    CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED, CF_LATE_FINISH};
+
+/* row-group tile ct -> (row tile, column tile) of the CTA with rank `rank` in its row group */
+__device__ __forceinline__ void cf_sched_tile(int ct, int tiles_m, int groups_n, int rank, int &tm, int &tn) {
+    const int per_group = CF_GROUP_M * groups_n;
+    const int gid = ct / per_group;
+    const int first = gid * CF_GROUP_M;
+    const int gsz = cf_imin(tiles_m - first, CF_GROUP_M);
+    const int loc = ct - gid * per_group;
+    tm = first + loc % gsz;
+    tn = (loc / gsz) * CF_ROW_CTAS + rank;
+}
+
+extern "C" __global__ void __launch_bounds__(CF_NUM_THREADS, 1)
+cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
+    extern __shared__ unsigned char cf_smem_raw[];
+    const unsigned base = (cf_smem_u32(cf_smem_raw) + 1023u) & ~1023u;
+    const unsigned stg0 = base + CF_STAGES * CF_STAGE_BYTES;
+    const unsigned bar_full = stg0 + 2 * CF_STG_BYTES;
+    const unsigned bar_empty = bar_full + 8 * CF_STAGES;
+
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;
+    const int M = args.M, N = args.N, K = args.K;
+    const int tiles_m = (M + CF_TILE_M - 1) / CF_TILE_M;
+    const int tiles_n = (N + CF_BN - 1) / CF_BN;
+    const int groups_n = (tiles_n + CF_ROW_CTAS - 1) / CF_ROW_CTAS;
+    const int num_ct = tiles_m * groups_n;
+    const int nkb = (K + CF_BK - 1) / CF_BK;
+    const int nclusters = gridDim.x / CF_ROW_CTAS;   /* row groups */
+    const int cid = blockIdx.x / CF_ROW_CTAS;
+    /* tiles of this CTA's stream (identical for all CTAs of a row group) */
+    const int my_n = num_ct > cid ? (num_ct - cid + nclusters - 1) / nclusters : 0;
+    const int rank = (int)(blockIdx.x % CF_ROW_CTAS);   /* a cluster's CTAs are consecutive */
+#if CF_CLUSTER_N > 1
+    const int cl_rank = (int)cf_cluster_ctarank();
+#endif
+
+    if (tid == 0) {
+#pragma unroll 1
+        for (int s = 0; s < CF_STAGES; ++s) {
+            cf_mbar_init(bar_full + 8 * s, 1);
+            /* one arrival per consumer warp (of every CTA of the cluster with multicast) */
+            cf_mbar_init(bar_empty + 8 * s, (CF_PINGPONG ? 4 : 8) * (CF_MULTICAST ? CF_CLUSTER_N : 1));
+        }
+#if CF_HAS_REDUCE
+        cf_reduce_init();
+#endif
+        cf_fence_barrier_init();
+    }
+    __syncthreads();
+#if CF_CLUSTER_N > 1
+    cf_cluster_sync();
+#endif
+
+    if (wg == 0) {
+        /* ---------------- producer warpgroup ---------------- */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(CF_REG_PRODUCER));
+        if (tid == 0) {
+            cf_prefetch_tma(&args.tma_a);
+            cf_prefetch_tma(&args.tma_b);
+            int stage = 0;
+            unsigned phase = 0;
+#pragma unroll 1
+            for (int i = 0; i < my_n; ++i) {
+                int tm, tn;
+                cf_sched_tile(cid + i * nclusters, tiles_m, groups_n, rank, tm, tn);
+                const int m0 = tm * CF_TILE_M, n0 = tn * CF_BN;
+#pragma unroll 1
+                for (int kb = 0; kb < nkb; ++kb) {
+                    cf_mbar_wait(bar_empty + 8 * stage, phase ^ 1);
+                    const unsigned fb = bar_full + 8 * stage;
+                    cf_mbar_expect_tx(fb, CF_STAGE_BYTES);
+                    const unsigned sa = base + stage * CF_STAGE_BYTES;
+                    const unsigned sb = sa + CF_A_STAGE_BYTES;
+#if CF_MULTICAST
+                    cf_tma_load_2d_mc(sa + cl_rank * (CF_A_BOX_ROWS * 128), &args.tma_a, fb, kb * CF_BK,
+                                      m0 + cl_rank * CF_A_BOX_ROWS, (unsigned short)((1u << CF_CLUSTER_N) - 1));
+#else
+                    cf_tma_load_2d(sa, &args.tma_a, fb, kb * CF_BK, m0);
+#endif
+#if CF_B_NK
+                    cf_tma_load_2d(sb, &args.tma_b, fb, kb * CF_BK, n0);
+#else
+#pragma unroll
+                    for (int j = 0; j < CF_BN / 64; ++j)
+                        cf_tma_load_2d(sb + j * (64 * 128), &args.tma_b, fb, n0 + 64 * j, kb * CF_BK);
+#endif
+                    if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
+                }
+            }
+        }
+        __syncwarp();
+    } else {
+        /* ---------------- consumer warpgroups ---------------- */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CF_REG_CONSUMER));
+        const int w = wg - 1;
+        float acc[CF_ACC_REGS];
+        cf_tile t;
+        t.M = M; t.N = N;
+        t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
+        t.wg = w; t.rank = rank; t.bar_id = CF_BAR_EPI0 + w;
+#if CF_RED_GLOBAL && CF_ROW_CTAS > 1
+        t.epoch = cf_ld_relaxed_u32(&args.xsync[0]);   /* bumped only after every CTA has read it */
+#else
+        t.epoch = 0;
+#endif
+        t.stg = stg0 + w * CF_STG_BYTES;
+#if CF_PINGPONG
+        const int istart = w, istep = 2;
+        const unsigned a_off = 0;
+#else
+        const int istart = 0, istep = 1;
+        const unsigned a_off = w * CF_BM * 128;
+#endif
+#if CF_LATE_FINISH
+        cf_late late;
+        cf_tile parked = t;     /* the tile waiting for its finish, if parked_ok */
+        bool parked_ok = false;
+#endif
+#pragma unroll 1
+        for (int i = istart; i < my_n; i += istep) {
+            int tm, tn;
+            cf_sched_tile(cid + i * nclusters, tiles_m, groups_n, rank, tm, tn);
+            const int pos = i * nkb;
+            int stage = pos % CF_STAGES;
+            unsigned phase = (unsigned)(pos / CF_STAGES) & 1u;
+            int prev_stage = 0;
+#if CF_PINGPONG
+            if (i >= 2 || w == 1) cf_named_bar_sync(CF_BAR_ORDER0 + w, 256);   /* my turn for the tensor cores */
+#endif
+            cf_fence_operand<CF_ACC_REGS>(acc);
+#pragma unroll 1
+            for (int kb = 0; kb < nkb; ++kb) {
+                cf_mbar_wait(bar_full + 8 * stage, phase);
+                const unsigned sa = base + stage * CF_STAGE_BYTES + a_off;
+                const unsigned sb = base + stage * CF_STAGE_BYTES + CF_A_STAGE_BYTES;
+                cf_wgmma_fence();
+#pragma unroll
+                for (int k = 0; k < CF_BK / 16; ++k) {
+#if CF_B_NK
+                    const unsigned long long db = cf_desc(sb + 32 * k, 16, 1024);
+#else
+                    const unsigned long long db = cf_desc(sb + 2048 * k, 64 * 128, 1024);
+#endif
+#pragma unroll
+                    for (int mt = 0; mt < CF_BM / 64; ++mt) {
+                        const unsigned long long da = cf_desc(sa + mt * 8192 + 32 * k, 16, 1024);
+                        cf_wgmma_tile<CF_B_NK ? 0 : 1>(acc + mt * CF_ACC_PER_MT, da, db, (kb > 0 || k > 0) ? 1 : 0);
+                    }
+                }
+                cf_wgmma_commit();
+                cf_wgmma_wait<1>();
+                if (kb > 0) cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
+                prev_stage = stage;
+                if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
+            }
+#if CF_PINGPONG
+            if (i + 1 < my_n) cf_named_bar_arrive(CF_BAR_ORDER0 + (1 - w), 256);   /* other WG's turn */
+#endif
+            cf_wgmma_wait<0>();
+            cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
+            cf_fence_operand<CF_ACC_REGS>(acc);
+            t.tile_m = tm; t.tile_n = tn;
+            t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
+            t.n0 = tn * CF_BN;
+#if CF_LATE_FINISH
+            /* the previous tile's row partials arrived during this mainloop */
+            if (parked_ok) cf_epilogue_finish(args, parked, late);
+            cf_epilogue(args, t, acc, late);
+            parked = t;
+            parked_ok = true;
+#else
+            cf_epilogue(args, t, acc);
+#endif
+        }
+#if CF_LATE_FINISH
+        if (parked_ok) cf_epilogue_finish(args, parked, late);
+#endif
+        if (t.tid == 0) cf_bulk_wait0();
+    }
+#if CF_CLUSTER_N > 1
+    cf_cluster_sync();
+#endif
+#if CF_RED_GLOBAL && CF_ROW_CTAS > 1
+    /* The last CTA to finish advances the epoch, so the next launch (stream-ordered after this
+     * one, also when replayed from a CUDA graph) tags its partials differently; 0 is never used. */
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        if (atomicAdd(&args.xsync[1], 1u) == gridDim.x - 1) {
+            const unsigned e = args.xsync[0] + 1u;
+            args.xsync[1] = 0;
+            args.xsync[0] = e ? e : 1u;
+        }
+    }
+#endif
+}
+
+#endif /* CF_SM90_CUH */

@@ -1,0 +1,522 @@
+/* kernel.c — the fused-kernel object: Φ + Ψ + NVRTC, then launches.
+ *
+ * cf_kernel_build lowers and generates source; cf_kernel_compile turns it
+ * into a cubin through the cache (no GPU needed); cf_kernel_launch checks the
+ * shapes and alignments, builds the TMA descriptors and the kernel's parameter
+ * block, and launches on a persistent grid of thread-block clusters.
+ */
+#include "cf_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Indices of the kernel's exported configuration (cf_kernel_info in
+ * src/device/cf_sm90.cuh). */
+#define DEVICE_HEADER_VERSION 4 /* CF_SM90_VERSION this host code packs arguments for */
+
+enum {
+    INFO_VERSION, INFO_SMEM, INFO_BM, INFO_BN, INFO_TILE_M, INFO_STAGES, INFO_CLUSTER_N, INFO_B_NK,
+    INFO_IN_F16, INFO_NUM_OUT, INFO_PINGPONG, INFO_THREADS, INFO_STG_CHUNKS, INFO_GROUP_M,
+    INFO_A_BOX_ROWS, INFO_B_BOX, INFO_ROW_CTAS, INFO_RED_GLOBAL, INFO_NUM_RED, INFO_LATE_FINISH, INFO_COUNT
+};
+
+struct cf_kernel {
+    const cf_graph *graph;
+    cf_ir *ir;
+    cf_options opt;
+    cf_strbuf src;
+    cf_rt_cubin cubin;
+    bool compiled;
+    int info[INFO_COUNT];
+    /* loaded on the first launch */
+    cf_rt_module module;
+    cf_rt_func func;
+    int max_clusters;
+    /* Row partials exchanged through L2 (CF_RED_GLOBAL): (value, epoch) slots, and
+     * the epoch / finished-CTA counters the kernel keeps; see cf_reduce.cuh. */
+    cf_rt_devptr xchg, xsync;
+    size_t xchg_bytes;
+    /* Rows wider than a cluster: our GEMM into an f32 buffer, then the row
+     * kernel (rows.c) runs the epilogue; built on the first such launch. */
+    struct {
+        cf_graph *graph;     /* X, W -> C = X @ W as f32                          */
+        cf_kernel *gemm;
+        cf_rows *rows;
+        cf_rt_devptr c;
+        size_t c_bytes;
+    } wide;
+};
+
+static bool has_reductions(const cf_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        if (cf_op_class_of(g->nodes[i].op) == CF_OPC_REDUCE)
+            return true;
+    return false;
+}
+
+cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
+{
+    (void)m;
+    (void)k;
+    /* Measured on the H200 beside cuBLAS (docs/perf-notes.md, bench/sweep.sh):
+     * 128x128 PingPong tiles, 6 stages, no cluster; a 2-CTA cluster with X
+     * multicast measured slower in the same run (1.106 vs 1.050 of cuBLAS at
+     * 8192x4096x4096). */
+    cf_options o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 6, .cluster_n = 1};
+    if (g && has_reductions(g)) {
+        /* A row block's column tiles run at once on cluster_n CTAs that exchange
+         * row partials through L2 (docs/perf-notes.md v8: a hardware cluster of
+         * 4 or more CTAs keeps only 120 of 132 SMs busy and couples the CTAs'
+         * pipelines, +25-30 % before any epilogue work); rows up to 64 x 128. */
+        int64_t tiles = n > 0 ? (n + o.block_n - 1) / o.block_n : 1;
+        while (o.cluster_n < tiles && o.cluster_n < 64)
+            o.cluster_n *= 2;
+        o.reduce_mode = CF_REDUCE_GLOBAL;
+        o.stages = 5; /* 6 with sync_finish: the late finish parks whole tiles in smem */
+    } else {
+        o.reduce_mode = CF_REDUCE_PEER; /* unused without reductions */
+    }
+    return o;
+}
+
+void cf_options_fill(cf_options *o, cf_options def)
+{
+    if (!o->reduce_mode)
+        o->reduce_mode = def.reduce_mode;
+    /* def is for a graph with reductions when its mode is global.  The DSMEM
+     * modes hold a row in one hardware cluster (at most 16 CTAs: 64x256 tiles
+     * past 2048 columns), and their static buffers take two stages' room. */
+    if (def.reduce_mode == CF_REDUCE_GLOBAL && o->reduce_mode == CF_REDUCE_GLOBAL && o->sync_finish)
+        def.stages = 6; /* nothing parked in shared memory */
+    if (def.reduce_mode == CF_REDUCE_GLOBAL && o->reduce_mode != CF_REDUCE_GLOBAL) {
+        def.stages = 4;
+        if (def.cluster_n > 16 && !o->block_m && !o->block_n && !o->cluster_n) {
+            def.block_m = 64;
+            def.block_n = 256;
+            def.cluster_n /= 2;
+        }
+    }
+    if (!o->block_m)
+        o->block_m = def.block_m;
+    if (!o->block_n)
+        o->block_n = def.block_n;
+    if (!o->stages)
+        o->stages = def.stages;
+    if (!o->cluster_n)
+        o->cluster_n = def.cluster_n;
+}
+
+void cf_kernel_free(cf_kernel *k)
+{
+    if (!k)
+        return;
+    if (k->module)
+        cf_rt_module_unload(k->module, NULL);
+    if (k->wide.c)
+        cf_rt_free(k->wide.c, NULL);
+    if (k->xchg)
+        cf_rt_free(k->xchg, NULL);
+    if (k->xsync)
+        cf_rt_free(k->xsync, NULL);
+    cf_rows_free(k->wide.rows);
+    cf_kernel_free(k->wide.gemm);
+    cf_graph_free(k->wide.graph);
+    cf_rt_cubin_free(&k->cubin);
+    cf_sb_free(&k->src);
+    cf_ir_free(k->ir);
+    free(k);
+}
+
+cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *title, cf_kernel **out,
+                          cf_error *err)
+{
+    cf_error_clear(err);
+    if (!g || !out)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_build: NULL argument");
+    *out = NULL;
+    cf_kernel *k = calloc(1, sizeof *k);
+    if (!k)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+    k->graph = g;
+    k->opt = opt ? *opt : (cf_options){0};
+    cf_options_fill(&k->opt, cf_options_for(g, 0, 0, 0));
+    cf_status st;
+    const cf_options *o = &k->opt;
+    /* A row inside one tile needs no exchange at all, so no L2 slots either. */
+    const bool reduces = has_reductions(g);
+    const bool global = o->reduce_mode == CF_REDUCE_GLOBAL && reduces && o->cluster_n > 1;
+    if (o->block_m != 64 && o->block_m != 128)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "block_m %d: must be 64 or 128", o->block_m);
+    else if (o->block_n != 64 && o->block_n != 128 && o->block_n != 192 && o->block_n != 256)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "block_n %d: must be 64, 128, 192 or 256",
+                       o->block_n);
+    else if (o->block_m * o->block_n > 16384)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                       "block_m x block_n = %d x %d: more than 128 accumulator registers per thread",
+                       o->block_m, o->block_n);
+    else if (o->stages < 2 || o->stages > 12)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "stages %d: must be 2..12", o->stages);
+    else if (o->reduce_mode < CF_REDUCE_AUTO || o->reduce_mode > CF_REDUCE_GLOBAL)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "reduce_mode %d: unknown", o->reduce_mode);
+    else if (o->cluster_n < 1 || o->cluster_n > (global ? 64 : 16) || (o->cluster_n & (o->cluster_n - 1)))
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cluster_n %d: must be 1, 2, 4, 8 or 16%s",
+                       o->cluster_n, reduces ? " (32 or 64 with reduce mode global)" : "");
+    else
+        st = cf_lower(g, &k->ir, err);
+    if (st == CF_OK) {
+        /* Through L2 the row's CTAs need no hardware cluster. */
+        cf_cg_options cg = {.bm = o->block_m, .bn = o->block_n, .stages = o->stages,
+                            .cluster_n = global ? 1 : o->cluster_n, .row_ctas = o->cluster_n,
+                            .red_leader = o->reduce_mode == CF_REDUCE_LEADER, .red_global = global,
+                            .sync_finish = o->sync_finish};
+        st = cf_codegen(k->ir, &cg, title, &k->src, err);
+    }
+    if (st != CF_OK) {
+        cf_kernel_free(k);
+        return st;
+    }
+    *out = k;
+    return CF_OK;
+}
+
+const cf_ir *cf_kernel_ir(const cf_kernel *k) { return k ? k->ir : NULL; }
+const char *cf_kernel_source(const cf_kernel *k) { return k ? k->src.data : NULL; }
+const char *cf_kernel_ptx(const cf_kernel *k) { return k && k->compiled ? k->cubin.ptx : NULL; }
+
+/* Reads cf_kernel_info (a byte-initialised .global array) out of the PTX,
+ * so the configuration is known without a GPU. */
+static cf_status parse_info(cf_kernel *k, cf_error *err)
+{
+    const char *p = k->cubin.ptx ? strstr(k->cubin.ptx, "cf_kernel_info[") : NULL;
+    const char *brace = p ? strchr(p, '{') : NULL;
+    if (!brace)
+        return cf_errorf(err, CF_ERR_INTERNAL, (cf_loc){0}, "compiled kernel has no cf_kernel_info in its PTX");
+    unsigned char bytes[4 * INFO_COUNT] = {0};
+    const char *q = brace + 1;
+    for (int i = 0; i < (int)sizeof bytes; i++) {
+        char *end;
+        long v = strtol(q, &end, 10);
+        if (end == q)
+            break;
+        bytes[i] = (unsigned char)v;
+        q = end;
+        while (*q == ' ' || *q == ',')
+            q++;
+        if (*q == '}')
+            break;
+    }
+    for (int i = 0; i < INFO_COUNT; i++)
+        k->info[i] = bytes[4 * i] | bytes[4 * i + 1] << 8 | bytes[4 * i + 2] << 16 | bytes[4 * i + 3] << 24;
+    if (k->info[INFO_VERSION] != DEVICE_HEADER_VERSION || k->info[INFO_BM] != k->opt.block_m || k->info[INFO_BN] != k->opt.block_n)
+        return cf_errorf(err, CF_ERR_INTERNAL, (cf_loc){0},
+                         "kernel configuration mismatch (header version %d, BM %d, BN %d)", k->info[INFO_VERSION],
+                         k->info[INFO_BM], k->info[INFO_BN]);
+    return CF_OK;
+}
+
+cf_status cf_kernel_compile(cf_kernel *k, cf_error *err)
+{
+    cf_error_clear(err);
+    if (!k)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_compile: NULL kernel");
+    if (k->compiled)
+        return CF_OK;
+    cf_status st = cf_rt_compile(k->src.data, "cf_gemm_kernel", NULL, 0, &k->cubin, err);
+    if (st == CF_OK)
+        st = parse_info(k, err);
+    k->compiled = st == CF_OK;
+    return st;
+}
+
+cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err)
+{
+    cf_error_clear(err);
+    if (!k || !r)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_resources: NULL argument");
+    if (!k->compiled)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_resources: compile the kernel first");
+    memset(r, 0, sizeof *r);
+    r->threads = k->info[INFO_THREADS];
+    r->registers = k->cubin.registers;
+    r->spill_bytes = (k->cubin.spill_store_bytes > 0 ? k->cubin.spill_store_bytes : 0) +
+                     (k->cubin.spill_load_bytes > 0 ? k->cubin.spill_load_bytes : 0);
+    r->smem_bytes = k->info[INFO_SMEM];
+    r->static_smem_bytes = k->cubin.smem_bytes > 0 ? k->cubin.smem_bytes : 0;
+    r->cluster_n = k->info[INFO_CLUSTER_N];
+    r->block_m = k->info[INFO_BM];
+    r->block_n = k->info[INFO_BN];
+    r->stages = k->info[INFO_STAGES];
+    r->resident_ctas = k->max_clusters * k->info[INFO_CLUSTER_N];
+    r->row_ctas = k->info[INFO_ROW_CTAS];
+    r->reduce_mode = !k->info[INFO_NUM_RED] ? 0 : k->info[INFO_RED_GLOBAL] ? CF_REDUCE_GLOBAL
+                                                                          : k->opt.reduce_mode;
+    r->late_finish = k->info[INFO_LATE_FINISH] != 0;
+    r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;
+    r->compile_ms = k->cubin.compile_ms;
+    snprintf(r->cache_path, sizeof r->cache_path, "%s", k->cubin.cache_path);
+    return CF_OK;
+}
+
+/* ---- launching ------------------------------------------------------------ */
+
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* The parameter block cf_gemm_args of the device header, packed by the C
+ * layout rules both compilers follow: three or more 128-byte TMA descriptors
+ * (64-byte aligned), output pointers, M N K, output pitches, then the
+ * generated cf_epi_params. */
+typedef struct args_layout {
+    size_t tma_out, xchg, out_ptr, mnk, out_ld, epi, size;
+} args_layout;
+
+static args_layout layout_of(const cf_ir *ir, int n_out, size_t *epi_size, size_t *epi_align)
+{
+    args_layout l;
+    l.tma_out = 256;
+    l.xchg = l.tma_out + 128 * (size_t)n_out; /* xchg, xsync */
+    l.out_ptr = l.xchg + 16;
+    l.mnk = l.out_ptr + 8 * (size_t)n_out;
+    l.out_ld = l.mnk + 12;
+    cf_cg_epi_layout(ir, NULL, epi_size, epi_align);
+    l.epi = align_up(l.out_ld + 4 * (size_t)n_out, *epi_align);
+    l.size = align_up(l.epi + *epi_size, 64);
+    return l;
+}
+
+static cf_status load_module(cf_kernel *k, cf_error *err)
+{
+    cf_status st = cf_rt_init(err);
+    if (st == CF_OK)
+        st = cf_rt_module_load(k->cubin.cubin, &k->module, err);
+    if (st == CF_OK)
+        st = cf_rt_module_get_func(k->module, "cf_gemm_kernel", &k->func, err);
+    if (st == CF_OK)
+        st = cf_rt_func_prepare(k->func, k->info[INFO_SMEM], k->info[INFO_CLUSTER_N], err);
+    if (st == CF_OK)
+        st = cf_rt_max_active_clusters(k->func, k->info[INFO_CLUSTER_N], k->info[INFO_THREADS],
+                                       k->info[INFO_SMEM], &k->max_clusters, err);
+    if (st == CF_OK && k->max_clusters < 1)
+        st = cf_errorf(err, CF_ERR_CUDA, (cf_loc){0},
+                       "no cluster of %d CTAs with %d bytes of shared memory fits on this GPU",
+                       k->info[INFO_CLUSTER_N], k->info[INFO_SMEM]);
+    if (st != CF_OK && k->module) {
+        cf_rt_module_unload(k->module, NULL);
+        k->module = NULL;
+    }
+    return st;
+}
+
+/* The L2 exchange's slots for tiles_m row tiles (grown, never shrunk; zeroed,
+ * which no epoch matches) and its counters {epoch 1, 0 finished}. */
+static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_error *err)
+{
+    cf_status st;
+    size_t bytes = (size_t)k->info[INFO_NUM_RED] * (size_t)tiles_m * (size_t)k->info[INFO_ROW_CTAS] *
+                   (size_t)k->info[INFO_BM] * 8;
+    if (bytes > k->xchg_bytes) {
+        /* an earlier launch may still be reading the old slots */
+        if (k->xchg && ((st = cf_rt_ctx_sync(err)) != CF_OK || (st = cf_rt_free(k->xchg, err)) != CF_OK))
+            return st;
+        k->xchg = 0;
+        k->xchg_bytes = 0;
+        if ((st = cf_rt_malloc(&k->xchg, bytes, err)) != CF_OK)
+            return st;
+        if ((st = cf_rt_memset_d8(k->xchg, 0, bytes, err)) != CF_OK)
+            return st;
+        k->xchg_bytes = bytes;
+    }
+    if (!k->xsync) {
+        const uint32_t init[2] = {1, 0};
+        if ((st = cf_rt_malloc(&k->xsync, sizeof init, err)) != CF_OK)
+            return st;
+        if ((st = cf_rt_memcpy_htod(k->xsync, init, sizeof init, err)) != CF_OK) {
+            cf_rt_free(k->xsync, NULL);
+            k->xsync = 0;
+            return st;
+        }
+    }
+    return CF_OK;
+}
+
+static int64_t dim_of(const cf_launch_args *a, cf_dim d) { return d >= 0 ? a->dims[d] : 0; }
+
+bool cf_kernel_wide(const cf_kernel *k, int64_t n)
+{
+    return k && k->compiled && k->ir->n_stages[0] > 1 &&
+           n > (int64_t)k->info[INFO_BN] * k->info[INFO_ROW_CTAS];
+}
+
+/* The GEMM of the wide path: the same X and W, C = X @ W kept in f32. */
+static cf_status build_wide(cf_kernel *k, int64_t M, int64_t N, int64_t K, cf_error *err)
+{
+    const cf_ir *ir = k->ir;
+    cf_tensor_info x = cf_graph_input_info(k->graph, ir->args[0].index);
+    cf_tensor_info w = cf_graph_input_info(k->graph, ir->args[1].index);
+    cf_graph *g = cf_graph_new();
+    if (!g)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+    cf_dim d[CF_MAX_DIMS];
+    for (int i = 0; i < cf_graph_num_dims(k->graph); i++)
+        d[i] = cf_graph_dim(g, cf_graph_dim_name(k->graph, i));
+    cf_value X = cf_graph_input(g, x.name, x.dtype, 2, (cf_dim[]){d[x.dims[0]], d[x.dims[1]]});
+    cf_value W = cf_graph_input(g, w.name, w.dtype, 2, (cf_dim[]){d[w.dims[0]], d[w.dims[1]]});
+    cf_graph_output(g, "C", cf_graph_matmul(g, X, W), CF_F32);
+    k->wide.graph = g;
+    if (cf_graph_error(g)->status != CF_OK) {
+        if (err)
+            *err = *cf_graph_error(g);
+        return cf_graph_error(g)->status;
+    }
+    cf_options o = cf_options_for(g, M, N, K);
+    cf_status st = cf_kernel_build(g, &o, "wide-row GEMM", &k->wide.gemm, err);
+    if (st == CF_OK)
+        st = cf_kernel_compile(k->wide.gemm, err);
+    if (st == CF_OK)
+        st = cf_rows_build(ir, "wide-row epilogue", &k->wide.rows, err);
+    return st;
+}
+
+/* Rows wider than one cluster cannot be reduced on chip: C goes through
+ * device memory once (f32) and the row kernel runs the epilogue over it. */
+static cf_status launch_wide(cf_kernel *k, const cf_launch_args *a, int64_t M, int64_t N, int64_t K, cf_error *err)
+{
+    cf_status st = CF_OK;
+    if (!k->wide.gemm && (st = build_wide(k, M, N, K, err)) != CF_OK)
+        return st;
+    size_t bytes = (size_t)M * (size_t)N * 4;
+    if (bytes > k->wide.c_bytes) {
+        if (k->wide.c)
+            cf_rt_free(k->wide.c, NULL);
+        k->wide.c = 0;
+        k->wide.c_bytes = 0;
+        if ((st = cf_rt_malloc(&k->wide.c, bytes, err)) != CF_OK)
+            return st;
+        k->wide.c_bytes = bytes;
+    }
+    /* The GEMM's graph has just X and W (inputs 0 and 1), and the same dims. */
+    uint64_t c = k->wide.c, xw[2] = {a->inputs[k->ir->args[0].index], a->inputs[k->ir->args[1].index]};
+    cf_launch_args ga = *a;
+    ga.inputs = xw;
+    ga.outputs = &c;
+    ga.params = NULL;
+    if ((st = cf_kernel_launch(k->wide.gemm, &ga, err)) != CF_OK)
+        return st;
+    return cf_rows_launch(k->wide.rows, k->wide.c, CF_F32, M, N, a, a->stream, err);
+}
+
+cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
+{
+    cf_error_clear(err);
+    if (!k || !a || !a->dims || !a->inputs || !a->outputs)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_launch: NULL argument");
+    cf_status st;
+    if (!k->compiled && (st = cf_kernel_compile(k, err)) != CF_OK)
+        return st;
+    const cf_ir *ir = k->ir;
+    const cf_graph *g = k->graph;
+    int64_t M = dim_of(a, ir->dim_m), N = dim_of(a, ir->dim_n), K = dim_of(a, ir->dim_k);
+    if (M < 1 || N < 1 || K < 1 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+        return cf_errorf(err, CF_ERR_SHAPE, (cf_loc){0}, "M=%lld N=%lld K=%lld: every GEMM dim must be in [1, 2^31)",
+                         (long long)M, (long long)N, (long long)K);
+    if (cf_kernel_wide(k, N))
+        return launch_wide(k, a, M, N, K, err);
+    for (int i = 0; i < g->n_params; i++)
+        if (!a->params)
+            return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "runtime scalar '%s' has no value",
+                             cf_graph_param_name(g, i));
+    int n_out = k->info[INFO_NUM_OUT];
+    size_t epi_size, epi_align;
+    args_layout l = layout_of(ir, n_out, &epi_size, &epi_align);
+    _Alignas(64) unsigned char block[4096];
+    if (l.size > sizeof block)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "kernel parameter block of %zu bytes is too large",
+                         l.size);
+    memset(block, 0, l.size);
+    const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
+    int bm = k->info[INFO_BM], bn = k->info[INFO_BN];
+    cf_dtype in_t = A->dtype;
+    const void *pa = (const void *)(uintptr_t)a->inputs[A->index];
+    const void *pb = (const void *)(uintptr_t)a->inputs[B->index];
+    st = cf_rt_tensor_map_2d_named(block, A->name, in_t, pa, (uint64_t)M, (uint64_t)K, (uint64_t)K,
+                                   (uint32_t)k->info[INFO_A_BOX_ROWS], 64, 128, err);
+    if (st != CF_OK)
+        return st;
+    if (B->b_is_nk)
+        st = cf_rt_tensor_map_2d_named(block + 128, B->name, in_t, pb, (uint64_t)N, (uint64_t)K, (uint64_t)K,
+                                       (uint32_t)k->info[INFO_B_BOX], 64, 128, err);
+    else
+        st = cf_rt_tensor_map_2d_named(block + 128, B->name, in_t, pb, (uint64_t)K, (uint64_t)N, (uint64_t)N, 64,
+                                       64, 128, err);
+    if (st != CF_OK)
+        return st;
+    int o = 0;
+    for (int i = 0; i < ir->n_args && o < n_out; i++) {
+        const cf_ir_arg *x = &ir->args[i];
+        if (x->kind != CF_ARG_OUTPUT || cf_graph_output_info(g, x->index).rank != 2)
+            continue; /* per-row outputs are plain pointers in the epilogue struct */
+        const void *po = (const void *)(uintptr_t)a->outputs[x->index];
+        uint32_t box_cols = (uint32_t)(128 / cf_dtype_size(x->dtype));
+        st = cf_rt_tensor_map_2d_named(block + l.tma_out + 128 * (size_t)o, x->name, x->dtype, po, (uint64_t)M,
+                                       (uint64_t)N, (uint64_t)N, (uint32_t)bm, box_cols, 128, err);
+        if (st != CF_OK)
+            return st;
+        uint64_t ptr = a->outputs[x->index];
+        int32_t ld = (int32_t)N;
+        memcpy(block + l.out_ptr + 8 * (size_t)o, &ptr, 8);
+        memcpy(block + l.out_ld + 4 * (size_t)o, &ld, 4);
+        o++;
+    }
+    int32_t mnk[3] = {(int32_t)M, (int32_t)N, (int32_t)K};
+    memcpy(block + l.mnk, mnk, sizeof mnk);
+    size_t offs[256];
+    cf_cg_epi_layout(ir, offs, &epi_size, &epi_align);
+    for (int i = 0; i < ir->n_args; i++) {
+        const cf_ir_arg *x = &ir->args[i];
+        unsigned char *dst = block + l.epi + offs[i];
+        if (x->kind == CF_ARG_SCALAR) {
+            float v = (float)a->params[x->index];
+            memcpy(dst, &v, 4);
+        } else if (x->kind == CF_ARG_OUTPUT && cf_graph_output_info(g, x->index).rank == 1) {
+            uint64_t ptr = a->outputs[x->index];
+            memcpy(dst, &ptr, 8);
+        } else if (x->kind == CF_ARG_VEC_N || x->kind == CF_ARG_VEC_M || x->kind == CF_ARG_TENSOR) {
+            uint64_t ptr = a->inputs[x->index];
+            if (ptr % cf_dtype_size(x->dtype))
+                return cf_errorf(err, CF_ERR_ALIGNMENT, (cf_loc){0},
+                                 "input '%s': device pointer 0x%llx is not aligned to its %s elements", x->name,
+                                 (unsigned long long)ptr, cf_dtype_name(x->dtype));
+            memcpy(dst, &ptr, 8);
+        }
+    }
+    if (!k->module && (st = load_module(k, err)) != CF_OK)
+        return st;
+    /* Persistent grid: as many row groups (of row_ctas CTAs, whole clusters) as
+     * fit at once, no more than there are row-group tiles. */
+    int cl = k->info[INFO_CLUSTER_N], rc = k->info[INFO_ROW_CTAS];
+    int64_t tiles_m = (M + k->info[INFO_TILE_M] - 1) / k->info[INFO_TILE_M];
+    int64_t tiles_n = (N + bn - 1) / bn;
+    int64_t group_tiles = tiles_m * ((tiles_n + rc - 1) / rc);
+    int64_t groups = (int64_t)k->max_clusters * cl / rc;
+    if (groups < 1)
+        return cf_errorf(err, CF_ERR_CUDA, (cf_loc){0},
+                         "a row group of %d CTAs does not fit on this GPU at once (%d resident)", rc,
+                         k->max_clusters * cl);
+    if (groups > group_tiles)
+        groups = group_tiles;
+    bool global = k->info[INFO_RED_GLOBAL]; /* emitted only for row groups of 2 or more */
+    if (global && (st = prepare_exchange(k, tiles_m, err)) != CF_OK)
+        return st;
+    uint64_t xptr[2] = {global ? k->xchg : 0, global ? k->xsync : 0};
+    memcpy(block + l.xchg, xptr, sizeof xptr);
+    cf_rt_launch_cfg cfg = {
+        .grid = {(unsigned)(groups * rc), 1, 1},
+        .block = {(unsigned)k->info[INFO_THREADS], 1, 1},
+        .cluster = {(unsigned)cl, 1, 1},
+        .dyn_smem = (unsigned)k->info[INFO_SMEM],
+        .stream = a->stream,
+        .cooperative = global, /* a row group's CTAs wait for each other: all must be resident */
+    };
+    void *params[] = {block};
+    return cf_rt_launch(k->func, &cfg, params, err);
+}

@@ -1,0 +1,689 @@
+/* rows.c — the unfused path's epilogue kernel: what a user runs today after a
+ * GEMM, as one standalone memory-bound kernel, cf_rows_kernel.
+ *
+ * It reads the GEMM output C [M,N] back from global memory and runs epilogue
+ * 0 of the IR over it.  One CTA owns a row at a time (grid-stride over rows)
+ * and runs the stages in order, each as one loop over the row's columns
+ * (thread t takes columns t, t + blockDim.x, ...: coalesced).  A REDUCE folds
+ * a partial per thread, then warp shuffles, then one value per warp through
+ * shared memory; every thread gets the result, so VEC_M values (computed
+ * between the column loops) are uniform across the CTA.  TILE values a later
+ * stage uses go through a global f32 scratch plane, as eager PyTorch would
+ * materialise them; leaves (the accumulator C, broadcast inputs) are re-read
+ * from where they already are instead.  Each thread reads back exactly the
+ * scratch columns it wrote, so no barrier is needed for them.
+ *
+ * Ops use codegen.c's templates and helpers (cf_cg_*), so the fused and the
+ * unfused kernels compute every elementwise op identically.  The source has
+ * no includes: NVRTC compiles it with no include path, 16-bit values are
+ * unsigned short with inline-PTX conversions. */
+#include "cf_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ROWS_MIN_THREADS 128
+#define ROWS_MAX_THREADS 512
+#define ROWS_COLS_PER_THREAD 16 /* wider rows get more threads, up to the max */
+
+struct cf_rows {
+    const cf_ir *ir;
+    cf_strbuf src;
+    int n_scratch;
+    cf_rt_cubin cubin;
+    bool compiled;
+    /* loaded on the first launch */
+    cf_rt_module module;
+    cf_rt_func func;
+    int max_ctas[3];          /* co-resident CTAs for 128, 256, 512 threads (0: not asked yet) */
+    cf_rt_devptr scratch;
+    size_t scratch_bytes;
+};
+
+/* ---- generation ----------------------------------------------------------- */
+
+typedef struct rows_gen {
+    const cf_ir *ir;
+    cf_strbuf *sb;
+    int indent;
+    int *slot;                /* by id: scratch plane of a carried COMPUTE, else -1 */
+    bool *emitted;            /* by id: defined in the current column loop     */
+    int n_slots;
+} rows_gen;
+
+__attribute__((format(printf, 2, 3)))
+static void line(rows_gen *g, const char *fmt, ...)
+{
+    for (int i = 0; i < g->indent; i++)
+        cf_sb_puts(g->sb, "    ");
+    va_list ap;
+    va_start(ap, fmt);
+    cf_sb_vprintf(g->sb, fmt, ap);
+    va_end(ap);
+    cf_sb_puts(g->sb, "\n");
+}
+
+static const char *id_of(const cf_ir_node *n, char *buf, size_t len) { return cf_cg_ident(n, buf, len); }
+
+/* A C identifier from an A entry's name plus a suffix (_in, _out, _prm).
+ * Node identifiers end in digits (cf_cg_ident) and every name made here ends
+ * in a word, so the two never collide. */
+static const char *arg_ident(const char *suffix, const cf_ir_arg *a, char *buf, size_t len)
+{
+    size_t j = 0;
+    for (const char *p = a->name ? a->name : "arg"; *p && j + 16 < len; p++)
+        buf[j++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ? *p : '_');
+    snprintf(buf + j, len - j, "%s", suffix);
+    return buf;
+}
+
+static const char *store_fn(cf_dtype t)
+{
+    return t == CF_F32 ? "store_f32" : t == CF_BF16 ? "store_bf16" : "store_f16";
+}
+
+/* Rows-kernel helpers, emitted only when the kernel calls them (after the
+ * shared codegen.c helpers they use). */
+static const struct {
+    const char *name;
+    const char *def;
+} row_helpers[] = {
+    {"cf_load_c",
+     "/* One element of the GEMM output C, in the dtype the GEMM wrote. */\n"
+     "static __device__ __forceinline__ float cf_load_c(const void *C, int t, long long i)\n"
+     "{\n"
+     "    return t == CF_C_F32    ? load_f32((const float *)C, i)\n"
+     "           : t == CF_C_BF16 ? load_bf16((const unsigned short *)C, i)\n"
+     "                            : load_f16((const unsigned short *)C, i);\n"
+     "}"},
+    {"cf_combine",
+     "/* Row reductions: sum (and mean), max, min; max/min propagate NaN like the reference. */\n"
+     "enum { CF_SUM, CF_MAX, CF_MIN };\n"
+     "template <int OP>\n"
+     "static __device__ __forceinline__ float cf_combine(float a, float b)\n"
+     "{\n"
+     "    return OP == CF_SUM ? a + b : OP == CF_MAX ? op_max(a, b) : op_min(a, b);\n"
+     "}"},
+    {"cf_block_reduce",
+     "/* Combines one partial per thread across the CTA: warp shuffles, then one\n"
+     " * value per warp through shared memory.  Every thread gets the same result\n"
+     " * (the xor butterfly combines commutatively).  Ends with a barrier so red\n"
+     " * can be reused by the next reduction. */\n"
+     "template <int OP>\n"
+     "static __device__ __forceinline__ float cf_block_reduce(float v, float *red)\n"
+     "{\n"
+     "    const float identity = OP == CF_SUM ? 0.0f : OP == CF_MAX ? __int_as_float((int)0xff800000)\n"
+     "                                                             : __int_as_float(0x7f800000);\n"
+     "    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;\n"
+     "#pragma unroll\n"
+     "    for (int o = 16; o > 0; o >>= 1)\n"
+     "        v = cf_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
+     "    if (lane == 0)\n"
+     "        red[warp] = v;\n"
+     "    __syncthreads();\n"
+     "    v = lane < n_warps ? red[lane] : identity;\n"
+     "#pragma unroll\n"
+     "    for (int o = 16; o > 0; o >>= 1)\n"
+     "        v = cf_combine<OP>(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
+     "    __syncthreads();\n"
+     "    return v;\n"
+     "}"},
+};
+
+/* Whether text calls (or instantiates) name. */
+static bool uses(const char *text, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = text; p && (p = strstr(p, name)) != NULL; p += len) {
+        char before = p == text ? ' ' : p[-1];
+        bool ident_before = before == '_' || (before >= 'a' && before <= 'z') || (before >= 'A' && before <= 'Z') ||
+                            (before >= '0' && before <= '9');
+        if (!ident_before && (p[len] == '(' || p[len] == '<'))
+            return true;
+    }
+    return false;
+}
+
+static const char *reduce_tag(cf_op op)
+{
+    return op == CF_OP_RMAX ? "CF_MAX" : op == CF_OP_RMIN ? "CF_MIN" : "CF_SUM";
+}
+
+/* The expression of a leaf (ACC or BCAST) at the current row / column. */
+static void leaf_expr(rows_gen *g, const cf_ir_node *n, char *buf, size_t len)
+{
+    char an[96];
+    const cf_ir_arg *a = n->kind == CF_IR_BCAST && n->src != CF_BC_CONST ? &g->ir->args[n->arg] : NULL;
+    if (n->kind == CF_IR_ACC) {
+        snprintf(buf, len, "cf_load_c(C, c_dtype, idx)");
+        return;
+    }
+    switch (n->src) {
+    case CF_BC_CONST: cf_cg_float_literal(n->cval, buf, len); break;
+    case CF_BC_PARAM: snprintf(buf, len, "%s", arg_ident("_prm", a, an, sizeof an)); break;
+    case CF_BC_VEC_N: snprintf(buf, len, "%s(%s, col)", cf_cg_load_fn(a->dtype), arg_ident("_in", a, an, sizeof an)); break;
+    case CF_BC_VEC_M: snprintf(buf, len, "%s(%s, row)", cf_cg_load_fn(a->dtype), arg_ident("_in", a, an, sizeof an)); break;
+    default: snprintf(buf, len, "%s(%s, idx)", cf_cg_load_fn(a->dtype), arg_ident("_in", a, an, sizeof an)); break;
+    }
+}
+
+static void ensure_in_loop(rows_gen *g, const cf_ir_node *n);
+
+/* The value of r (a node of an earlier stage) inside the current scope: the
+ * variable of a row-level value, a leaf re-read, a VEC_N value recomputed in
+ * this loop, or the scratch plane of a carried COMPUTE. */
+static void carried_expr(rows_gen *g, const cf_ir_node *r, char *buf, size_t len)
+{
+    char rn[96];
+    id_of(r, rn, sizeof rn);
+    if (r->kind == CF_IR_REDUCE || r->shape == CF_SHAPE_SCALAR || r->shape == CF_SHAPE_VEC_M) {
+        snprintf(buf, len, "%s", rn);
+    } else if (r->shape == CF_SHAPE_VEC_N) {
+        ensure_in_loop(g, r);
+        snprintf(buf, len, "%s", rn);
+    } else if (r->kind == CF_IR_ACC || r->kind == CF_IR_BCAST) {
+        leaf_expr(g, r, buf, len);
+    } else if (r->kind == CF_IR_PLACEHOLDER) {
+        carried_expr(g, r->ref, buf, len); /* a statistic or a value carried further */
+    } else {
+        CF_ASSERT(g->slot[r->id] >= 0);
+        snprintf(buf, len, "%s_carry[idx]", rn);
+    }
+}
+
+/* Emits the definition of one value node in the current scope. */
+static void emit_value(rows_gen *g, const cf_ir_node *n)
+{
+    char id[96], expr[512];
+    id_of(n, id, sizeof id);
+    switch (n->kind) {
+    case CF_IR_ACC:
+    case CF_IR_BCAST:
+        leaf_expr(g, n, expr, sizeof expr);
+        line(g, "const float %s = %s;", id, expr);
+        break;
+    case CF_IR_COMPUTE: {
+        char a0[96], a1[96];
+        for (int i = 0; i < n->nargs; i++)
+            if (n->args[i]->shape == CF_SHAPE_VEC_N && n->shape != CF_SHAPE_SCALAR)
+                ensure_in_loop(g, n->args[i]);
+        id_of(n->args[0], a0, sizeof a0);
+        if (n->nargs == 2)
+            id_of(n->args[1], a1, sizeof a1);
+        cf_strbuf e = {0};
+        cf_cg_expand_op(n->op, a0, n->nargs == 2 ? a1 : NULL, &e);
+        line(g, "const float %s = %s;", id, e.data ? e.data : "0.0f");
+        if (e.oom)
+            g->sb->oom = true;
+        cf_sb_free(&e);
+        break;
+    }
+    case CF_IR_PLACEHOLDER:
+        carried_expr(g, n->ref, expr, sizeof expr);
+        line(g, "const float %s = %s;  /* %s of %s */", id, expr, n->is_stat ? "statistic" : "bypass",
+             cf_ir_node_label(n->ref, (char[96]){0}, 96));
+        break;
+    default:
+        CF_ASSERT(!"rows: emit_value on a node without a value");
+    }
+    if (g->slot[n->id] >= 0)
+        line(g, "%s_carry[idx] = %s;  /* carried to a later stage through memory */", id, id);
+}
+
+/* Makes the VEC_N (or TILE) node n available in the current column loop,
+ * emitting what it needs first: a VEC_N value of an earlier stage is a pure
+ * function of the column, so it is recomputed here rather than stored. */
+static void ensure_in_loop(rows_gen *g, const cf_ir_node *n)
+{
+    if (n->shape == CF_SHAPE_SCALAR || n->shape == CF_SHAPE_VEC_M || g->emitted[n->id])
+        return;
+    g->emitted[n->id] = true;
+    for (int i = 0; i < n->nargs; i++)
+        ensure_in_loop(g, n->args[i]);
+    emit_value(g, n);
+}
+
+static void emit_store(rows_gen *g, const cf_ir_node *n)
+{
+    char on[96], vn[96];
+    const cf_ir_arg *a = &g->ir->args[n->arg];
+    arg_ident("_out", a, on, sizeof on);
+    id_of(n->args[0], vn, sizeof vn);
+    switch (n->shape) {
+    case CF_SHAPE_TILE:
+        line(g, "%s(%s, idx, %s);  /* output %s: %s [M,N] */", store_fn(a->dtype), on, vn, a->name,
+             cf_dtype_name(a->dtype));
+        break;
+    case CF_SHAPE_VEC_N:
+        line(g, "if (row == 0)  /* output %s: %s [N], written once */", a->name, cf_dtype_name(a->dtype));
+        line(g, "    %s(%s, col, %s);", store_fn(a->dtype), on, vn);
+        break;
+    case CF_SHAPE_VEC_M:
+        line(g, "if (threadIdx.x == 0)  /* output %s: %s [M], one per row */", a->name, cf_dtype_name(a->dtype));
+        line(g, "    %s(%s, row, %s);", store_fn(a->dtype), on, vn);
+        break;
+    default:
+        line(g, "if (blockIdx.x == 0 && threadIdx.x == 0)  /* output %s: %s scalar */", a->name,
+             cf_dtype_name(a->dtype));
+        line(g, "    %s(%s, 0, %s);", store_fn(a->dtype), on, vn);
+        break;
+    }
+}
+
+/* The first stage's carried COMPUTE values get scratch planes; bypasses of
+ * bypasses (a value carried over several stages) share their origin's plane,
+ * and leaves are re-read, so each plane is written exactly once per element. */
+static void assign_slots(rows_gen *g)
+{
+    for (const cf_ir_spec *s = g->ir->epi[0]; s; s = s->post)
+        for (int i = 0; i < s->n_nodes; i++) {
+            const cf_ir_node *p = s->nodes[i];
+            if (p->kind != CF_IR_PLACEHOLDER || p->is_stat)
+                continue;
+            const cf_ir_node *o = p->ref;
+            while (o->kind == CF_IR_PLACEHOLDER && !o->is_stat && o->shape == CF_SHAPE_TILE)
+                o = o->ref;
+            if (o->kind == CF_IR_COMPUTE && o->shape == CF_SHAPE_TILE && g->slot[o->id] < 0)
+                g->slot[o->id] = g->n_slots++;
+        }
+}
+
+static bool stage_needs_loop(const cf_ir_spec *s)
+{
+    for (int i = 0; i < s->n_nodes; i++) {
+        const cf_ir_node *n = s->nodes[i];
+        if (n->kind == CF_IR_REDUCE || n->shape == CF_SHAPE_TILE ||
+            (n->kind == CF_IR_STORE && n->shape == CF_SHAPE_VEC_N))
+            return true;
+    }
+    return false;
+}
+
+static void emit_stage(rows_gen *g, const cf_ir_spec *s, int n_nodes)
+{
+    const cf_ir_node *red = s->terminal && s->terminal->kind == CF_IR_REDUCE ? s->terminal : NULL;
+    char id[96], lbl[96], an[96];
+    line(g, "/* ---- stage %d: %d nodes%s%s ---- */", s->depth, s->n_nodes, red ? ", then " : "",
+         red ? cf_op_name(red->op) : "");
+    if (red)
+        line(g, "/*      reduces %s over the row into %s */", cf_ir_node_label(red->args[0], lbl, sizeof lbl),
+             cf_ir_node_label(red, an, sizeof an));
+    /* per-row values: statistics of the previous stage and what they feed */
+    for (int i = 0; i < s->n_nodes; i++) {
+        const cf_ir_node *n = s->nodes[i];
+        if (n->shape != CF_SHAPE_VEC_M || n->kind == CF_IR_REDUCE)
+            continue;
+        if (n->kind == CF_IR_STORE)
+            emit_store(g, n);
+        else
+            emit_value(g, n);
+    }
+    if (!stage_needs_loop(s))
+        return;
+    if (red)
+        line(g, "float %s_part = %s;  /* this thread's partial, from the identity */", id_of(red, id, sizeof id),
+             red->op == CF_OP_RMAX   ? "__int_as_float((int)0xff800000)"
+             : red->op == CF_OP_RMIN ? "__int_as_float(0x7f800000)"
+                                     : "0.0f");
+    memset(g->emitted, 0, (size_t)n_nodes * sizeof *g->emitted);
+    line(g, "#pragma unroll 4");
+    line(g, "for (int col = threadIdx.x; col < N; col += blockDim.x) {");
+    g->indent++;
+    line(g, "const long long idx = row_base + col;");
+    for (int i = 0; i < s->n_nodes; i++) {
+        const cf_ir_node *n = s->nodes[i];
+        if (n->kind == CF_IR_REDUCE) {
+            char a0[96];
+            ensure_in_loop(g, n->args[0]);
+            line(g, "%s_part = cf_combine<%s>(%s_part, %s);", id_of(n, id, sizeof id), reduce_tag(n->op), id,
+                 id_of(n->args[0], a0, sizeof a0));
+        } else if (n->kind == CF_IR_STORE) {
+            if (n->shape == CF_SHAPE_TILE || n->shape == CF_SHAPE_VEC_N) {
+                ensure_in_loop(g, n->args[0]);
+                emit_store(g, n);
+            }
+        } else if (n->shape == CF_SHAPE_TILE || n->shape == CF_SHAPE_VEC_N) {
+            ensure_in_loop(g, n);
+        }
+    }
+    g->indent--;
+    line(g, "}");
+    if (red)
+        line(g, "const float %s = cf_block_reduce<%s>(%s_part, cf_red)%s;  /* %s over the row */", id,
+             reduce_tag(red->op), id, red->op == CF_OP_MEAN ? " / (float)N" : "", cf_op_name(red->op));
+}
+
+cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, int *n_scratch, cf_error *err)
+{
+    if (!ir || !out)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_rows_generate: NULL argument");
+    if (ir->n_gemms != 1 || !ir->epi[0])
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "the unfused row kernel runs the epilogue of one GEMM; a B2B IR (F(X*W1)*W2) needs "
+                         "the second GEMM between its two epilogues, which this path does not do yet");
+    for (const cf_ir_spec *s = ir->epi[0]; s; s = s->post)
+        for (int i = 0; i < s->n_nodes; i++)
+            if (s->nodes[i]->kind == CF_IR_MATMUL)
+                return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                                 "the unfused row kernel cannot run a MATMUL node (B2B)");
+    int nn = ir->n_nodes > 0 ? ir->n_nodes : 1;
+    rows_gen g = {.ir = ir};
+    g.slot = malloc((size_t)nn * sizeof *g.slot);
+    g.emitted = calloc((size_t)nn, sizeof *g.emitted);
+    cf_strbuf body = {0}, helpers = {0};
+    if (!g.slot || !g.emitted) {
+        free(g.slot);
+        free(g.emitted);
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating the row kernel");
+    }
+    for (int i = 0; i < nn; i++)
+        g.slot[i] = -1;
+    assign_slots(&g);
+    int n_red = ir->n_stages[0] - 1;
+
+    /* the kernel, into its own buffer so only the helpers it calls precede it */
+    g.sb = &body;
+    line(&g, "extern \"C\" __global__ void __launch_bounds__(%d)", ROWS_MAX_THREADS);
+    line(&g, "cf_rows_kernel(const void *__restrict__ C, int c_dtype, long long M, int N,");
+    int last = -1; /* the last A entry passed to the kernel */
+    for (int i = 0; i < ir->n_args; i++)
+        if (ir->args[i].kind != CF_ARG_GEMM_A && ir->args[i].kind != CF_ARG_GEMM_B &&
+            ir->args[i].kind != CF_ARG_GEMM2_B)
+            last = i;
+    line(&g, "               float *__restrict__ cf_scratch%s", last >= 0 ? "," : ")");
+    for (int i = 0; i < ir->n_args; i++) {
+        const cf_ir_arg *a = &ir->args[i];
+        char an[96], decl[160];
+        const char *sep = i == last ? ")" : ",";
+        switch (a->kind) {
+        case CF_ARG_SCALAR:
+            snprintf(decl, sizeof decl, "float %s", arg_ident("_prm", a, an, sizeof an));
+            break;
+        case CF_ARG_VEC_N:
+        case CF_ARG_VEC_M:
+        case CF_ARG_TENSOR:
+            snprintf(decl, sizeof decl, "const %s *__restrict__ %s", a->dtype == CF_F32 ? "float" : "unsigned short",
+                     arg_ident("_in", a, an, sizeof an));
+            break;
+        case CF_ARG_OUTPUT:
+            snprintf(decl, sizeof decl, "%s *__restrict__ %s", a->dtype == CF_F32 ? "float" : "unsigned short",
+                     arg_ident("_out", a, an, sizeof an));
+            break;
+        default:
+            continue;
+        }
+        line(&g, "               %s%s  /* a%d: %s %s */", decl, sep, i, cf_arg_kind_name(a->kind),
+             cf_dtype_name(a->dtype));
+    }
+    line(&g, "{");
+    g.indent++;
+    if (n_red > 0)
+        line(&g, "__shared__ float cf_red[32];  /* one partial per warp */");
+    if (g.n_slots == 0)
+        line(&g, "(void)cf_scratch;  /* nothing is carried between stages */");
+    else {
+        line(&g, "const long long plane = M * (long long)N;");
+        line(&g, "/* scratch planes: values carried from one stage to later ones */");
+        for (const cf_ir_spec *s = ir->epi[0]; s; s = s->post)
+            for (int i = 0; i < s->n_nodes; i++)
+                if (g.slot[s->nodes[i]->id] >= 0) {
+                    char nm[96], lbl[96];
+                    line(&g, "float *const %s_carry = cf_scratch + %d * plane;  /* %s, from stage %d */",
+                         id_of(s->nodes[i], nm, sizeof nm), g.slot[s->nodes[i]->id],
+                         cf_ir_node_label(s->nodes[i], lbl, sizeof lbl), s->depth);
+                }
+    }
+    bool any_scalar = false;
+    for (const cf_ir_spec *s = ir->epi[0]; s; s = s->post)
+        for (int i = 0; i < s->n_nodes; i++) {
+            const cf_ir_node *n = s->nodes[i];
+            if (n->shape != CF_SHAPE_SCALAR)
+                continue;
+            if (!any_scalar)
+                line(&g, "/* scalars: once per thread */");
+            any_scalar = true;
+            if (n->kind == CF_IR_STORE)
+                emit_store(&g, n);
+            else
+                emit_value(&g, n);
+        }
+    line(&g, "for (long long row = blockIdx.x; row < M; row += gridDim.x) {  /* one CTA per row */");
+    g.indent++;
+    line(&g, "const long long row_base = row * N;");
+    line(&g, "(void)row_base;");
+    for (const cf_ir_spec *s = ir->epi[0]; s; s = s->post)
+        emit_stage(&g, s, nn);
+    g.indent--;
+    line(&g, "}");
+    g.indent--;
+    line(&g, "}");
+
+    /* helpers: the rows kernel's own, then the shared ones they and the body call */
+    cf_strbuf own = {0};
+    bool wanted[CF_ARRAY_LEN(row_helpers)];
+    for (int i = 0; i < CF_ARRAY_LEN(row_helpers); i++) {
+        wanted[i] = uses(body.data, row_helpers[i].name) ||
+                    (strcmp(row_helpers[i].name, "cf_combine") == 0 && uses(body.data, "cf_block_reduce"));
+        if (wanted[i]) {
+            cf_sb_puts(&own, row_helpers[i].def);
+            cf_sb_puts(&own, "\n");
+        }
+    }
+    cf_strbuf scan = {0};
+    cf_sb_puts(&scan, own.data ? own.data : "");
+    cf_sb_puts(&scan, body.data ? body.data : "");
+    cf_cg_emit_helpers(scan.data, &helpers);
+    cf_sb_free(&scan);
+    /* (the stores and loads come from codegen.c's helpers) */
+    cf_sb_free(&own);
+    for (int i = 0; i < CF_ARRAY_LEN(row_helpers); i++)
+        if (wanted[i] && !uses(helpers.data, row_helpers[i].name)) {
+            cf_sb_puts(&own, row_helpers[i].def);
+            cf_sb_puts(&own, "\n");
+        }
+
+    cf_sb_printf(out, "/* Generated by comfuse %s from %s: do not edit.\n", CF_VERSION, title ? title : "<graph>");
+    cf_sb_printf(out, " * The unfused epilogue: reads the GEMM output C [M,N] from global memory and\n"
+                      " * runs the %d-stage epilogue over it, one CTA per row, one column loop per\n"
+                      " * stage, %d row reduction%s, %d [M,N] f32 scratch plane%s for carried values. */\n",
+                 ir->n_stages[0], n_red, n_red == 1 ? "" : "s", g.n_slots, g.n_slots == 1 ? "" : "s");
+    cf_sb_printf(out, "#define CF_C_BF16 %d\n#define CF_C_F16 %d\n#define CF_C_F32 %d\n\n", CF_BF16, CF_F16, CF_F32);
+    if (helpers.data) {
+        cf_sb_puts(out, "/* Helpers shared with the fused kernel (NaN-propagating like the reference). */\n");
+        cf_sb_puts(out, helpers.data);
+        cf_sb_puts(out, "\n");
+    }
+    if (own.data) {
+        cf_sb_puts(out, own.data);
+        cf_sb_puts(out, "\n");
+    }
+    cf_sb_puts(out, body.data ? body.data : "");
+    bool oom = body.oom || own.oom || helpers.oom || out->oom;
+    cf_sb_free(&body);
+    cf_sb_free(&own);
+    cf_sb_free(&helpers);
+    if (n_scratch)
+        *n_scratch = g.n_slots;
+    free(g.slot);
+    free(g.emitted);
+    if (oom)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating the row kernel");
+    return CF_OK;
+}
+
+/* ---- the object: build, launch ---------------------------------------------- */
+
+int cf_rows_threads(int64_t N)
+{
+    /* enough threads that each takes ~16 columns of the row, within 128..512 */
+    int t = ROWS_MIN_THREADS;
+    while (t < ROWS_MAX_THREADS && (int64_t)t * ROWS_COLS_PER_THREAD < N)
+        t *= 2;
+    return t;
+}
+
+void cf_rows_free(cf_rows *r)
+{
+    if (!r)
+        return;
+    if (r->scratch)
+        cf_rt_free(r->scratch, NULL);
+    if (r->module)
+        cf_rt_module_unload(r->module, NULL);
+    cf_rt_cubin_free(&r->cubin);
+    cf_sb_free(&r->src);
+    free(r);
+}
+
+cf_status cf_rows_build(const cf_ir *ir, const char *title, cf_rows **out, cf_error *err)
+{
+    cf_error_clear(err);
+    if (!ir || !out)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_rows_build: NULL argument");
+    *out = NULL;
+    cf_rows *r = calloc(1, sizeof *r);
+    if (!r)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+    r->ir = ir;
+    cf_status st = cf_rows_generate(ir, title, &r->src, &r->n_scratch, err);
+    if (st == CF_OK)
+        st = cf_rt_compile(r->src.data, "cf_rows_kernel", NULL, 0, &r->cubin, err);
+    if (st != CF_OK) {
+        cf_rows_free(r);
+        return st;
+    }
+    r->compiled = true;
+    *out = r;
+    return CF_OK;
+}
+
+const char *cf_rows_source(const cf_rows *r) { return r ? r->src.data : NULL; }
+const cf_rt_cubin *cf_rows_cubin(const cf_rows *r) { return r && r->compiled ? &r->cubin : NULL; }
+int cf_rows_scratch_planes(const cf_rows *r) { return r ? r->n_scratch : 0; }
+
+static cf_status load_module(cf_rows *r, cf_error *err)
+{
+    cf_status st = cf_rt_init(err);
+    if (st == CF_OK)
+        st = cf_rt_module_load(r->cubin.cubin, &r->module, err);
+    if (st == CF_OK)
+        st = cf_rt_module_get_func(r->module, "cf_rows_kernel", &r->func, err);
+    if (st != CF_OK && r->module) {
+        cf_rt_module_unload(r->module, NULL);
+        r->module = NULL;
+    }
+    return st;
+}
+
+/* One kernel argument: every value the parameter array points at. */
+typedef union rows_param {
+    uint64_t ptr;
+    long long ll;
+    int i;
+    float f;
+} rows_param;
+
+cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, cf_dtype c_dtype, int64_t M, int64_t N,
+                         const cf_launch_args *a, cf_rt_stream s, cf_error *err)
+{
+    cf_error_clear(err);
+    if (!r || !a || !a->dims || !r->compiled)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_rows_launch: NULL argument or uncompiled kernel");
+    const cf_ir *ir = r->ir;
+    const cf_graph *g = ir->graph;
+    if (M < 1 || N < 1 || N > INT32_MAX)
+        return cf_errorf(err, CF_ERR_SHAPE, (cf_loc){0}, "rows kernel: M=%lld N=%lld: need M >= 1 and 1 <= N < 2^31",
+                         (long long)M, (long long)N);
+    if (a->dims[ir->dim_m] != M || a->dims[ir->dim_n] != N)
+        return cf_errorf(err, CF_ERR_SHAPE, (cf_loc){0},
+                         "rows kernel: C is [%lld, %lld] but the dims bind %s=%lld, %s=%lld", (long long)M,
+                         (long long)N, cf_graph_dim_name(g, ir->dim_m), (long long)a->dims[ir->dim_m],
+                         cf_graph_dim_name(g, ir->dim_n), (long long)a->dims[ir->dim_n]);
+    if ((unsigned)c_dtype >= CF_DTYPE_COUNT || !C || C % cf_dtype_size(c_dtype))
+        return cf_errorf(err, CF_ERR_ALIGNMENT, (cf_loc){0},
+                         "rows kernel: C (0x%llx) must be a non-NULL device pointer aligned to its elements",
+                         (unsigned long long)C);
+
+    /* kernel arguments, in the order cf_rows_generate declares them */
+    int n_params = 5 + ir->n_args;
+    rows_param *vals = calloc((size_t)n_params, sizeof *vals);
+    void **params = calloc((size_t)n_params, sizeof *params);
+    cf_status st = CF_OK;
+    if (!vals || !params) {
+        st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+        goto done;
+    }
+    int k = 0;
+    vals[k++].ptr = C;
+    vals[k++].i = (int)c_dtype;
+    vals[k++].ll = (long long)M;
+    vals[k++].i = (int)N;
+    int scratch_arg = k++;
+    for (int i = 0; i < ir->n_args; i++) {
+        const cf_ir_arg *x = &ir->args[i];
+        switch (x->kind) {
+        case CF_ARG_SCALAR:
+            if (!a->params) {
+                st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "runtime scalar '%s' has no value", x->name);
+                goto done;
+            }
+            vals[k++].f = (float)a->params[x->index];
+            break;
+        case CF_ARG_VEC_N:
+        case CF_ARG_VEC_M:
+        case CF_ARG_TENSOR:
+        case CF_ARG_OUTPUT: {
+            const uint64_t *tab = x->kind == CF_ARG_OUTPUT ? a->outputs : a->inputs;
+            uint64_t p = tab ? tab[x->index] : 0;
+            if (!p || p % cf_dtype_size(x->dtype)) {
+                st = cf_errorf(err, p ? CF_ERR_ALIGNMENT : CF_ERR_INVALID_ARG, (cf_loc){0},
+                               "%s '%s': device pointer 0x%llx is NULL or not aligned to its %s elements",
+                               x->kind == CF_ARG_OUTPUT ? "output" : "input", x->name, (unsigned long long)p,
+                               cf_dtype_name(x->dtype));
+                goto done;
+            }
+            vals[k++].ptr = p;
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    for (int i = 0; i < k; i++)
+        params[i] = &vals[i];
+
+    if (!r->module && (st = load_module(r, err)) != CF_OK)
+        goto done;
+    size_t need = (size_t)r->n_scratch * (size_t)M * (size_t)N * sizeof(float);
+    if (need > r->scratch_bytes) {
+        if (r->scratch)
+            cf_rt_free(r->scratch, NULL);
+        r->scratch = 0;
+        r->scratch_bytes = 0;
+        if ((st = cf_rt_malloc(&r->scratch, need, err)) != CF_OK)
+            goto done;
+        r->scratch_bytes = need;
+        /* NaN until written: a read of an unwritten element shows in the output */
+        if ((st = cf_rt_memset_d8(r->scratch, 0xFF, need, err)) != CF_OK)
+            goto done;
+    }
+    vals[scratch_arg].ptr = r->scratch;
+
+    int threads = cf_rows_threads(N);
+    int ti = threads == 128 ? 0 : threads == 256 ? 1 : 2;
+    if (r->max_ctas[ti] <= 0 && (st = cf_rt_max_active_clusters(r->func, 1, threads, 0, &r->max_ctas[ti], err)) != CF_OK)
+        goto done;
+    int64_t grid = r->max_ctas[ti] > 0 ? r->max_ctas[ti] : 1;
+    if (grid > M)
+        grid = M;
+    cf_rt_launch_cfg cfg = {
+        .grid = {(unsigned)grid, 1, 1},
+        .block = {(unsigned)threads, 1, 1},
+        .stream = s,
+    };
+    st = cf_rt_launch(r->func, &cfg, params, err);
+done:
+    free(vals);
+    free(params);
+    return st;
+}

@@ -1,0 +1,125 @@
+/* test_cli.c — the comfuse command line: help, explain, exit statuses, errors. */
+#include "test_util.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+/* Runs a shell command, returns its exit status and (up to cap bytes of) its
+ * combined output. */
+static int run(const char *cmd, char *out, size_t cap)
+{
+    char full[1024];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    if (!p)
+        return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char buf[1 << 16];
+static char bin[512]; /* the comfuse binary next to this test's build dir */
+
+/* run() with "comfuse" replaced by the binary of this build. */
+static int cf(const char *args, char *out, size_t cap)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s", bin, args);
+    return run(cmd, out, cap);
+}
+
+int main(int argc, char **argv)
+{
+    /* argv[0] is <build>/tests/test_cli: the CLI is <build>/comfuse. */
+    snprintf(bin, sizeof bin, "%s", argc > 0 ? argv[0] : "build/tests/test_cli");
+    char *slash = strrchr(bin, '/');
+    if (slash)
+        *slash = 0;
+    slash = strrchr(bin, '/');
+    if (slash)
+        snprintf(slash, sizeof bin - (size_t)(slash - bin), "/comfuse");
+    else
+        snprintf(bin, sizeof bin, "build/comfuse");
+    CHECK_EQ_INT(0, cf("--help", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "explain SPEC");
+    CHECK_CONTAINS(buf, "bench SPEC");
+    static const char *verbs[] = {"explain", "emit", "compile", "run", "bench"};
+    for (int i = 0; i < 5; i++) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "%s --help", verbs[i]);
+        CHECK_EQ_INT(0, cf(cmd, buf, sizeof buf));
+        char want[64];
+        snprintf(want, sizeof want, "usage: comfuse %s", verbs[i]);
+        CHECK_CONTAINS(buf, want);
+    }
+    CHECK_EQ_INT(2, cf("", buf, sizeof buf));
+    CHECK_EQ_INT(2, cf("frobnicate x.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "unknown command 'frobnicate'");
+
+    /* explain: the LayerNorm example has three stages and carries x. */
+    CHECK_EQ_INT(0, cf("explain examples/gemm_bias_ln.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "3 stages, 2 reductions");
+    CHECK_CONTAINS(buf, "bypass of x.");
+    CHECK_CONTAINS(buf, "accumulator");
+    CHECK_CONTAINS(buf, "edges:");
+    CHECK_CONTAINS(buf, "runtime parameters (A):");
+    CHECK_CONTAINS(buf, "fused kernel (no --shape: default options): tile 128x128");
+    CHECK_CONTAINS(buf, "static (reduction exchange)");
+    CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 examples/gemm_bias_ln.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "cluster 1x1, row reductions over 16 CTAs through L2");
+    CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 --reduce-mode leader examples/gemm_bias_ln.cf", buf,
+                       sizeof buf));
+    CHECK_CONTAINS(buf, "4 stages, cluster 16x1, row reductions over 16 CTAs through DSMEM via rank 0");
+    CHECK_EQ_INT(2, cf("explain --reduce-mode bogus examples/gemm_bias_ln.cf", buf, sizeof buf));
+    CHECK_EQ_INT(0, cf("explain examples/b2b_ln.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "fused kernel: none (B2B");
+
+    /* Errors: a parse error names file:line:col (status 1); a spec outside
+     * the domain exits 3 so a caller can fall back. */
+    char dir[] = "/tmp/cf_test_cli_XXXXXX", path[256], cmd[512];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/bad_parse.cf", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("input X: bf16[M, K]\ninput W: bf16[K, N]\noutput Y = gelu(X @ W\n", f);
+        fclose(f);
+    }
+    snprintf(cmd, sizeof cmd, "explain %s", path);
+    CHECK_EQ_INT(1, cf(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "bad_parse.cf:3:22: expected ')' after 'W', at the end of the input");
+    snprintf(path, sizeof path, "%s/outside.cf", dir);
+    f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\noutput Y = x - sum(x, axis=0)\n", f);
+        fclose(f);
+    }
+    snprintf(cmd, sizeof cmd, "explain %s", path);
+    CHECK_EQ_INT(3, cf(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "cannot fuse");
+    CHECK_CONTAINS(buf, "reduces over M");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
+    CHECK_EQ_INT(1, cf("explain /nonexistent/no_such_file.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "no_such_file.cf");
+
+    /* emit needs no GPU; bad kernel options are usage errors. */
+    CHECK_EQ_INT(0, cf("emit examples/gemm_bias_gelu.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "cf_epilogue(");
+    CHECK_EQ_INT(2, cf("emit --stages lots examples/gemm.cf", buf, sizeof buf));
+    CHECK_EQ_INT(2, cf("run --shape M=8,Q=4 examples/gemm.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "no dim 'Q'");
+    CHECK_EQ_INT(2, cf("run --shape M=8,N=8 examples/gemm.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "no size given for dim K");
+
+    /* Without a GPU, run says so clearly (skipped where a driver exists). */
+    if (run("ls /dev/nvidia0", buf, sizeof buf) != 0) {
+        CHECK_EQ_INT(1, cf("run --shape M=8,N=8,K=8 examples/gemm.cf", buf, sizeof buf));
+        CHECK_CONTAINS(buf, "libcuda.so.1");
+    }
+    return tu_finish("test_cli");
+}

@@ -1,0 +1,463 @@
+/* test_codegen.c — Ψ: golden kernel sources, determinism, rejections, and
+ * NVRTC compiling each kernel for sm_90a into PTX that uses the Hopper paths. */
+#include "cf_internal.h"
+#include "test_util.h"
+
+#include <unistd.h>
+
+static cf_graph *parse(const char *path)
+{
+    cf_graph *g = NULL;
+    cf_error err;
+    if (cf_spec_parse_file(path, &g, &err) != CF_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return NULL;
+    }
+    return g;
+}
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s)
+        s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* The generated source of each spec is pinned in tests/golden/<name>.cu;
+ * CF_UPDATE_GOLDEN=1 rewrites them (review the diff before committing). */
+static void test_golden_sources(void)
+{
+    static const char *names[] = {"gemm",         "gemm_bias_gelu", "gemm_bias_ln",
+                                  "gemm_rmsnorm", "gemm_softmax",   "gemm_ln_softmax"};
+    bool update = getenv("CF_UPDATE_GOLDEN") != NULL;
+    for (int i = 0; i < CF_ARRAY_LEN(names); i++) {
+        char spec[256], gold[256];
+        snprintf(spec, sizeof spec, "examples/%s.cf", names[i]);
+        snprintf(gold, sizeof gold, "tests/golden/%s.cu", names[i]);
+        cf_graph *g = parse(spec);
+        CHECK(g != NULL);
+        cf_kernel *k = NULL, *k2 = NULL;
+        cf_error err;
+        /* reductions: LayerNorm and Softmax through DSMEM, RMSNorm and LN+Softmax through L2 */
+        cf_options opt = {.block_m = i < 2 ? 128 : 64, .block_n = 128, .stages = 5, .cluster_n = i < 2 ? 1 : 8, .reduce_mode = i < 2 || i % 2 == 0 ? CF_REDUCE_PEER : CF_REDUCE_GLOBAL};
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k, &err));
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k2, &err));
+        if (!k || !k2)
+            goto next;
+        CHECK(strcmp(cf_kernel_source(k), cf_kernel_source(k2)) == 0); /* deterministic */
+        if (update) {
+            FILE *f = fopen(gold, "w");
+            CHECK(f != NULL);
+            if (f) {
+                fputs(cf_kernel_source(k), f);
+                fclose(f);
+            }
+        } else {
+            char *want = read_all(gold);
+            CHECK(want != NULL);
+            bool same = want && strcmp(want, cf_kernel_source(k)) == 0;
+            if (!same)
+                fprintf(stderr, "golden mismatch: build/comfuse emit --block-m %d --block-n 128 --stages 5 "
+                                "--cluster %d --reduce-mode %s %s | diff %s -\n", opt.block_m, opt.cluster_n,
+                        opt.reduce_mode == CF_REDUCE_GLOBAL ? "global" : "peer", spec, gold);
+            CHECK(same);
+            free(want);
+        }
+    next:
+        cf_kernel_free(k);
+        cf_kernel_free(k2);
+        cf_graph_free(g);
+    }
+}
+
+/* Each node category expands by its rule: named values, one per IR node. */
+static void test_source_shape(void)
+{
+    cf_graph *g = parse("tests/specs/all_elementwise.cf");
+    CHECK(g != NULL);
+    if (!g)
+        return;
+    cf_kernel *k = NULL;
+    cf_error err;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, NULL, "all", &k, &err));
+    const char *src = k ? cf_kernel_source(k) : NULL;
+    CHECK_CONTAINS(src, "float alpha;  /* a");          /* runtime scalar in the param struct */
+    CHECK_CONTAINS(src, "const float *b32;");
+    CHECK_CONTAINS(src, "const unsigned short *b16;");
+    CHECK_CONTAINS(src, "= p.alpha;  /* runtime scalar */");
+    CHECK_CONTAINS(src, "load_bf16(p.b16, col)");      /* row vector */
+    CHECK_CONTAINS(src, "load_f16(p.h16, col)");
+    CHECK_CONTAINS(src, "load_f32(p.rs, row)");        /* column vector */
+    CHECK_CONTAINS(src, "load_bf16(p.R, (long long)row * t.N + col)");
+    CHECK_CONTAINS(src, "op_gelu_erf(");
+    CHECK_CONTAINS(src, "static __device__ __forceinline__ float op_max(");
+    CHECK_CONTAINS(src, "cf_store_tile_bf16(args, t, 0, T0);");  /* Y reuses the accumulator */
+    CHECK_CONTAINS(src, "cf_store_tile_f32(args, t, 1, T1);");
+    CHECK_CONTAINS(src, "cf_store_tile_f16(args, t, 2, T2);");
+    CHECK(src && !strstr(src, "float T3["));                      /* one array per live tile value */
+    CHECK(src && !strstr(src, "cf_reduce.cuh"));
+    CHECK_CONTAINS(src, "#define CF_B_NK 1");
+    CHECK_CONTAINS(src, "#define CF_NUM_OUT 3");
+    /* a helper that is not used is not emitted */
+    CHECK(src && strstr(src, "op_silu(float") != NULL);
+    cf_kernel_free(k);
+    cf_graph_free(g);
+
+    g = parse("examples/gemm_bias_gelu.cf");
+    k = NULL;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, NULL, "gelu", &k, &err));
+    src = k ? cf_kernel_source(k) : NULL;
+    CHECK(src && !strstr(src, "op_silu"));
+    cf_kernel_free(k);
+    cf_graph_free(g);
+}
+
+static void test_rejections(void)
+{
+    cf_graph *g = parse("examples/gemm_bias_ln.cf");
+    cf_kernel *k = NULL;
+    cf_error err;
+    cf_options bad = {.block_m = 96, .block_n = 128, .stages = 5, .cluster_n = 1, .reduce_mode = 0};
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(g, &bad, "x", &k, &err));
+    CHECK_CONTAINS(err.msg, "block_m 96");
+    cf_options big = {.block_m = 128, .block_n = 256, .stages = 5, .cluster_n = 1, .reduce_mode = 0};
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(g, &big, "x", &k, &err));
+    CHECK_CONTAINS(err.msg, "more than 128 accumulator registers");
+    cf_graph_free(g);
+}
+
+/* NVRTC (no GPU needed): every kernel we can generate compiles for sm_90a,
+ * its PTX uses wgmma and the bulk tensor copy engine, ptxas reports no spills
+ * for the workload kernels, and the cache hands back the same cubin. */
+static void test_nvrtc(void)
+{
+    char dir[] = "/tmp/cf_test_codegen_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    setenv("CF_CACHE_DIR", dir, 1);
+    static const struct {
+        const char *spec;
+        bool no_spill;
+        cf_options opt;
+        const char *ptx_needs; /* an instruction this configuration must use */
+    } cases[] = {
+        {"examples/gemm.cf", true, {128, 128, 6, 2, 0, false}, "multicast::cluster"},
+        {"examples/gemm_bias_gelu.cf", true, {128, 128, 6, 1, 0, false}, "tanh.approx"},
+        {"tests/specs/all_elementwise.cf", false, {64, 128, 4, 1, 0, false}, "ld.global"},
+        {"examples/gemm_bias_ln.cf", true, {64, 128, 6, 8, CF_REDUCE_PEER, false}, "st.async"},
+        {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER, false}, "st.async"},
+        {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER, false}, "mapa"},
+        {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER, false}, "shfl.sync.bfly"},
+        /* through L2: (partial, epoch) pairs with coherent 64-bit loads and stores */
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL, false}, "ld.relaxed.gpu.global.v2.u64"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 8, CF_REDUCE_GLOBAL, false}, "st.relaxed.gpu.global.v2.u64"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL, false}, "st.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL, false}, "ld.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL, false}, "atom.global.add"},
+        /* late finish: the parked tile comes back with ldmatrix beside the next accumulator */
+        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, false}, "ldmatrix.sync.aligned.m8n8.x4"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, false}, "ldmatrix.sync.aligned.m8n8.x4"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, false}, "cvt.f32.f16"},
+    };
+    for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
+        cf_graph *g = parse(cases[i].spec);
+        cf_kernel *k = NULL;
+        cf_error err;
+        cf_options opt = cases[i].opt;
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, cases[i].spec, &k, &err));
+        cf_status st = k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL;
+        if (st != CF_OK)
+            fprintf(stderr, "%s: %s\n", cases[i].spec, err.msg);
+        CHECK_EQ_INT(CF_OK, st);
+        const char *ptx = cf_kernel_ptx(k);
+        CHECK_CONTAINS(ptx, "wgmma.mma_async");
+        CHECK_CONTAINS(ptx, "cp.async.bulk.tensor");
+        CHECK_CONTAINS(ptx, "setmaxnreg");
+        CHECK_CONTAINS(ptx, cases[i].ptx_needs);
+        cf_resources r;
+        CHECK_EQ_INT(CF_OK, cf_kernel_resources(k, &r, &err));
+        CHECK_EQ_INT(384, r.threads);
+        CHECK(r.smem_bytes > 0 && r.smem_bytes <= 232448);
+        CHECK(r.registers > 0);
+        if (cases[i].no_spill)
+            CHECK_EQ_INT(0, r.spill_bytes);
+        CHECK(!r.cache_hit);
+        cf_kernel_free(k);
+        /* the second build of the same kernel is a cache hit */
+        k = NULL;
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, cases[i].spec, &k, &err));
+        CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
+        CHECK(k && cf_kernel_resources(k, &r, &err) == CF_OK && r.cache_hit);
+        if (!r.cache_hit || (cases[i].no_spill && r.spill_bytes))
+            fprintf(stderr, "%s: cache_hit %d spills %d\n", cases[i].spec, r.cache_hit, r.spill_bytes);
+        cf_kernel_free(k);
+        cf_graph_free(g);
+    }
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK_EQ_INT(0, system(cmd));
+}
+
+/* A row inside one tile (cluster_n 1) exchanges nothing: no L2 slots, no
+ * epoch (the launch passes none), whatever the reduce mode. */
+static void test_single_tile_rows(void)
+{
+    cf_graph *g = parse("examples/gemm_rmsnorm.cf");
+    cf_error err;
+    for (int c = 1; c <= 2; c++) {
+        cf_kernel *k = NULL;
+        cf_options opt = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = c, .reduce_mode = CF_REDUCE_GLOBAL};
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "rms", &k, &err));
+        const char *src = k ? cf_kernel_source(k) : "";
+        CHECK_EQ_INT(c > 1, strstr(src, "#define CF_RED_GLOBAL 1") != NULL);
+        CHECK_EQ_INT(c > 1, strstr(src, "#define CF_ROW_CTAS 2") != NULL);
+        cf_kernel_free(k);
+    }
+    cf_graph_free(g);
+}
+
+/* The merge rule: through L2, a reduction whose PostOp reduces its data shifted
+ * by its statistic shares that PostOp's exchange; anything else keeps its own. */
+static void test_merged_exchanges(void)
+{
+    static const struct {
+        const char *body;    /* after the X, W inputs */
+        int global_exchanges, merges;
+    } cases[] = {
+        /* LayerNorm: mean, then mean of squares of x - mean */
+        {"x = X @ W\nd = x - mean(x)\noutput Y: bf16 = d * rsqrt(mean(d * d) + 1e-5)\n", 1, 1},
+        /* the same with square() and pow(., 2) */
+        {"x = X @ W\nd = x - mean(x)\noutput Y: bf16 = d * rsqrt(mean(square(d)) + 1e-5)\n", 1, 1},
+        {"x = X @ W\nd = x - mean(x)\noutput Y: bf16 = d * rsqrt(mean(pow(d, 2)) + 1e-5)\n", 1, 1},
+        /* softmax */
+        {"s = X @ W\ne = exp(s - max(s))\noutput Y: bf16 = e / sum(e)\n", 1, 1},
+        /* a temperature after the shift: exp((s - m) * 0.5) is not a shifted exp: two exchanges */
+        {"s = X @ W\ne = exp((s - max(s)) * 0.5)\noutput Y: bf16 = e / sum(e)\n", 2, 0},
+        /* d is used beyond its square inside the stage: two exchanges */
+        {"x = X @ W\nd = x - mean(x)\noutput Y: bf16 = d * rsqrt(mean(d * d + d) + 1e-5)\n", 2, 0},
+        /* the max shift carried on unexponentiated: two exchanges */
+        {"s = X @ W\nv = s - max(s)\noutput Y: bf16 = v / sum(exp(v))\n", 2, 0},
+    };
+    /* rows over more than 8 CTAs keep two exchanges (measured slower merged) */
+    {
+        const char *ln = "input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\nd = x - mean(x)\n"
+                         "output Y: bf16 = d * rsqrt(mean(d * d) + 1e-5)\n";
+        cf_graph *g = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, cf_spec_parse(ln, strlen(ln), "ln.cf", &g, &err));
+        for (int v = 8; v <= 16 && g; v *= 2) {
+            cf_kernel *k = NULL;
+            cf_options opt = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = v, .reduce_mode = CF_REDUCE_GLOBAL};
+            CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "ln", &k, &err));
+            CHECK_EQ_INT(v == 8, k && strstr(cf_kernel_source(k), "cf_row_merge<") != NULL);
+            cf_kernel_free(k);
+        }
+        cf_graph_free(g);
+    }
+    for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
+        char src[512];
+        snprintf(src, sizeof src, "input X: bf16[M, K]\ninput W: bf16[K, N]\n%s", cases[i].body);
+        cf_graph *g = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, cf_spec_parse(src, strlen(src), "merge.cf", &g, &err));
+        for (int mode = CF_REDUCE_PEER; mode <= CF_REDUCE_GLOBAL && g; mode += CF_REDUCE_GLOBAL - CF_REDUCE_PEER) {
+            cf_kernel *k = NULL;
+            cf_options opt = {.block_m = 128, .block_n = 128, .stages = mode == CF_REDUCE_GLOBAL ? 6 : 4, .cluster_n = 8, .reduce_mode = mode};
+            CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "merge", &k, &err));
+            const char *text = k ? cf_kernel_source(k) : "";
+            int merges = 0, reduces = 0;
+            for (const char *q = text; (q = strstr(q, "cf_row_merge<")) != NULL; q++)
+                merges++;
+            for (const char *q = text; (q = strstr(q, "cf_row_reduce<")) != NULL; q++)
+                reduces++;
+            bool global = mode == CF_REDUCE_GLOBAL;
+            if (merges != (global ? cases[i].merges : 0))
+                fprintf(stderr, "merge case %d, mode %d\n", i, mode);
+            CHECK_EQ_INT(global ? cases[i].merges : 0, merges); /* DSMEM modes never merge */
+            CHECK_EQ_INT(global ? cases[i].global_exchanges : 2, merges + reduces);
+            if (global && cf_kernel_compile(k, &err) != CF_OK) {
+                fprintf(stderr, "case %d: %s\n", i, err.msg);
+                CHECK(false);
+            }
+            cf_kernel_free(k);
+        }
+        cf_graph_free(g);
+    }
+}
+
+/* The late finish: through L2 a tile posts its last exchange's partials, parks
+ * the value its last stage needs in shared memory (16-bit) and is finished
+ * after the next mainloop.  It applies only where one parked tile value and
+ * the last statistic suffice, that value keeps its accuracy in 16 bits, and
+ * the stages leave room; otherwise the tile finishes at once. */
+static void test_late_finish(void)
+{
+    static const struct {
+        const char *body; /* after the X, W inputs */
+        const char *park; /* the park's format, or NULL: no late finish */
+        const char *post; /* the exchange it posts */
+    } cases[] = {
+        /* LayerNorm (merged): x - tile mean, bf16 */
+        {"input b: f32[N]\nx = X @ W + b\nd = x - mean(x)\noutput Y: bf16 = d * rsqrt(mean(d * d) + 1e-5)\n",
+         "cf_park_tile<CF_PARK_BF16>(t, T0)", "cf_row_merge_post<0, 1>"},
+        /* softmax (merged): exp(z - tile max) in [0, 1], f16; output f16 restaged as f16 */
+        {"s = X @ W\ne = exp(s - max(s))\noutput Y: f16 = e / sum(e)\n", "cf_park_tile<CF_PARK_F16>(t, T0)",
+         "cf_row_merge_post<0, 1>"},
+        /* RMSNorm (one exchange): x itself, only multiplied afterwards */
+        {"x = X @ W\noutput Y: bf16 = x * rsqrt(mean(x * x) + 1e-6)\n", "cf_park_tile<CF_PARK_BF16>(t, T0)",
+         "cf_row_post<CF_RED_SUM, 0>"},
+        /* LN then softmax: only the last (softmax) exchange finishes late */
+        {"x = X @ W\nd = x - mean(x)\nz = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\n"
+         "output Y: bf16 = e / sum(e)\n",
+         "cf_park_tile<CF_PARK_F16>(t, T0)", "cf_row_merge_post<2, 3>"},
+        /* x + mean(x): the parked value is added to, 16 bits would not do */
+        {"x = X @ W\noutput Y: bf16 = x - mean(x)\n", NULL, NULL},
+        /* an f32 output has no 16-bit restage */
+        {"x = X @ W\noutput Y: f32 = x * rsqrt(mean(x * x) + 1e-6)\n", NULL, NULL},
+        /* two tile outputs */
+        {"x = X @ W\noutput Z: bf16 = x\noutput Y: bf16 = x * rsqrt(mean(x * x) + 1e-6)\n", NULL, NULL},
+        /* the last stage needs a statistic of an earlier stage too */
+        {"x = X @ W\nm = mean(x)\nd = x - m\noutput Y: bf16 = d * rsqrt(mean(d * d) + 1e-5) + m\n", NULL, NULL},
+    };
+    for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
+        char src[512];
+        snprintf(src, sizeof src, "input X: bf16[M, K]\ninput W: bf16[K, N]\n%s", cases[i].body);
+        cf_graph *g = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, cf_spec_parse(src, strlen(src), "late.cf", &g, &err));
+        if (!g)
+            continue;
+        cf_options opt = cf_options_for(g, 16384, 1024, 1024);
+        cf_kernel *k = NULL;
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "late", &k, &err));
+        const char *text = k ? cf_kernel_source(k) : "";
+        bool late = strstr(text, "#define CF_LATE_FINISH 1") != NULL;
+        if (late != (cases[i].park != NULL))
+            fprintf(stderr, "late-finish case %d: %s\n", i, late ? "late" : "not late");
+        CHECK_EQ_INT(cases[i].park != NULL, late);
+        CHECK_EQ_INT(late, strstr(text, "cf_epilogue_finish(const cf_gemm_args") != NULL);
+        if (cases[i].park) {
+            CHECK_CONTAINS(text, cases[i].park);
+            CHECK_CONTAINS(text, cases[i].post);
+            CHECK_CONTAINS(text, "cf_store_staged(args, t, 0)");
+            CHECK(strstr(text, "cf_store_tile_") == NULL); /* the output is stored from the park only */
+            cf_resources r;
+            if (cf_kernel_compile(k, &err) != CF_OK) {
+                fprintf(stderr, "late-finish case %d: %s\n", i, err.msg);
+                CHECK(false);
+            } else {
+                CHECK_EQ_INT(CF_OK, cf_kernel_resources(k, &r, &err));
+                CHECK(r.late_finish);
+                CHECK_EQ_INT(5, r.stages);
+            }
+        }
+        cf_kernel_free(k);
+        /* the same graph finishing every tile at once, or with no room to park */
+        cf_options sync = opt, full = opt;
+        sync.sync_finish = true;
+        full.stages = 6;
+        for (int j = 0; j < 2; j++) {
+            CHECK_EQ_INT(CF_OK, cf_kernel_build(g, j ? &full : &sync, "late", &k, &err));
+            CHECK(k && !strstr(cf_kernel_source(k), "CF_LATE_FINISH") && !strstr(cf_kernel_source(k), "cf_park_tile"));
+            cf_kernel_free(k);
+        }
+        cf_graph_free(g);
+    }
+}
+
+/* Default kernel shapes: reductions go through L2 with a row group covering N
+ * (up to 64 CTAs); asking for a DSMEM mode keeps a row inside a hardware
+ * cluster of at most 16 CTAs and leaves room for its buffers (4 stages). */
+static void test_default_options(void)
+{
+    cf_graph *ln = parse("examples/gemm_bias_ln.cf"), *gelu = parse("examples/gemm_bias_gelu.cf");
+    if (!ln || !gelu)
+        goto done;
+    cf_options o = cf_options_for(ln, 16384, 1024, 1024);
+    CHECK_EQ_INT(CF_REDUCE_GLOBAL, o.reduce_mode);
+    CHECK_EQ_INT(8, o.cluster_n);
+    CHECK_EQ_INT(5, o.stages); /* the sixth stage's room parks tiles for their late finish */
+    CHECK_EQ_INT(128, o.block_n);
+    cf_options sync = {.sync_finish = true};
+    cf_options_fill(&sync, cf_options_for(ln, 16384, 1024, 1024));
+    CHECK_EQ_INT(6, sync.stages);
+    CHECK_EQ_INT(32, cf_options_for(ln, 8192, 4096, 4096).cluster_n);
+    CHECK_EQ_INT(64, cf_options_for(ln, 64, 30000, 256).cluster_n); /* wider rows: the wide path */
+    CHECK_EQ_INT(1, cf_options_for(gelu, 16384, 1024, 1024).cluster_n);
+
+    cf_options peer = {.reduce_mode = CF_REDUCE_PEER};
+    cf_options_fill(&peer, cf_options_for(ln, 16384, 1024, 1024));
+    CHECK_EQ_INT(4, peer.stages);
+    CHECK_EQ_INT(8, peer.cluster_n);
+    CHECK_EQ_INT(128, peer.block_n);
+    cf_options leader = {.reduce_mode = CF_REDUCE_LEADER};
+    cf_options_fill(&leader, cf_options_for(ln, 8192, 4096, 4096));
+    CHECK_EQ_INT(16, leader.cluster_n); /* 64x256 tiles: 16 x 256 columns */
+    CHECK_EQ_INT(256, leader.block_n);
+    CHECK_EQ_INT(64, leader.block_m);
+    cf_options mine = {.block_m = 128, .block_n = 128, .stages = 5, .reduce_mode = CF_REDUCE_PEER};
+    cf_options_fill(&mine, cf_options_for(ln, 16384, 1024, 1024));
+    CHECK_EQ_INT(5, mine.stages); /* what the caller set stays */
+
+    /* a DSMEM cluster of 32 does not exist; through L2 a row group of 32 does */
+    cf_kernel *k = NULL;
+    cf_error err;
+    cf_options bad = {.block_m = 128, .block_n = 128, .stages = 4, .cluster_n = 32, .reduce_mode = CF_REDUCE_PEER};
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(ln, &bad, "ln", &k, &err));
+    CHECK_CONTAINS(err.msg, "cluster_n 32");
+    cf_options good = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = 32, .reduce_mode = CF_REDUCE_GLOBAL};
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(ln, &good, "ln", &k, &err));
+    cf_kernel_free(k);
+done:
+    cf_graph_free(ln);
+    cf_graph_free(gelu);
+}
+
+/* Rows wider than the cluster take the GEMM + row-kernel path, chosen per launch. */
+static void test_wide_rows(void)
+{
+    cf_graph *g = parse("examples/gemm_bias_ln.cf");
+    cf_kernel *k = NULL;
+    cf_error err;
+    cf_options opt = {.block_m = 128, .block_n = 128, .stages = 4, .cluster_n = 8, .reduce_mode = CF_REDUCE_PEER};
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "ln", &k, &err));
+    CHECK(!cf_kernel_wide(k, 1024)); /* not compiled yet: nothing is decided */
+    CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
+    CHECK(!cf_kernel_wide(k, 1024)); /* 8 CTAs x 128 columns */
+    CHECK(cf_kernel_wide(k, 1025));
+    CHECK(cf_kernel_wide(k, 32768));
+    cf_kernel_free(k);
+    k = NULL;
+    cf_graph_free(g);
+    g = parse("examples/gemm_bias_gelu.cf");
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, NULL, "gelu", &k, &err));
+    CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
+    CHECK(!cf_kernel_wide(k, 1 << 20)); /* no reduction: any width streams */
+    cf_kernel_free(k);
+    cf_graph_free(g);
+}
+
+int main(void)
+{
+    test_golden_sources();
+    test_source_shape();
+    test_rejections();
+    test_nvrtc();
+    test_wide_rows();
+    test_single_tile_rows();
+    test_merged_exchanges();
+    test_default_options();
+    test_late_finish();
+    return tu_finish("test_codegen");
+}
