@@ -647,16 +647,9 @@ static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
     c->indent--;
     line(c, "}");
     blank(c);
-    line(c, "/* Before this warpgroup's next mainloop: the row's partials load while it runs. */");
-    line(c, "__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t, "
-            "cf_prefetch &pf)");
-    line(c, "{");
-    line(c, "    cf_row_prefetch<%d, %d>(args, t, pf);", merge ? c->merge_index : c->n_red, merge ? 2 : 1);
-    line(c, "}");
-    blank(c);
     line(c, "/* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */");
     line(c, "__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, "
-            "cf_late &late, const cf_prefetch &pf)");
+            "cf_late &late)");
     line(c, "{");
     c->indent++;
     line(c, "const cf_epi_params &p = args.epi;");
@@ -665,11 +658,11 @@ static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
     line(c, "float red_%s[CF_ROWS];", id);
     if (merge) {
         line(c, "float corr_%s[CF_ROWS];", id1);
-        line(c, "cf_row_merge_finish<%s, %d, %d>(args, t, late.raw_%s, late.red_%s, red_%s, corr_%s, &pf);  /* %s */",
+        line(c, "cf_row_merge_finish<%s, %d, %d>(args, t, late.raw_%s, late.red_%s, red_%s, corr_%s);  /* %s */",
              merge == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1, id, id1,
              merge == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
     } else {
-        line(c, "cf_row_finish<%s, %d>(args, t, red_%s, &pf);  /* the row's %s */", red_op(red->op), c->n_red++, id,
+        line(c, "cf_row_finish<%s, %d>(args, t, red_%s);  /* the row's %s */", red_op(red->op), c->n_red++, id,
              cf_op_name(red->op));
     }
     emit_mean_scale(c, red, id);

@@ -340,50 +340,21 @@ __device__ __forceinline__ void cf_post_rows(const cf_tile &t, unsigned long lon
     }
 }
 
-/* Who loads what in a gather: lane l of the warp folds warp row l % RW over ranks
- * l / RW, + LPR, ..., CHUNK ranks in flight at a time. */
-struct cf_gather_geom {
-    static constexpr int RW = 16 * (CF_BM / 64);   /* rows of the tile held by one warp */
-    static constexpr int LPR = 32 / RW;            /* lanes per row */
-    static constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
-    static constexpr int CHUNK = PER_LANE < 8 ? PER_LANE : 8;
-};
-template <int WORDS>
-__device__ __forceinline__ const unsigned long long *cf_gather_base(const cf_tile &t, const unsigned long long *slots)
-{
-    const int ri = t.lane % cf_gather_geom::RW;
-    return slots + WORDS * (64 * (ri >> 4) + 16 * t.warp + (ri & 15));
-}
-
-/* The first round of cf_gather_rows' loads, issued early (a late finish issues it before
- * the mainloop that separates the post from the finish). */
-template <int WORDS>
-__device__ __forceinline__ void cf_gather_prefetch(const cf_tile &t, const unsigned long long *slots, cf_prefetch &pf)
-{
-    using G = cf_gather_geom;
-    const unsigned long long *mine = cf_gather_base<WORDS>(t, slots);
-#pragma unroll
-    for (int c = 0; c < G::CHUNK; ++c) {
-        const int q = c * G::LPR + t.lane / G::RW;
-        if (q < CF_ROW_CTAS && WORDS == 2)
-            cf_ld_relaxed_u64x2(mine + 2 * q * CF_BM, pf.v0[c], pf.v1[c]);
-        else if (q < CF_ROW_CTAS)
-            pf.v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
-    }
-}
-
 /* Folds the row's ranks once every CTA of the row group has posted: lane l of the warp
  * folds warp row l % RW over ranks l / RW, + LPR, ... in rank order (coalesced: a rank's
  * rows are contiguous), 8 ranks in flight at a time, and returns the fold of the row held
  * in this thread's slot s in a[s], b[s]. */
 template <int KIND, int WORDS>
 __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned long long *slots, float (&a)[CF_ROWS],
-                                               float (&b)[CF_ROWS], const cf_prefetch *pf = nullptr)
+                                               float (&b)[CF_ROWS])
 {
     const unsigned long long tag = (unsigned long long)t.epoch << 32;
-    constexpr int RW = cf_gather_geom::RW, LPR = cf_gather_geom::LPR;
-    constexpr int PER_LANE = cf_gather_geom::PER_LANE, CHUNK = cf_gather_geom::CHUNK;
-    const unsigned long long *mine = cf_gather_base<WORDS>(t, slots);
+    constexpr int RW = 16 * (CF_BM / 64);   /* rows of the tile held by one warp */
+    constexpr int LPR = 32 / RW;            /* lanes per row */
+    constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
+    constexpr int CHUNK = PER_LANE < 8 ? PER_LANE : 8;
+    const int ri = t.lane % RW;
+    const unsigned long long *mine = slots + WORDS * (64 * (ri >> 4) + 16 * t.warp + (ri & 15));
     cf_fold f = cf_fold_start<KIND>();
 #pragma unroll 1
     for (int c0 = 0; c0 < PER_LANE; c0 += CHUNK) {
@@ -392,11 +363,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
         for (int c = 0; c < CHUNK; ++c) {
             const int q = (c0 + c) * LPR + t.lane / RW;
             v0[c] = v1[c] = tag;
-            if (q < CF_ROW_CTAS && c0 == 0 && pf) {   /* loaded already; re-polled below if stale */
-                v0[c] = pf->v0[c];
-                if (WORDS == 2)
-                    v1[c] = pf->v1[c];
-            } else if (q < CF_ROW_CTAS && WORDS == 2)
+            if (q < CF_ROW_CTAS && WORDS == 2)
                 cf_ld_relaxed_u64x2(mine + 2 * q * CF_BM, v0[c], v1[c]);
             else if (q < CF_ROW_CTAS)
                 v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
@@ -463,11 +430,10 @@ __device__ __forceinline__ void cf_row_merge_post(const cf_gemm_args &args, cons
 template <int KIND, int R1, int R2>
 __device__ __forceinline__ void cf_row_merge_finish(const cf_gemm_args &args, const cf_tile &t,
                                                     const float (&raw)[CF_ROWS], float (&stat)[CF_ROWS],
-                                                    float (&part)[CF_ROWS], float (&corr)[CF_ROWS],
-                                                    const cf_prefetch *pf = nullptr)
+                                                    float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
 {
     float a[CF_ROWS];
-    cf_gather_rows<KIND, 2>(t, cf_xchg_slots<R1, 2>(args, t), a, part, pf);
+    cf_gather_rows<KIND, 2>(t, cf_xchg_slots<R1, 2>(args, t), a, part);
 #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s) {
         if (KIND == CF_MERGE_VAR)
@@ -493,16 +459,9 @@ template <int OP, int RED> __device__ __forceinline__ void cf_row_post(const cf_
     cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
 template <int OP, int RED> __device__ __forceinline__ void cf_row_finish(const cf_gemm_args &args, const cf_tile &t,
-                                                                         float (&part)[CF_ROWS],
-                                                                         const cf_prefetch *pf = nullptr)
+                                                                         float (&part)[CF_ROWS])
 {
-    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part, pf);
-}
-/* The first round of the gather of exchange RED (WORDS per rank and row), issued early. */
-template <int RED, int WORDS>
-__device__ __forceinline__ void cf_row_prefetch(const cf_gemm_args &args, const cf_tile &t, cf_prefetch &pf)
-{
-    cf_gather_prefetch<WORDS>(t, cf_xchg_slots<RED, WORDS>(args, t), pf);
+    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
 #endif
 

@@ -651,12 +651,6 @@ __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, cons
     }
 }
 
-/* The first round of a tile's row gather (cf_reduce.cuh: up to 8 ranks' (value, epoch) words
- * per lane), loaded while the next mainloop runs when the tile finishes late. */
-struct cf_prefetch {
-    unsigned long long v0[8], v1[8];
-};
-
 #if CF_LATE_FINISH
 /* ---- late finish: a tile parked in the staging buffer ----------------------------------
  * With a late finish (cf_reduce.cuh) a warpgroup posts its row partials, parks the value its
@@ -735,9 +729,7 @@ __device__ __forceinline__ void cf_store_staged(const cf_gemm_args &args, const 
 struct cf_late;
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
                                             cf_late &late);
-__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t, cf_prefetch &pf);
-__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late,
-                                                   const cf_prefetch &pf);
+__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late);
 #else
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS]);
 #endif
@@ -880,7 +872,6 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
 #if CF_LATE_FINISH
         cf_late late;
-        cf_prefetch pf;
         cf_tile parked = t;     /* the tile waiting for its finish, if parked_ok */
         bool parked_ok = false;
 #endif
@@ -894,10 +885,6 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             int prev_stage = 0;
 #if CF_PINGPONG
             if (i >= 2 || w == 1) cf_named_bar_sync(CF_BAR_ORDER0 + w, 256);   /* my turn for the tensor cores */
-#endif
-#if CF_LATE_FINISH
-            /* the parked tile's row partials (posted a mainloop ago) load while this one runs */
-            if (parked_ok) cf_epilogue_prefetch(args, parked, pf);
 #endif
             cf_fence_operand<CF_ACC_REGS>(acc);
 #pragma unroll 1
@@ -936,7 +923,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.n0 = tn * CF_BN;
 #if CF_LATE_FINISH
             /* the previous tile's row partials arrived during this mainloop */
-            if (parked_ok) cf_epilogue_finish(args, parked, late, pf);
+            if (parked_ok) cf_epilogue_finish(args, parked, late);
             cf_epilogue(args, t, acc, late);
             parked = t;
             parked_ok = true;
@@ -945,10 +932,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
         }
 #if CF_LATE_FINISH
-        if (parked_ok) {
-            cf_epilogue_prefetch(args, parked, pf);
-            cf_epilogue_finish(args, parked, late, pf);
-        }
+        if (parked_ok) cf_epilogue_finish(args, parked, late);
 #endif
         if (t.tid == 0) cf_bulk_wait0();
     }

@@ -146,21 +146,15 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     cf_park_tile<CF_PARK_F16>(t, T0);  /* e_25 waits in shared memory while the next mainloop runs */
 }
 
-/* Before this warpgroup's next mainloop: the row's partials load while it runs. */
-__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t, cf_prefetch &pf)
-{
-    cf_row_prefetch<2, 2>(args, t, pf);
-}
-
 /* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */
-__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late, const cf_prefetch &pf)
+__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
     (void)late;
     float red_v26[CF_ROWS];
     float corr_m_21[CF_ROWS];
-    cf_row_merge_finish<CF_MERGE_SOFTMAX, 2, 3>(args, t, late.raw_m_21, late.red_m_21, red_v26, corr_m_21, &pf);  /* max and sum of exps */
+    cf_row_merge_finish<CF_MERGE_SOFTMAX, 2, 3>(args, t, late.raw_m_21, late.red_m_21, red_v26, corr_m_21);  /* max and sum of exps */
     /* ---- stage 4 (PostOp of the reduction above): 4 nodes ---- */
     float pk[8], y8[8];  /* one 8-register group: parked e_25 in, output out */
     #pragma unroll

@@ -54,20 +54,14 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     cf_park_tile<CF_PARK_BF16>(t, T0);  /* x_0 waits in shared memory while the next mainloop runs */
 }
 
-/* Before this warpgroup's next mainloop: the row's partials load while it runs. */
-__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t, cf_prefetch &pf)
-{
-    cf_row_prefetch<0, 1>(args, t, pf);
-}
-
 /* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */
-__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late, const cf_prefetch &pf)
+__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
     (void)late;
     float red_v2[CF_ROWS];
-    cf_row_finish<CF_RED_SUM, 0>(args, t, red_v2, &pf);  /* the row's mean */
+    cf_row_finish<CF_RED_SUM, 0>(args, t, red_v2);  /* the row's mean */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_v2[s] = red_v2[s] / (float)t.N;
