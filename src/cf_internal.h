@@ -286,6 +286,9 @@ cf_status cf_cg_check(const cf_ir *ir, cf_error *err);
 /* Offsets (indexed like ir->args; 0 for args not in the struct), size and
  * alignment of the generated cf_epi_params, for packing it on the host. */
 void cf_cg_epi_layout(const cf_ir *ir, size_t *offsets, size_t *size, size_t *align);
+/* Whether Ψ finishes the tiles of this IR late with these options (the park
+ * fits, the last stage qualifies, few enough exchanges; docs/design.md). */
+bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt);
 /* Appends the CUDA source of the fused kernel to out; title names the spec. */
 cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *title, cf_strbuf *out,
                      cf_error *err);

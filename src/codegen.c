@@ -565,6 +565,14 @@ static const cf_ir_spec *find_late(cg_ctx *c)
     }
     if (!c->opt->red_global || c->opt->row_ctas < 2 || c->opt->sync_finish || !prev || !late_fits_smem(c->opt))
         return NULL;
+    /* Exchanges per tile (a merged pair is one).  Every exchange before the last still waits
+     * for the row's slowest CTA, and the park costs a pipeline stage: measured (perf-notes
+     * v9), LN+Softmax with four exchanges ran 1-5 % slower late, with two 2-8 % faster. */
+    int exchanges = 0;
+    for (const cf_ir_spec *sp = ir->epi[0]; sp->post; sp = sp->post)
+        exchanges += !(sp->depth > 0 && c->merge_of[sp->depth - 1]);
+    if (exchanges > 2)
+        return NULL;
     const cf_ir_node *parked = NULL;
     int n_tile_out = 0;
     for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
@@ -666,6 +674,61 @@ static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
              cf_op_name(red->op));
     }
     emit_mean_scale(c, red, id);
+}
+
+static void plan_free(cg_ctx *e)
+{
+    free(e->arr);
+    free(e->pass);
+    free(e->shifted_by);
+    free(e->merge_of);
+    e->arr = NULL;
+    e->pass = NULL;
+    e->shifted_by = NULL;
+    e->merge_of = NULL;
+}
+
+/* Plans the epilogue before any of it is emitted: every value's storage, which
+ * stages merge their exchanges, and whether the last stage finishes late.
+ * false when out of memory (nothing left allocated). */
+static bool plan_epilogue(cg_ctx *e)
+{
+    const cf_ir *ir = e->ir;
+    int n_ids = ir->n_nodes;
+    e->arr = calloc((size_t)n_ids, sizeof *e->arr);
+    e->pass = calloc((size_t)n_ids, sizeof *e->pass);
+    e->shifted_by = calloc((size_t)n_ids, sizeof *e->shifted_by);
+    e->merge_of = calloc((size_t)ir->n_stages[0] + 1, sizeof *e->merge_of);
+    if (!e->arr || !e->pass || !e->shifted_by || !e->merge_of) {
+        plan_free(e);
+        return false;
+    }
+    for (int i = 0; i < n_ids; i++)
+        e->arr[i] = -1;
+    /* Plan every stage's storage first so the arrays can be declared up front. */
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
+        plan_storage(e, sp);
+    /* a reduction merged into its PostOp's exchange cannot also start one */
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post) {
+        const cf_ir_node *shifted = NULL;
+        int prev = sp->depth > 0 ? e->merge_of[sp->depth - 1] : MERGE_NONE;
+        e->merge_of[sp->depth] = prev ? MERGE_NONE : merge_kind(e, sp, &shifted);
+        if (e->merge_of[sp->depth])
+            e->shifted_by[shifted->id] = sp->terminal;
+    }
+    e->late = find_late(e);
+    return true;
+}
+
+bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt)
+{
+    cf_error err;
+    if (cf_cg_check(ir, &err) != CF_OK)
+        return false;
+    cg_ctx e = {.ir = ir, .opt = opt};
+    bool late = plan_epilogue(&e) && e.late;
+    plan_free(&e);
+    return late;
 }
 
 static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
@@ -815,32 +878,8 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
      * part says whether tiles finish late. */
     cf_strbuf epi = {0};
     cg_ctx e = {.ir = ir, .opt = opt, .sb = &epi};
-    int n_ids = ir->n_nodes;
-    e.arr = calloc((size_t)n_ids, sizeof *e.arr);
-    e.pass = calloc((size_t)n_ids, sizeof *e.pass);
-    e.shifted_by = calloc((size_t)n_ids, sizeof *e.shifted_by);
-    e.merge_of = calloc((size_t)ir->n_stages[0] + 1, sizeof *e.merge_of);
-    if (!e.arr || !e.pass || !e.shifted_by || !e.merge_of) {
-        free(e.arr);
-        free(e.pass);
-        free(e.shifted_by);
-        free(e.merge_of);
+    if (!plan_epilogue(&e))
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating code");
-    }
-    for (int i = 0; i < n_ids; i++)
-        e.arr[i] = -1;
-    /* Plan every stage's storage first so the arrays can be declared up front. */
-    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
-        plan_storage(&e, sp);
-    /* a reduction merged into its PostOp's exchange cannot also start one */
-    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post) {
-        const cf_ir_node *shifted = NULL;
-        int prev = sp->depth > 0 ? e.merge_of[sp->depth - 1] : MERGE_NONE;
-        e.merge_of[sp->depth] = prev ? MERGE_NONE : merge_kind(&e, sp, &shifted);
-        if (e.merge_of[sp->depth])
-            e.shifted_by[shifted->id] = sp->terminal;
-    }
-    e.late = find_late(&e);
     const cf_ir_arg *A = &ir->args[0];
     int n_out = 0;
     for (int i = 0; i < ir->n_args; i++)
@@ -963,10 +1002,7 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
         e.in_late = sp == e.late;
         emit_stage(&e, sp);
     }
-    free(e.merge_of);
-    free(e.shifted_by);
-    free(e.arr);
-    free(e.pass);
+    plan_free(&e);
     e.indent--;
     line(&e, "}");
     cf_strbuf defs = {0};

@@ -73,7 +73,14 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
         while (o.cluster_n < tiles && o.cluster_n < 64)
             o.cluster_n *= 2;
         o.reduce_mode = CF_REDUCE_GLOBAL;
-        o.stages = 5; /* 6 with sync_finish: the late finish parks whole tiles in smem */
+        /* Tiles that finish late park in shared memory, which takes the sixth stage. */
+        cf_ir *ir = NULL;
+        cf_error err;
+        cf_cg_options cg = {.bm = o.block_m, .bn = o.block_n, .stages = 5, .cluster_n = 1,
+                            .row_ctas = o.cluster_n, .red_global = o.cluster_n > 1};
+        if (o.cluster_n > 1 && cf_lower(g, &ir, &err) == CF_OK && cf_cg_finishes_late(ir, &cg))
+            o.stages = 5;
+        cf_ir_free(ir);
     } else {
         o.reduce_mode = CF_REDUCE_PEER; /* unused without reductions */
     }

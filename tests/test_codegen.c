@@ -307,28 +307,34 @@ static void test_late_finish(void)
         const char *body; /* after the X, W inputs */
         const char *park; /* the park's format, or NULL: no late finish */
         const char *post; /* the exchange it posts */
+        int n;            /* N for the kernel's options (0: 1024, a row over 8 CTAs) */
     } cases[] = {
         /* LayerNorm (merged): x - tile mean, bf16 */
         {"input b: f32[N]\nx = X @ W + b\nd = x - mean(x)\noutput Y: bf16 = d * rsqrt(mean(d * d) + 1e-5)\n",
-         "cf_park_tile<CF_PARK_BF16>(t, T0)", "cf_row_merge_post<0, 1>"},
+         "cf_park_tile<CF_PARK_BF16>(t, T0)", "cf_row_merge_post<0, 1>", 0},
         /* softmax (merged): exp(z - tile max) in [0, 1], f16; output f16 restaged as f16 */
         {"s = X @ W\ne = exp(s - max(s))\noutput Y: f16 = e / sum(e)\n", "cf_park_tile<CF_PARK_F16>(t, T0)",
-         "cf_row_merge_post<0, 1>"},
+         "cf_row_merge_post<0, 1>", 0},
         /* RMSNorm (one exchange): x itself, only multiplied afterwards */
         {"x = X @ W\noutput Y: bf16 = x * rsqrt(mean(x * x) + 1e-6)\n", "cf_park_tile<CF_PARK_BF16>(t, T0)",
-         "cf_row_post<CF_RED_SUM, 0>"},
+         "cf_row_post<CF_RED_SUM, 0>", 0},
         /* LN then softmax: only the last (softmax) exchange finishes late */
         {"x = X @ W\nd = x - mean(x)\nz = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\n"
          "output Y: bf16 = e / sum(e)\n",
-         "cf_park_tile<CF_PARK_F16>(t, T0)", "cf_row_merge_post<2, 3>"},
+         "cf_park_tile<CF_PARK_F16>(t, T0)", "cf_row_merge_post<2, 3>", 0},
+        /* the same at 16 CTAs per row: no merges, four exchanges, three of them waited for
+         * anyway, so the tile finishes at once and keeps its sixth stage */
+        {"x = X @ W\nd = x - mean(x)\nz = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\n"
+         "output Y: bf16 = e / sum(e)\n",
+         NULL, NULL, 2048},
         /* x + mean(x): the parked value is added to, 16 bits would not do */
-        {"x = X @ W\noutput Y: bf16 = x - mean(x)\n", NULL, NULL},
+        {"x = X @ W\noutput Y: bf16 = x - mean(x)\n", NULL, NULL, 0},
         /* an f32 output has no 16-bit restage */
-        {"x = X @ W\noutput Y: f32 = x * rsqrt(mean(x * x) + 1e-6)\n", NULL, NULL},
+        {"x = X @ W\noutput Y: f32 = x * rsqrt(mean(x * x) + 1e-6)\n", NULL, NULL, 0},
         /* two tile outputs */
-        {"x = X @ W\noutput Z: bf16 = x\noutput Y: bf16 = x * rsqrt(mean(x * x) + 1e-6)\n", NULL, NULL},
+        {"x = X @ W\noutput Z: bf16 = x\noutput Y: bf16 = x * rsqrt(mean(x * x) + 1e-6)\n", NULL, NULL, 0},
         /* the last stage needs a statistic of an earlier stage too */
-        {"x = X @ W\nm = mean(x)\nd = x - m\noutput Y: bf16 = d * rsqrt(mean(d * d) + 1e-5) + m\n", NULL, NULL},
+        {"x = X @ W\nm = mean(x)\nd = x - m\noutput Y: bf16 = d * rsqrt(mean(d * d) + 1e-5) + m\n", NULL, NULL, 0},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         char src[512];
@@ -338,7 +344,7 @@ static void test_late_finish(void)
         CHECK_EQ_INT(CF_OK, cf_spec_parse(src, strlen(src), "late.cf", &g, &err));
         if (!g)
             continue;
-        cf_options opt = cf_options_for(g, 16384, 1024, 1024);
+        cf_options opt = cf_options_for(g, 16384, cases[i].n ? cases[i].n : 1024, 1024);
         cf_kernel *k = NULL;
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "late", &k, &err));
         const char *text = k ? cf_kernel_source(k) : "";
@@ -362,6 +368,7 @@ static void test_late_finish(void)
                 CHECK_EQ_INT(5, r.stages);
             }
         }
+        CHECK_EQ_INT(late ? 5 : 6, opt.stages); /* the park takes the sixth stage, only when used */
         cf_kernel_free(k);
         /* the same graph finishing every tile at once, or with no room to park */
         cf_options sync = opt, full = opt;
