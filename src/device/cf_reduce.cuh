@@ -139,6 +139,9 @@ template <int OP> __device__ __forceinline__ void cf_cluster_row_combine(const c
     }
     cf_mbar_wait_cluster(bar, parity);
     cf_combine_partials<OP>(t, b, me, part);
+    /* A quad's writer must not post the next reduction (which lets a peer reach the one after
+     * and overwrite buffer b) before its quad-mates have read buffer b. */
+    __syncwarp();
 #else
     const unsigned res_bar = cf_smem_u32(&cf_red_res_bar[t.wg][b]);
     if (me != 0) {
@@ -153,6 +156,7 @@ template <int OP> __device__ __forceinline__ void cf_cluster_row_combine(const c
 #pragma unroll
         for (int s = 0; s < CF_ROWS; ++s)
             part[s] = cf_red_res[t.wg][b][cf_slot_row(t, s)];
+        __syncwarp();   /* as above: the whole quad has read buffer b */
     } else {
         if (t.tid == 0)
             cf_mbar_expect_tx(bar, (CF_CLUSTER_N - 1) * CF_BM * 4);
@@ -165,6 +169,7 @@ template <int OP> __device__ __forceinline__ void cf_cluster_row_combine(const c
                 for (int s = 0; s < CF_ROWS; ++s)
                     cf_st_async(cf_smem_u32(&cf_red_res[t.wg][b][cf_slot_row(t, s)]), part[s], res_bar, q);
         }
+        __syncwarp();
     }
 #endif
 }
