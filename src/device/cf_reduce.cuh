@@ -57,7 +57,9 @@ template <int OP> __device__ __forceinline__ float cf_red_combine(float a, float
  *     the result back; 2(C-1) messages, two round trips.
  * Buffers and barriers are double-buffered by reduction sequence number (per warpgroup): a
  * peer can be at most one reduction ahead, since it cannot finish reduction j+1 without our
- * partial, which we send only after reading reduction j's buffer.  One buffer set serves
+ * partial, which we send only after reading reduction j's buffer -- in all four lanes of the
+ * row's quad, hence the __syncwarp before returning (without it a diverged quad let a peer
+ * overwrite a buffer still being read; seen as a fault on the H200, perf-notes v9).  One buffer set serves
  * every reduction of every stage (O(1) in the number of reductions). */
 #if CF_ROW_CTAS > 1 && !CF_RED_GLOBAL
 #ifndef CF_RED_LEADER
