@@ -251,17 +251,10 @@ template <int KIND> __device__ __forceinline__ cf_fold cf_fold_start()
            : KIND == CF_MERGE_SOFTMAX ? cf_fold{0.0f, __int_as_float(0xff800000), 0.0f}
                                       : cf_fold{0.0f, cf_red_identity<KIND>(), 0.0f};
 }
-/* Adds rank q's words: n_q valid columns, w0 (the partial, or raw) and w1 (part). */
+/* Adds rank q's words: n_q valid columns, w0 (the partial, or the tile max) and w1 (its exp sum). */
 template <int KIND> __device__ __forceinline__ cf_fold cf_fold_add(cf_fold f, float n_q, float w0, float w1)
 {
-    if (KIND == CF_MERGE_VAR) {            /* w0 = sum of the tile, w1 = sum of (x - its mean)^2 */
-        if (n_q > 0.0f) {
-            const float n = f.n + n_q, delta = w0 / n_q - f.a;
-            f.a += delta * (n_q / n);
-            f.b += w1 + delta * delta * (f.n * n_q / n);
-            f.n = n;
-        }
-    } else if (KIND == CF_MERGE_SOFTMAX) { /* w0 = max of the tile, w1 = sum of exp(z - shift) */
+    if (KIND == CF_MERGE_SOFTMAX) {   /* (variance pairs fold in cf_fold_pairs / cf_fold_join) */ /* w0 = max of the tile, w1 = sum of exp(z - shift) */
         const float m = cf_fmax(f.a, w0), sm = cf_shift_of(m);
         const float keep = f.b == 0.0f ? 0.0f : f.b * cf_exp(cf_shift_of(f.a) - sm);  /* 0 * inf is no term */
         const float add = w1 == 0.0f ? 0.0f : w1 * cf_exp(cf_shift_of(w0) - sm);

@@ -550,6 +550,24 @@ __device__ __forceinline__ void cf_wgmma_tile(float *d, unsigned long long da, u
  * (CF_NUM_OUT > 1) are fine; they serialise on the staging buffer.
  * Output o's map must have the element type of the helper used.
  * -------------------------------------------------------------------------------------- */
+/* Hands staged chunks c0 .. c0 + CF_STG_CHUNKS - 1 (of NCH strips, COLS columns each) to TMA
+ * once every thread's stores to them are visible to the async proxy. */
+template <int NCH, int COLS>
+__device__ __forceinline__ void cf_stg_flush(const cf_gemm_args &args, const cf_tile &t, int o, int c0) {
+    cf_fence_proxy_async();
+    cf_named_bar_sync(t.bar_id, 128);
+    if (t.tid == 0) {
+#pragma unroll
+        for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
+            const int c = c0 + cc;
+            const int col = t.n0 + c * COLS;
+            if (c < NCH && col < t.N && t.m0 < t.M)
+                cf_tma_store_2d(&args.tma_out[o], t.stg + cc * CF_STG_CHUNK_BYTES, col, t.m0);
+        }
+        cf_bulk_commit();
+    }
+}
+
 template <int F16>
 __device__ __forceinline__ void cf_store_tile_16(const cf_gemm_args &args, const cf_tile &t, int o,
                                                  const float (&y)[CF_ACC_REGS]) {
@@ -586,18 +604,7 @@ __device__ __forceinline__ void cf_store_tile_16(const cf_gemm_args &args, const
                 }
             }
         }
-        cf_fence_proxy_async();
-        cf_named_bar_sync(t.bar_id, 128);
-        if (t.tid == 0) {
-#pragma unroll
-            for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
-                const int c = c0 + cc;
-                const int col = t.n0 + c * 64;
-                if (c < NCH && col < t.N && t.m0 < t.M)
-                    cf_tma_store_2d(&args.tma_out[o], t.stg + cc * CF_STG_CHUNK_BYTES, col, t.m0);
-            }
-            cf_bulk_commit();
-        }
+        cf_stg_flush<NCH, 64>(args, t, o, c0);
     }
 }
 
@@ -636,18 +643,7 @@ __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, cons
                 }
             }
         }
-        cf_fence_proxy_async();
-        cf_named_bar_sync(t.bar_id, 128);
-        if (t.tid == 0) {
-#pragma unroll
-            for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
-                const int c = c0 + cc;
-                const int col = t.n0 + c * 32;
-                if (c < NCH && col < t.N && t.m0 < t.M)
-                    cf_tma_store_2d(&args.tma_out[o], t.stg + cc * CF_STG_CHUNK_BYTES, col, t.m0);
-            }
-            cf_bulk_commit();
-        }
+        cf_stg_flush<NCH, 32>(args, t, o, c0);
     }
 }
 
@@ -701,19 +697,9 @@ template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t
 template <int F16> __device__ __forceinline__ void cf_restage8(const cf_tile &t, int g, const float (&y)[8]) {
     cf_stmatrix8<F16>(cf_group_addr(t, g), y);
 }
-/* TMA-stores the restaged tile to output o. */
+/* TMA-stores the restaged tile (the whole tile is staged: CF_STG_CHUNKS == CF_BN / 64). */
 __device__ __forceinline__ void cf_store_staged(const cf_gemm_args &args, const cf_tile &t, int o) {
-    cf_fence_proxy_async();
-    cf_named_bar_sync(t.bar_id, 128);
-    if (t.tid == 0) {
-#pragma unroll
-        for (int c = 0; c < CF_BN / 64; ++c) {
-            const int col = t.n0 + c * 64;
-            if (col < t.N && t.m0 < t.M)
-                cf_tma_store_2d(&args.tma_out[o], t.stg + c * CF_STG_CHUNK_BYTES, col, t.m0);
-        }
-        cf_bulk_commit();
-    }
+    cf_stg_flush<CF_BN / 64, 64>(args, t, o, 0);
 }
 #endif
 
