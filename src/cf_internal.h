@@ -439,6 +439,11 @@ cf_status cf_rt_device_info_get(cf_rt_device_info *info, cf_error *err);
 cf_status cf_rt_module_load(const void *cubin, cf_rt_module *mod, cf_error *err);
 cf_status cf_rt_module_unload(cf_rt_module mod, cf_error *err);
 cf_status cf_rt_module_get_func(cf_rt_module mod, const char *name, cf_rt_func *f, cf_error *err);
+/* Address and size of a __device__ variable of the module. */
+cf_status cf_rt_module_get_global(cf_rt_module mod, const char *name, cf_rt_devptr *p, size_t *bytes,
+                                  cf_error *err);
+/* A __device__ variable of the loaded kernel module (e.g. cf_trace with CF_TRACE=1). */
+cf_status cf_kernel_global(const cf_kernel *k, const char *name, cf_rt_devptr *p, size_t *bytes, cf_error *err);
 
 typedef struct cf_rt_func_attrs {
     int registers, static_smem, const_bytes, local_bytes, max_threads;

@@ -547,6 +547,60 @@ static void set_why(why *w, const cf_error *err)
     w->text[n] = 0;
 }
 
+/* With CF_TRACE=1 the kernel carries clock64 stamps per (CTA, consumer warpgroup,
+ * tile) (cf_sm90.cuh): one more launch, then where a CTA's cycles went. */
+enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 6 };
+static void print_trace(fused_ctx *f)
+{
+    cf_error err;
+    cf_rt_devptr p = 0;
+    size_t bytes = 0;
+    if (cf_kernel_global(f->k, "cf_trace", &p, &bytes, &err) != CF_OK)
+        return;
+    long long *tr = malloc(bytes);
+    if (!tr || cf_rt_memset_d8(p, 0, bytes, &err) != CF_OK || run_fused(f, NULL, &err) != CF_OK ||
+        cf_rt_ctx_sync(&err) != CF_OK || cf_rt_memcpy_dtoh(tr, p, bytes, &err) != CF_OK) {
+        free(tr);
+        return;
+    }
+#define AT(c, w, j, e) tr[(((size_t)(c) * 2 + (w)) * (TR_TILES + 1) + (j)) * TR_EV + (e)]
+    double ml = 0, ep = 0, dwait = 0, head = 0, tail = 0, total = 0, period = 0;
+    int ctas = 0, tiles = 0;
+    for (int c = 0; c < TR_CTAS; c++) {
+        const int n0 = (int)AT(c, 0, TR_TILES, 2), n1 = (int)AT(c, 1, TR_TILES, 2);
+        if (n0 <= 0 || n0 + n1 > 2 * TR_TILES)
+            continue;
+        const long long start = AT(c, 0, TR_TILES, 0);
+        const long long end = AT(c, 1, TR_TILES, 1) > AT(c, 0, TR_TILES, 1) ? AT(c, 1, TR_TILES, 1) : AT(c, 0, TR_TILES, 1);
+        long long first_acc = 0, last_acc = 0;
+        for (int i = 0; i < n0 + n1; i++) {
+            const int w = i & 1, j = i >> 1;
+            const long long acc = AT(c, w, j, 2);
+            ml += acc - AT(c, w, j, 0);
+            ep += AT(c, w, j, 3) - acc;
+            dwait += AT(c, w, j, 4);
+            if (i == 0)
+                first_acc = acc;
+            last_acc = acc > last_acc ? acc : last_acc;
+        }
+        head += first_acc - start;
+        tail += end - last_acc;
+        total += end - start;
+        if (n0 + n1 > 1)
+            period += (double)(last_acc - first_acc) / (n0 + n1 - 1);
+        tiles += n0 + n1;
+        ctas++;
+    }
+#undef AT
+    if (ctas && tiles)
+        printf("  trace (kcycles, mean over %d CTAs, %.1f tiles each): tile period %.2f | per tile: order+mainloop %.2f "
+               "(operand wait %.2f), epilogue %.2f | per CTA: first tile %.2f, tail after the last mainloop %.2f, "
+               "total %.1f\n",
+               ctas, (double)tiles / ctas, period / ctas / 1e3, ml / tiles / 1e3, dwait / tiles / 1e3, ep / tiles / 1e3,
+               head / ctas / 1e3, tail / ctas / 1e3, total / ctas / 1e3);
+    free(tr);
+}
+
 int cli_bench(const cf_graph *g, const cli_opts *o)
 {
     cf_error err;
@@ -667,6 +721,8 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
             printf("  %-22s not available (%s)\n", "unfused: cuBLAS + rows", no_unfused.text);
         }
         printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
+        if (k && getenv("CF_TRACE"))
+            print_trace(&f);
         /* columns: spec shape fused cublas floor unfused ("-" for a path not available) */
         printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\n", o->spec, o->shape_text, fused_col, t_cublas, floor_ms,
                unfused_col);

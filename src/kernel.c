@@ -229,7 +229,11 @@ cf_status cf_kernel_compile(cf_kernel *k, cf_error *err)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_compile: NULL kernel");
     if (k->compiled)
         return CF_OK;
-    cf_status st = cf_rt_compile(k->src.data, "cf_gemm_kernel", NULL, 0, &k->cubin, err);
+    /* CF_TRACE=1 (diagnostics, bench): per-tile clock64 stamps, see cf_sm90.cuh */
+    static const char *const trace_opt[] = {"-DCF_TRACE"};
+    const bool trace = getenv("CF_TRACE") && *getenv("CF_TRACE") && strcmp(getenv("CF_TRACE"), "0");
+    cf_status st = cf_rt_compile(k->src.data, "cf_gemm_kernel", trace ? trace_opt : NULL, trace ? 1 : 0,
+                                 &k->cubin, err);
     if (st == CF_OK)
         st = parse_info(k, err);
     k->compiled = st == CF_OK;
@@ -526,4 +530,11 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     };
     void *params[] = {block};
     return cf_rt_launch(k->func, &cfg, params, err);
+}
+
+cf_status cf_kernel_global(const cf_kernel *k, const char *name, cf_rt_devptr *p, size_t *bytes, cf_error *err)
+{
+    if (!k->module)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "kernel not loaded yet (launch it first)");
+    return cf_rt_module_get_global(k->module, name, p, bytes, err);
 }

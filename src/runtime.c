@@ -468,7 +468,7 @@ done:
     X(cuGetErrorName) X(cuGetErrorString) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) \
     X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceTotalMem)             \
     X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuModuleLoadData)   \
-    X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuFuncSetAttribute)      \
+    X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetAttribute) X(cuFuncSetAttribute)      \
     X(cuOccupancyMaxActiveClusters) X(cuLaunchKernelEx) X(cuMemAlloc) X(cuMemFree)            \
     X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuMemsetD16)             \
     X(cuMemsetD32) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)               \
@@ -650,6 +650,20 @@ cf_status cf_rt_module_unload(cf_rt_module mod, cf_error *err)
     cf_status st;
     INIT();
     CF_CU_CHECK(cu.cuModuleUnload((CUmodule)mod));
+fail:
+    return st;
+}
+
+cf_status cf_rt_module_get_global(cf_rt_module mod, const char *name, cf_rt_devptr *p, size_t *bytes,
+                                  cf_error *err)
+{
+    cf_status st;
+    INIT();
+    CUdeviceptr d = 0;
+    size_t n = 0;
+    CF_CU_CHECK(cu.cuModuleGetGlobal(&d, &n, (CUmodule)mod, name));
+    *p = (cf_rt_devptr)d;
+    *bytes = n;
 fail:
     return st;
 }

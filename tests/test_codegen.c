@@ -100,6 +100,13 @@ static void test_source_shape(void)
     CHECK_CONTAINS(src, "load_bf16(p.b16, col)");      /* row vector */
     CHECK_CONTAINS(src, "load_f16(p.h16, col)");
     CHECK_CONTAINS(src, "load_f32(p.rs, row)");        /* column vector */
+    /* every [N] and [M] vector is pulled into L1 as its tile's mainloop starts, once */
+    CHECK_CONTAINS(src, "cf_prefetch_cols(t, p.b32, 4);");
+    CHECK_CONTAINS(src, "cf_prefetch_cols(t, p.b16, 2);");
+    CHECK_CONTAINS(src, "cf_prefetch_rows(t, p.rs, 4);");
+    const char *first = src ? strstr(src, "cf_prefetch_cols(t, p.b32") : NULL;
+    CHECK(first && !strstr(first + 1, "cf_prefetch_cols(t, p.b32"));   /* one prefetch per input */
+    CHECK(src && !strstr(src, "p.R, 2"));               /* a full tensor is not prefetched */
     CHECK_CONTAINS(src, "load_bf16(p.R, (long long)row * t.N + col)");
     CHECK_CONTAINS(src, "op_gelu_erf(");
     CHECK_CONTAINS(src, "static __device__ __forceinline__ float op_max(");
@@ -201,6 +208,30 @@ static void test_nvrtc(void)
         CHECK(k && cf_kernel_resources(k, &r, &err) == CF_OK && r.cache_hit);
         if (!r.cache_hit || (cases[i].no_spill && r.spill_bytes))
             fprintf(stderr, "%s: cache_hit %d spills %d\n", cases[i].spec, r.cache_hit, r.spill_bytes);
+        cf_kernel_free(k);
+        cf_graph_free(g);
+    }
+    /* CF_TRACE=1: the same kernel with clock64 stamps per tile (bench/trace.sh), a new cache entry */
+    {
+        cf_graph *g = parse("examples/gemm_bias_ln.cf");
+        cf_kernel *k = NULL;
+        cf_error err;
+        cf_options opt = {128, 128, 5, 8, CF_REDUCE_GLOBAL, false};
+        setenv("CF_TRACE", "1", 1);
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "traced", &k, &err));
+        CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
+        unsetenv("CF_TRACE");
+        const char *ptx = cf_kernel_ptx(k);
+        CHECK_CONTAINS(ptx, "cf_trace");
+        CHECK_CONTAINS(ptx, "%clock64");
+        cf_resources r;
+        CHECK(k && cf_kernel_resources(k, &r, &err) == CF_OK && !r.cache_hit);
+        cf_kernel_free(k);
+        k = NULL;
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "untraced", &k, &err));
+        CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
+        ptx = cf_kernel_ptx(k);
+        CHECK(ptx && !strstr(ptx, "cf_trace"));
         cf_kernel_free(k);
         cf_graph_free(g);
     }

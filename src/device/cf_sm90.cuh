@@ -376,6 +376,21 @@ __device__ __forceinline__ void cf_load_cols(const cf_tile &t, const float *v, f
     }
 }
 
+/* Pull the slice of a [N] (cols) or [M] (rows) vector that tile t reads into L1, one 128-byte
+ * line per lane of warp 0, so the epilogue's loads of it hit L1 instead of waiting on L2. */
+__device__ __forceinline__ void cf_prefetch_l1(const void *v, long long first, long long limit, int esize, int count,
+                                               int lane) {
+    const long long i = first + (long long)lane * (128 / esize);
+    if (lane * 128 < count * esize && i < limit)
+        asm volatile("prefetch.global.L1 [%0];" :: "l"((const char *)v + i * esize));
+}
+__device__ __forceinline__ void cf_prefetch_cols(const cf_tile &t, const void *v, int esize) {
+    if (t.warp == 0) cf_prefetch_l1(v, t.n0, t.N, esize, CF_BN, t.lane);
+}
+__device__ __forceinline__ void cf_prefetch_rows(const cf_tile &t, const void *v, int esize) {
+    if (t.warp == 1) cf_prefetch_l1(v, t.m0, t.M, esize, CF_BM, t.lane);
+}
+
 /* ---- fp32 math for epilogues (NaN-propagating max/min; fast approximations) ------------ */
 __device__ __forceinline__ float cf_fmax(float a, float b) { float d; asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b)); return d; }
 __device__ __forceinline__ float cf_fmin(float a, float b) { float d; asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b)); return d; }
@@ -719,6 +734,8 @@ __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, con
 #else
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS]);
 #endif
+/* Generated: prefetches of the vectors the epilogue of tile t will read (cf_prefetch_cols/rows). */
+__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t);
 #if CF_HAS_REDUCE
 /* Epilogues with row reductions (cf_reduce.cuh): barriers of the cluster exchange, set up by one
  * thread before the kernel's first cluster sync so no peer can signal an uninitialised barrier. */
@@ -742,6 +759,27 @@ extern "C" __device__ const int cf_kernel_info[20] = {
     CF_SM90_VERSION, CF_SMEM_BYTES, CF_BM, CF_BN, CF_TILE_M, CF_STAGES, CF_CLUSTER_N, CF_B_NK,
     CF_IN_F16, CF_NUM_OUT, CF_PINGPONG, CF_NUM_THREADS, CF_STG_CHUNKS, CF_GROUP_M, CF_A_BOX_ROWS,
     CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED, CF_LATE_FINISH};
+
+/* ---- CF_TRACE (diagnostics only: bench/probe.sh) ---------------------------------------
+ * Per (CTA, consumer WG, tile) clock64 stamps: [0] at the order barrier, [1] past it (mainloop
+ * starts), [2] accumulator complete, [3] epilogue done, and the mainloop's cycles spent [4] waiting
+ * for operands (full barriers), [5] waiting for wgmma groups (wait<1>).  Slot CF_TRACE_TILES of each (CTA, WG)
+ * holds the WG's start, its end and its tile count.  Compiled out unless CF_TRACE is defined. */
+#ifdef CF_TRACE
+#define CF_TRACE_WAITS (CF_TRACE > 1)   /* CF_TRACE=2 also times the mainloop's waits (more registers) */
+#define CF_TRACE_CTAS 160
+#define CF_TRACE_TILES 31
+#define CF_TRACE_EV 6
+extern "C" { __device__ long long cf_trace[CF_TRACE_CTAS * 2 * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
+__device__ __forceinline__ void cf_trace_at(int w, int j, int ev, int tid, long long v) {
+    if (tid == 0 && blockIdx.x < CF_TRACE_CTAS && j <= CF_TRACE_TILES)
+        cf_trace[((blockIdx.x * 2 + w) * (CF_TRACE_TILES + 1) + j) * CF_TRACE_EV + ev] = v;
+}
+#define CF_TR(w, j, ev, tid) cf_trace_at(w, (j) < CF_TRACE_TILES ? (j) : CF_TRACE_TILES + 1, ev, tid, clock64())
+#else
+#define CF_TRACE_WAITS 0
+#define CF_TR(w, j, ev, tid) ((void)0)
+#endif
 
 /* row-group tile ct -> (row tile, column tile) of the CTA with rank `rank` in its row group */
 __device__ __forceinline__ void cf_sched_tile(int ct, int tiles_m, int groups_n, int rank, int &tm, int &tn) {
@@ -856,6 +894,9 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         const int istart = 0, istep = 1;
         const unsigned a_off = w * CF_BM * 128;
 #endif
+#ifdef CF_TRACE
+        cf_trace_at(w, CF_TRACE_TILES, 0, t.tid, clock64());
+#endif
 #if CF_LATE_FINISH
         cf_late late;
         cf_tile parked = t;     /* the tile waiting for its finish, if parked_ok */
@@ -869,13 +910,30 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             int stage = pos % CF_STAGES;
             unsigned phase = (unsigned)(pos / CF_STAGES) & 1u;
             int prev_stage = 0;
+            {   /* this tile's vectors for the epilogue, into L1 while its mainloop runs */
+                cf_tile next = t;
+                next.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
+                next.n0 = tn * CF_BN;
+                cf_epilogue_prefetch(args, next);
+            }
+            CF_TR(w, i / istep, 0, t.tid);
 #if CF_PINGPONG
             if (i >= 2 || w == 1) cf_named_bar_sync(CF_BAR_ORDER0 + w, 256);   /* my turn for the tensor cores */
 #endif
+            CF_TR(w, i / istep, 1, t.tid);
             cf_fence_operand<CF_ACC_REGS>(acc);
+#if CF_TRACE_WAITS
+            long long tr_data = 0, tr_mma = 0;
+#endif
 #pragma unroll 1
             for (int kb = 0; kb < nkb; ++kb) {
+#if CF_TRACE_WAITS
+                const long long tr0 = clock64();
+#endif
                 cf_mbar_wait(bar_full + 8 * stage, phase);
+#if CF_TRACE_WAITS
+                tr_data += clock64() - tr0;
+#endif
                 const unsigned sa = base + stage * CF_STAGE_BYTES + a_off;
                 const unsigned sb = base + stage * CF_STAGE_BYTES + CF_A_STAGE_BYTES;
                 cf_wgmma_fence();
@@ -893,7 +951,13 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
                     }
                 }
                 cf_wgmma_commit();
+#if CF_TRACE_WAITS
+                const long long tr1 = clock64();
+#endif
                 cf_wgmma_wait<1>();
+#if CF_TRACE_WAITS
+                tr_mma += clock64() - tr1;
+#endif
                 if (kb > 0) cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
                 prev_stage = stage;
                 if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
@@ -904,6 +968,11 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             cf_wgmma_wait<0>();
             cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
             cf_fence_operand<CF_ACC_REGS>(acc);
+            CF_TR(w, i / istep, 2, t.tid);
+#if CF_TRACE_WAITS
+            cf_trace_at(w, i / istep < CF_TRACE_TILES ? i / istep : CF_TRACE_TILES + 1, 4, t.tid, tr_data);
+            cf_trace_at(w, i / istep < CF_TRACE_TILES ? i / istep : CF_TRACE_TILES + 1, 5, t.tid, tr_mma);
+#endif
             t.tile_m = tm; t.tile_n = tn;
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
             t.n0 = tn * CF_BN;
@@ -916,11 +985,16 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #else
             cf_epilogue(args, t, acc);
 #endif
+            CF_TR(w, i / istep, 3, t.tid);
         }
 #if CF_LATE_FINISH
         if (parked_ok) cf_epilogue_finish(args, parked, late);
 #endif
         if (t.tid == 0) cf_bulk_wait0();
+#ifdef CF_TRACE
+        cf_trace_at(w, CF_TRACE_TILES, 1, t.tid, clock64());
+        cf_trace_at(w, CF_TRACE_TILES, 2, t.tid, (my_n - w + 1) / 2);
+#endif
     }
 #if CF_CLUSTER_N > 1
     cf_cluster_sync();

@@ -16,6 +16,14 @@ struct cf_epi_params {
 
 #include "cf_sm90.cuh"
 
+/* Before each tile's mainloop: the vectors its epilogue reads, into L1. */
+__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t)
+{
+    const cf_epi_params &p = args.epi;
+    (void)p;
+    (void)t;
+}
+
 /* Runs once per tile of a consumer warpgroup, after its mainloop. */
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS])
 {

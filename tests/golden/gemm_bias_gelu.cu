@@ -28,6 +28,15 @@ static __device__ __forceinline__ float op_gelu_tanh(float x)
     return fmaf(h, th, h);
 }
 
+/* Before each tile's mainloop: the vectors its epilogue reads, into L1. */
+__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t)
+{
+    const cf_epi_params &p = args.epi;
+    (void)p;
+    (void)t;
+    cf_prefetch_cols(t, p.bias, 4);  /* bias: f32 [N] */
+}
+
 /* Runs once per tile of a consumer warpgroup, after its mainloop. */
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS])
 {

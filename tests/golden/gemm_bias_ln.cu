@@ -23,6 +23,17 @@ struct cf_epi_params {
 #include "cf_sm90.cuh"
 #include "cf_reduce.cuh"  /* row reductions: shuffles and the cluster exchange */
 
+/* Before each tile's mainloop: the vectors its epilogue reads, into L1. */
+__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t)
+{
+    const cf_epi_params &p = args.epi;
+    (void)p;
+    (void)t;
+    cf_prefetch_cols(t, p.bias, 4);  /* bias: f32 [N] */
+    cf_prefetch_cols(t, p.gamma, 4);  /* gamma: f32 [N] */
+    cf_prefetch_cols(t, p.beta, 4);  /* beta: f32 [N] */
+}
+
 /* Runs once per tile of a consumer warpgroup, after its mainloop. */
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS])
 {

@@ -28,6 +28,15 @@ struct cf_late {
 #include "cf_sm90.cuh"
 #include "cf_reduce.cuh"  /* row reductions: shuffles and the cluster exchange */
 
+/* Before each tile's mainloop: the vectors its epilogue reads, into L1. */
+__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t)
+{
+    const cf_epi_params &p = args.epi;
+    (void)p;
+    (void)t;
+    cf_prefetch_cols(t, p.gamma, 4);  /* gamma: f32 [N] */
+}
+
 /* Part 1, right after the tile's mainloop: every stage up to the last exchange. */
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS], cf_late &late)
 {

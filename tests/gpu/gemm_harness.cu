@@ -18,6 +18,68 @@ struct cf_epi_params {
 #ifndef CF_HARNESS_EPI
 #define CF_HARNESS_EPI 0
 #endif
+/* one 64-column chunk c of a bf16 tile through staging slot c % CF_STG_CHUNKS (probe 11, 13) */
+__device__ __forceinline__ void cf_store_chunk_bf16(const cf_gemm_args &args, const cf_tile &t, int c,
+                                                    const float (&y)[CF_ACC_REGS]) {
+    const int lane = t.lane, mi = lane >> 3, cc = c % CF_STG_CHUNKS;
+    if (cc == 0) {
+        if (t.tid == 0) cf_bulk_wait_read0();
+        cf_named_bar_sync(t.bar_id, 128);
+    }
+#pragma unroll
+    for (int mt = 0; mt < CF_BM / 64; ++mt) {
+        const int row = mt * 64 + t.warp * 16 + (mi & 1) * 8 + (lane & 7);
+        const unsigned rbase = t.stg + cc * CF_STG_CHUNK_BYTES + row * 128;
+#pragma unroll
+        for (int gp = 0; gp < 4; ++gp) {
+            const int b = mt * CF_ACC_PER_MT + 4 * (c * 8 + 2 * gp);
+            const int ch = 2 * gp + (mi >> 1);
+            const unsigned addr = rbase + (unsigned)((ch ^ (lane & 7)) << 4);
+            asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                         :: "r"(addr), "r"(cf_pack_bf16x2(y[b], y[b + 1])), "r"(cf_pack_bf16x2(y[b + 2], y[b + 3])),
+                            "r"(cf_pack_bf16x2(y[b + 4], y[b + 5])), "r"(cf_pack_bf16x2(y[b + 6], y[b + 7])) : "memory");
+        }
+    }
+    cf_fence_proxy_async();
+    cf_named_bar_sync(t.bar_id, 128);
+    if (t.tid == 0) {
+        const int col = t.n0 + c * 64;
+        if (col < t.N && t.m0 < t.M) cf_tma_store_2d(&args.tma_out[0], t.stg + cc * CF_STG_CHUNK_BYTES, col, t.m0);
+        cf_bulk_commit();
+    }
+}
+
+/* the bf16 store from packed pairs (p[i] = columns of acc 2i, 2i+1), for variant 7 */
+__device__ __forceinline__ void cf_store_tile_packed(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                     const unsigned (&p)[CF_ACC_REGS / 2]) {
+    constexpr int NCH = CF_BN / 64;
+    const int lane = t.lane, mi = lane >> 3;
+#pragma unroll
+    for (int c0 = 0; c0 < NCH; c0 += CF_STG_CHUNKS) {
+        if (t.tid == 0) cf_bulk_wait_read0();
+        cf_named_bar_sync(t.bar_id, 128);
+#pragma unroll
+        for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
+            const int c = c0 + cc;
+            if (c < NCH) {
+#pragma unroll
+                for (int mt = 0; mt < CF_BM / 64; ++mt) {
+                    const int row = mt * 64 + t.warp * 16 + (mi & 1) * 8 + (lane & 7);
+                    const unsigned rbase = t.stg + cc * CF_STG_CHUNK_BYTES + row * 128;
+#pragma unroll
+                    for (int gp = 0; gp < 4; ++gp) {
+                        const int b = (mt * CF_ACC_PER_MT + 4 * (c * 8 + 2 * gp)) / 2;
+                        const int ch = 2 * gp + (mi >> 1);
+                        const unsigned addr = rbase + (unsigned)((ch ^ (lane & 7)) << 4);
+                        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                                     :: "r"(addr), "r"(p[b]), "r"(p[b + 1]), "r"(p[b + 2]), "r"(p[b + 3]) : "memory");
+                    }
+                }
+            }
+        }
+        cf_stg_flush<NCH, 64>(args, t, o, c0);
+    }
+}
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS]) {
 #if CF_HARNESS_EPI == 1
     float bias[CF_COLS];
@@ -25,6 +87,104 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
 #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) acc[r] = cf_gelu_tanh(acc[r] + bias[cf_col_slot(r)]);
     cf_store_tile_bf16(args, t, 0, acc);
+#elif CF_HARNESS_EPI == 4   /* probe: one MUFU op per element */
+#pragma unroll
+    for (int r = 0; r < CF_ACC_REGS; ++r) acc[r] = cf_tanh(acc[r]);
+    cf_store_tile_bf16(args, t, 0, acc);
+#elif CF_HARNESS_EPI == 5   /* probe: six dependent FFMAs per element */
+#pragma unroll
+    for (int r = 0; r < CF_ACC_REGS; ++r) {
+        float x = acc[r];
+#pragma unroll
+        for (int j = 0; j < 6; ++j) x = fmaf(x, 0.999f, 0.001f);
+        acc[r] = x;
+    }
+    cf_store_tile_bf16(args, t, 0, acc);
+#elif CF_HARNESS_EPI == 8 || CF_HARNESS_EPI == 9   /* probe: 6 FFMA (8) or 6 FMUL (9) per element, register operands */
+    float c1 = 0.999f, c2 = 0.001f;
+    asm volatile("" : "+f"(c1), "+f"(c2));   /* opaque: no immediates */
+#pragma unroll
+    for (int r = 0; r < CF_ACC_REGS; ++r) {
+        float x = acc[r];
+#pragma unroll
+        for (int j = 0; j < 6; ++j) x = CF_HARNESS_EPI == 8 ? fmaf(x, c1, c2) : x * c1;
+        acc[r] = x;
+    }
+    cf_store_tile_bf16(args, t, 0, acc);
+#elif CF_HARNESS_EPI == 10   /* probe: pack, then 6 HFMA2 per pair with register operands */
+    unsigned c1 = 0x3F7F3F7Fu, c2 = 0x3A833A83u;
+    asm volatile("" : "+r"(c1), "+r"(c2));
+    unsigned y[CF_ACC_REGS / 2];
+#pragma unroll
+    for (int r = 0; r < CF_ACC_REGS; r += 2) {
+        unsigned x;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(x) : "f"(acc[r + 1]), "f"(acc[r]));
+#pragma unroll
+        for (int j = 0; j < 6; ++j) asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(x) : "r"(x), "r"(c1), "r"(c2));
+        y[r / 2] = x;
+    }
+    cf_store_tile_packed(args, t, 0, y);
+#elif CF_HARNESS_EPI >= 11 && CF_HARNESS_EPI <= 13
+    /* probes of the epilogue's latency: 11 bias + gelu computed and stored one 64-column chunk at
+     * a time (the TMA store of chunk 0 reads shared memory while chunk 1 computes); 12 the same as
+     * 1 with the bias known at compile time (no load latency); 13 both */
+    float bias[CF_COLS];
+#if CF_HARNESS_EPI == 11
+    cf_load_cols(t, args.epi.bias, bias);
+#else
+#pragma unroll
+    for (int j = 0; j < CF_COLS; ++j) bias[j] = 0.01f * (float)j;
+#endif
+#if CF_HARNESS_EPI == 12
+#pragma unroll
+    for (int r = 0; r < CF_ACC_REGS; ++r) acc[r] = cf_gelu_tanh(acc[r] + bias[cf_col_slot(r)]);
+    cf_store_tile_bf16(args, t, 0, acc);
+#else
+    constexpr int NCH = CF_BN / 64;
+#pragma unroll
+    for (int c = 0; c < NCH; ++c) {
+#pragma unroll
+        for (int r = 0; r < CF_ACC_REGS; ++r)
+            if (((r % CF_ACC_PER_MT) >> 5) == c) acc[r] = cf_gelu_tanh(acc[r] + bias[cf_col_slot(r)]);
+        cf_store_chunk_bf16(args, t, c, acc);
+    }
+#endif
+#elif CF_HARNESS_EPI == 6   /* bias + gelu, tanh on f16 pairs (one MUFU op per two elements) */
+    float bias[CF_COLS];
+    cf_load_cols(t, args.epi.bias, bias);
+#pragma unroll
+    for (int r = 0; r < CF_ACC_REGS; r += 2) {
+        const float x0 = acc[r] + bias[cf_col_slot(r)], x1 = acc[r + 1] + bias[cf_col_slot(r + 1)];
+        const float u0 = x0 * fmaf(0.0356774081f, x0 * x0, 0.7978845608f);
+        const float u1 = x1 * fmaf(0.0356774081f, x1 * x1, 0.7978845608f);
+        unsigned th;
+        asm("tanh.approx.f16x2 %0, %1;" : "=r"(th) : "r"(cf_pack_f16x2(u0, u1)));
+        float t0, t1;
+        asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }" : "=f"(t0), "=f"(t1) : "r"(th));
+        const float h0 = 0.5f * x0, h1 = 0.5f * x1;
+        acc[r] = fmaf(h0, t0, h0);
+        acc[r + 1] = fmaf(h1, t1, h1);
+    }
+    cf_store_tile_bf16(args, t, 0, acc);
+#elif CF_HARNESS_EPI == 7   /* bias + gelu in packed bf16x2 arithmetic (half the instructions) */
+    float bias[CF_COLS];
+    cf_load_cols(t, args.epi.bias, bias);
+    unsigned y[CF_ACC_REGS / 2];
+    const unsigned c0 = 0x3F4C3F4Cu /* 0.7978 */, c1 = 0x3D123D12u /* 0.03568 */, half = 0x3F003F00u;
+#pragma unroll
+    for (int r = 0; r < CF_ACC_REGS; r += 2) {
+        const unsigned b2 = cf_pack_bf16x2(bias[cf_col_slot(r)], bias[cf_col_slot(r + 1)]);
+        unsigned x, q, u, th, h;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(x) : "f"(acc[r + 1]), "f"(acc[r]));
+        asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(x) : "r"(x), "r"(b2));
+        asm("mul.rn.bf16x2 %0, %1, %1;" : "=r"(q) : "r"(x));
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(q), "r"(c1), "r"(c0));
+        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(u) : "r"(x), "r"(q));
+        asm("tanh.approx.bf16x2 %0, %1;" : "=r"(th) : "r"(u));
+        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(h) : "r"(x), "r"(half));
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(y[r / 2]) : "r"(h), "r"(th), "r"(h));
+    }
+    cf_store_tile_packed(args, t, 0, y);
 #elif CF_HARNESS_EPI == 2
     cf_store_tile_f32(args, t, 0, acc);
 #elif CF_HARNESS_EPI == 3
@@ -33,7 +193,16 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     cf_store_tile_bf16(args, t, 0, acc);
 #endif
 }
-extern "C" __device__ const int cf_harness_epi = CF_HARNESS_EPI;
+/* what the host checks against: variants 6 and 7 compute bias + gelu (1); 4 and 5 are unchecked probes */
+__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t) {
+#if CF_HARNESS_EPI == 1 && defined(CF_PREFETCH)
+    cf_prefetch_cols(t, args.epi.bias, 4);
+#endif
+    (void)args; (void)t;
+}
+extern "C" __device__ const int cf_harness_epi =
+    CF_HARNESS_EPI == 6 || CF_HARNESS_EPI == 7 || CF_HARNESS_EPI == 11 ? 1 : CF_HARNESS_EPI >= 12 && CF_HARNESS_EPI <= 13 ? 4
+                                                                                                    : CF_HARNESS_EPI;
 
 #else
 /* =================================== host program =================================== */
@@ -64,6 +233,8 @@ struct alignas(64) HostTmaDesc { unsigned long long v[16]; };
 struct HostGemmArgs {
     HostTmaDesc tma_a, tma_b;
     HostTmaDesc tma_out[1];
+    unsigned long long *xchg;   /* row exchange (unused by these epilogues) */
+    unsigned *xsync;
     void *out[1];
     int M, N, K;
     int out_ld[1];
@@ -258,7 +429,8 @@ struct LtGemm {
     void init() { CB(cublasLtCreate(&lt)); CR(cudaMalloc(&ws, ws_size)); }
     /* D[M,N] bf16 row-major = X[M,K] * W (+ bias, gelu when gelu != 0).  Column-major view: D^T = W^T X^T. */
     struct Plan { cublasLtMatmulDesc_t d; cublasLtMatrixLayout_t la, lb, lc; cublasLtMatmulAlgo_t algo; bool ok; };
-    Plan plan(int M, int N, int K, int b_nk, int gelu, const float *bias, cudaDataType out_t = CUDA_R_16BF) {
+    Plan plan(int M, int N, int K, int b_nk, int gelu, const void *bias, cudaDataType out_t = CUDA_R_16BF,
+              cudaDataType bias_t = CUDA_R_32F) {
         Plan p; p.ok = false;
         CB(cublasLtMatmulDescCreate(&p.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         cublasOperation_t ta = b_nk ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
@@ -268,7 +440,7 @@ struct LtGemm {
             cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_GELU_BIAS;
             CB(cublasLtMatmulDescSetAttribute(p.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
             CB(cublasLtMatmulDescSetAttribute(p.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-            cudaDataType bt = CUDA_R_32F;
+            cudaDataType bt = bias_t;
             if (cublasLtMatmulDescSetAttribute(p.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS)
                 return p;
         }
@@ -441,6 +613,114 @@ static void bench_shape(int M, int N, int K, const std::vector<const Kernel *> &
     cudaFree(b.bias);
 }
 
+/* ---- --probe M N K: every loaded kernel beside cuBLASLt (plain, and with its GELU_BIAS epilogue),
+ * plus, for kernels built with -DCF_TRACE, where each CTA's time goes (clock64 stamps, cf_sm90.cuh). */
+static void time_lt_pair(const LtGemm::Plan &p0, const LtGemm::Plan &p1, LtGemm &lt, BenchBufs &b, int b_nk, float *t0,
+                         float *t1) {
+    std::vector<cudaEvent_t> ev(3 * ITERS);
+    for (auto &e : ev) CR(cudaEventCreate(&e));
+    for (int i = 0; i < ITERS + WARM; ++i) {
+        const int s = i % NSETS, w = i - WARM;
+        if (w >= 0) CR(cudaEventRecord(ev[3 * w]));
+        lt.run(p0, b.A[s], b_nk ? b.Wnk[s] : b.Wkn[s], b.out[s], 0);
+        if (w >= 0) CR(cudaEventRecord(ev[3 * w + 1]));
+        lt.run(p1, b.A[(s + 1) % NSETS], b_nk ? b.Wnk[(s + 1) % NSETS] : b.Wkn[(s + 1) % NSETS], b.out[(s + 1) % NSETS], 0);
+        if (w >= 0) CR(cudaEventRecord(ev[3 * w + 2]));
+    }
+    CR(cudaEventSynchronize(ev[3 * ITERS - 1]));
+    std::vector<float> a(ITERS), c(ITERS);
+    for (int i = 0; i < ITERS; ++i) {
+        CR(cudaEventElapsedTime(&a[i], ev[3 * i], ev[3 * i + 1]));
+        CR(cudaEventElapsedTime(&c[i], ev[3 * i + 1], ev[3 * i + 2]));
+    }
+    for (auto &e : ev) cudaEventDestroy(e);
+    std::sort(a.begin(), a.end()); std::sort(c.begin(), c.end());
+    *t0 = a[ITERS / 2]; *t1 = c[ITERS / 2];
+}
+
+enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 6 };
+static void trace_summary(const Kernel &k, const HostGemmArgs &a) {
+    CUdeviceptr p; size_t sz;
+    if (cuModuleGetGlobal(&p, &sz, k.mod, "cf_trace") != CUDA_SUCCESS) return;
+    std::vector<long long> tr(sz / 8);
+    CK(cuMemsetD8(p, 0, sz));
+    cf_launch(k, &a, 0);
+    CR(cudaDeviceSynchronize());
+    CK(cuMemcpyDtoH(tr.data(), p, sz));
+    auto at = [&](int c, int w, int j, int e) { return tr[((size_t)(c * 2 + w) * (TR_TILES + 1) + j) * TR_EV + e]; };
+    const int grid = std::min(cf_grid_ctas(k, a.M, a.N), (int)TR_CTAS);
+    double ml = 0, ep = 0, gap = 0, head = 0, tail = 0, total = 0, busy = 0, dwait = 0, mwait = 0, owait = 0;
+    long n_ml = 0, n_gap = 0;
+    if (getenv("CF_TRACE_DUMP")) {   /* CTA 0, cycles from its start: [order wait, mainloop, acc done, epi done] */
+        const long long st = at(0, 0, TR_TILES, 0);
+        for (int w = 0; w < 2; ++w)
+            for (int j = 0; j < std::min((int)at(0, w, TR_TILES, 2), (int)TR_TILES); ++j)
+                printf("       cta0 wg%d tile%-2d  at-bar %7lld  go %7lld  acc %7lld  epi-end %7lld  data-wait %6lld  mma-wait %6lld\n", w, j,
+                       at(0, w, j, 0) - st, at(0, w, j, 1) - st, at(0, w, j, 2) - st, at(0, w, j, 3) - st, at(0, w, j, 4),
+                       at(0, w, j, 5));
+    }
+    for (int c = 0; c < grid; ++c) {
+        const long long start = at(c, 0, TR_TILES, 0);
+        const long long end = std::max(at(c, 0, TR_TILES, 1), at(c, 1, TR_TILES, 1));
+        const int n0 = (int)at(c, 0, TR_TILES, 2), n1 = (int)at(c, 1, TR_TILES, 2), n = std::min(n0 + n1, 2 * TR_TILES);
+        long long last_acc = start, prev_end = -1;
+        for (int i = 0; i < n; ++i) {   /* mainloops in the order the tensor cores run them */
+            const int w = i & 1, j = i >> 1;
+            const long long e1 = at(c, w, j, 1), e2 = at(c, w, j, 2), e3 = at(c, w, j, 3);
+            ml += e2 - e1; ep += e3 - e2; busy += e2 - e1; ++n_ml;
+            dwait += at(c, w, j, 4); mwait += at(c, w, j, 5); owait += e1 - at(c, w, j, 0);
+            if (i == 0) head += e1 - start;
+            if (prev_end >= 0) { gap += std::max(0LL, e1 - prev_end); ++n_gap; }
+            prev_end = e2;
+            last_acc = std::max(last_acc, e2);
+        }
+        tail += end - last_acc; total += end - start;
+    }
+    printf("     trace %-18s per tile: order-wait %5.0f mainloop %6.0f (data-wait %5.0f mma-wait %5.0f) epilogue %5.0f gap %4.0f;"
+           " per CTA: head %5.0f tail %5.0f total %7.0f cyc\n", k.name.c_str(), owait / n_ml, ml / n_ml, dwait / n_ml,
+           mwait / n_ml, ep / n_ml, n_gap ? gap / n_gap : 0.0, head / grid, tail / grid, total / grid);
+}
+
+static void probe(int M, int N, int K, LtGemm &lt) {
+    BenchBufs b; b.M = M; b.N = N; b.K = K;
+    for (int s = 0; s < NSETS; ++s) {
+        CR(cudaMalloc(&b.A[s], (size_t)M * K * 2)); CR(cudaMalloc(&b.Wkn[s], (size_t)K * N * 2));
+        CR(cudaMalloc(&b.Wnk[s], (size_t)K * N * 2)); CR(cudaMalloc(&b.out[s], (size_t)M * N * 2));
+        fill_random<<<1024, 256>>>(b.A[s], (size_t)M * K, g_seed++, 0);
+        fill_random<<<1024, 256>>>(b.Wkn[s], (size_t)K * N, g_seed++, 0);
+        fill_random<<<1024, 256>>>(b.Wnk[s], (size_t)K * N, g_seed++, 0);
+    }
+    CR(cudaMalloc(&b.bias, (size_t)N * 4));
+    fill_random_f32<<<256, 256>>>(b.bias, N, g_seed++);
+    CR(cudaDeviceSynchronize());
+    for (int b_nk = 0; b_nk < 2; ++b_nk) {
+        bool any = false;
+        for (auto &k : g_kernels) any |= k.info[I_B_NK] == b_nk;
+        if (!any) continue;
+        LtGemm::Plan p = lt.plan(M, N, K, b_nk, 0, b.bias), pg = lt.plan(M, N, K, b_nk, 1, b.bias);
+        if (!pg.ok) pg = lt.plan(M, N, K, b_nk, 1, b.A[0], CUDA_R_16BF, CUDA_R_16BF);   /* bf16 bias: any N values */
+        if (!p.ok) continue;
+        printf("== probe %dx%dx%d W %s\n", M, N, K, b_nk ? "[N,K]" : "[K,N]");
+        if (pg.ok) {
+            float t0, t1;
+            time_lt_pair(p, pg, lt, b, b_nk, &t0, &t1);
+            printf("  %-20s %8.4f ms  cuBLASLt %8.4f ms  ratio %.3f\n", "cuBLASLt gelu_bias", t1, t0, t1 / t0);
+        }
+        for (auto &k : g_kernels) {
+            if (k.info[I_B_NK] != b_nk) continue;
+            if (k.epi <= 1) test_case(k, M, N, K, 0, false, &lt);
+            float ours, cub;
+            time_pair(p, lt, k, b, b_nk, &ours, &cub);
+            printf("  %-20s %8.4f ms  cuBLASLt %8.4f ms  ratio %.3f\n", k.name.c_str(), ours, cub, ours / cub);
+            HostGemmArgs a;
+            cf_host_setup(k, &a, b.A[0], b_nk ? b.Wnk[0] : b.Wkn[0], b.out[0], N, b.bias, M, N, K);
+            trace_summary(k, a);
+        }
+    }
+    for (int s = 0; s < NSETS; ++s) { cudaFree(b.A[s]); cudaFree(b.Wkn[s]); cudaFree(b.Wnk[s]); cudaFree(b.out[s]); }
+    cudaFree(b.bias);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: %s <cubin dir> [--quick|--sanitize]\n", argv[0]); return 2; }
     const bool quick = argc > 2 && !strcmp(argv[2], "--quick");
@@ -492,6 +772,14 @@ int main(int argc, char **argv) {
     }
     CR(cudaMalloc(&d_cnt, 3 * sizeof(unsigned long long)));
     LtGemm lt; lt.init();
+    if (argc > 2 && !strcmp(argv[2], "--probe")) {   /* --probe M,N,K ... */
+        for (int i = 3; i < argc; ++i) {
+            int M, N, K;
+            if (sscanf(argv[i], "%d,%d,%d", &M, &N, &K) == 3) probe(M, N, K, lt);
+        }
+        printf("correctness: %d passed, %d failed\n", g_pass, g_fail);
+        return g_fail != 0;
+    }
 
     /* ---------------- correctness ---------------- */
     struct Shape { int M, N, K, pad; };
