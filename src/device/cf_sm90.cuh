@@ -761,10 +761,13 @@ extern "C" __device__ const int cf_kernel_info[20] = {
     CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED, CF_LATE_FINISH};
 
 /* ---- CF_TRACE (diagnostics only: bench/probe.sh) ---------------------------------------
- * Per (CTA, consumer WG, tile) clock64 stamps: [0] at the order barrier, [1] past it (mainloop
- * starts), [2] accumulator complete, [3] epilogue done, and the mainloop's cycles spent [4] waiting
- * for operands (full barriers), [5] waiting for wgmma groups (wait<1>).  Slot CF_TRACE_TILES of each (CTA, WG)
- * holds the WG's start, its end and its tile count.  Compiled out unless CF_TRACE is defined. */
+ * Per (CTA, consumer WG, tile) clock64 stamps: [0] at the order barrier, [1] just after it,
+ * [2] accumulator complete, [3] epilogue done, and with CF_TRACE=2 the mainloop's cycles spent
+ * [4] waiting for operands (full barriers) and [5] for wgmma groups (wait<1>).  Slot
+ * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end and its tile count.
+ * [1] is not where the wait ends: ptxas emits BAR.SYNC.DEFER_BLOCKING, and the warp reads the
+ * clock before the barrier completes; read [0] -> [2] as order wait + mainloop.
+ * Compiled out unless CF_TRACE is defined (CF_TRACE=1 in the environment of the runtime). */
 #ifdef CF_TRACE
 #define CF_TRACE_WAITS (CF_TRACE > 1)   /* CF_TRACE=2 also times the mainloop's waits (more registers) */
 #define CF_TRACE_CTAS 160
