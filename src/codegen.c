@@ -498,11 +498,13 @@ static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **
 {
     const cf_ir_spec *q = sp->post;
     const cf_ir_node *r1 = sp->terminal, *r2 = q ? q->terminal : NULL, *stat = NULL, *d = NULL, *u = NULL;
-    /* Merged, each lane loads a 16-byte pair per CTA of the row; measured (perf-notes
-     * v8), that wins while all of a row's pairs come in one round of 8 loads (rows of
-     * up to 8 CTAs with 128-row tiles) and loses beyond, so larger groups keep two. */
-    const int pairs_per_lane = c->opt->row_ctas * c->opt->bm / 128;
-    if (!c->opt->red_global || c->opt->row_ctas < 2 || pairs_per_lane > 8 || !r1 || r1->kind != CF_IR_REDUCE ||
+    /* Merged, each lane loads a 16-byte pair per CTA of the row, in rounds of 8 (rows of
+     * up to 8 CTAs with 128-row tiles per round).  With the Chan fold chained through every
+     * rank (perf-notes v8) a second round lost to two exchanges; folded in two passes per
+     * round and joined (v9, v10), two rounds win (16 CTAs: LN -9 %, softmax -13 % at
+     * 4096x2048x512), four lose (32 CTAs: LN +8 % at 8192x4096x4096). */
+    const int rounds = (c->opt->row_ctas * c->opt->bm / 128 + 7) / 8;
+    if (!c->opt->red_global || c->opt->row_ctas < 2 || rounds > 2 || !r1 || r1->kind != CF_IR_REDUCE ||
         !r2 || r2->kind != CF_IR_REDUCE)
         return MERGE_NONE;
     for (int i = 0; i < q->n_nodes; i++)

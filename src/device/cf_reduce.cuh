@@ -265,7 +265,7 @@ template <int KIND> __device__ __forceinline__ cf_fold cf_fold_add(cf_fold f, fl
     }
     return f;
 }
-/* The merged kinds fold a row's pairs (at most 8 per lane) in two passes over registers:
+/* The merged kinds fold a round of a row's pairs (8 per lane) in two passes over registers:
  * the ranks' terms are then independent, where a running fold chains a division or two
  * exps through every rank (measured: that chain, not the L2 round trip, was most of a
  * merged exchange's cost once the partials had arrived).  Rank order is kept, so every
@@ -348,6 +348,7 @@ template <int KIND, int WORDS>
 __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned long long *slots, float (&a)[CF_ROWS],
                                                float (&b)[CF_ROWS])
 {
+    CF_TRC_T0(tr0);
     const unsigned long long tag = (unsigned long long)t.epoch << 32;
     constexpr int RW = 16 * (CF_BM / 64);   /* rows of the tile held by one warp */
     constexpr int LPR = 32 / RW;            /* lanes per row */
@@ -387,8 +388,9 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
             w1[c] = here ? __uint_as_float((unsigned)v1[c]) : 0.0f;
         }
         if (KIND == CF_MERGE_VAR || KIND == CF_MERGE_SOFTMAX) {
-            static_assert(KIND < CF_MERGE_VAR || PER_LANE <= CHUNK, "a merged exchange folds its pairs in one round");
-            f = cf_fold_pairs<KIND, CHUNK>(nq, w0, w1);
+            /* rounds of 8 pairs, joined in rank order (every CTA folds identically) */
+            const cf_fold r = cf_fold_pairs<KIND, CHUNK>(nq, w0, w1);
+            f = c0 == 0 ? r : cf_fold_join<KIND>(f, r);
         } else {
 #pragma unroll
             for (int c = 0; c < CHUNK; ++c)
@@ -408,6 +410,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
         if (WORDS == 2)
             b[s] = __shfl_sync(0xffffffffu, f.b, src);
     }
+    CF_TRC_ADD(t, CF_TRC_GATHER, tr0);
 }
 
 template <int OP, int RED>

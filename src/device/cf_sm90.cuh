@@ -282,6 +282,21 @@ struct cf_tile {
     unsigned stg;      /* shared-window address of this WG's staging buffer (CF_STG_BYTES, 1024-aligned) */
 };
 
+/* CF_TRACE: cycles thread 0 of each consumer warpgroup spends in parts of the epilogue,
+ * summed over its tiles (cf_tr_cat[wg][CF_TRC_*]); see the trace block before the kernel. */
+#ifdef CF_TRACE
+#define CF_TRC_GATHER 0   /* row partials: loads, spin, fold */
+#define CF_TRC_PARK 1     /* a park waiting for the staging buffer */
+#define CF_TRC_STORE 2    /* a store's waits: staging buffer free, the warpgroup's barriers */
+#define CF_TRC_FINISH 3   /* a late finish, whole */
+__shared__ long long cf_tr_cat[2][4];
+#define CF_TRC_T0(v) const long long v = clock64()
+#define CF_TRC_ADD(t, cat, v) do { if ((t).tid == 0) cf_tr_cat[(t).wg][cat] += clock64() - (v); } while (0)
+#else
+#define CF_TRC_T0(v) ((void)0)
+#define CF_TRC_ADD(t, cat, v) ((void)0)
+#endif
+
 /* ----------------------------------------------------------------------------------------
  * Small helpers
  * -------------------------------------------------------------------------------------- */
@@ -570,7 +585,9 @@ __device__ __forceinline__ void cf_wgmma_tile(float *d, unsigned long long da, u
 template <int NCH, int COLS>
 __device__ __forceinline__ void cf_stg_flush(const cf_gemm_args &args, const cf_tile &t, int o, int c0) {
     cf_fence_proxy_async();
+    CF_TRC_T0(tr0);
     cf_named_bar_sync(t.bar_id, 128);
+    CF_TRC_ADD(t, CF_TRC_STORE, tr0);
     if (t.tid == 0) {
 #pragma unroll
         for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
@@ -590,8 +607,10 @@ __device__ __forceinline__ void cf_store_tile_16(const cf_gemm_args &args, const
     const int lane = t.lane, mi = lane >> 3;
 #pragma unroll
     for (int c0 = 0; c0 < NCH; c0 += CF_STG_CHUNKS) {
+        CF_TRC_T0(tr0);
         if (t.tid == 0) cf_bulk_wait_read0();
         cf_named_bar_sync(t.bar_id, 128);
+        CF_TRC_ADD(t, CF_TRC_STORE, tr0);
 #pragma unroll
         for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
             const int c = c0 + cc;
@@ -702,8 +721,10 @@ template <int F16> __device__ __forceinline__ void cf_unpark8(const cf_tile &t, 
 }
 /* Parks v (16-bit) once the previous tile's TMA store has read the buffer. */
 template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t, const float (&v)[CF_ACC_REGS]) {
+    CF_TRC_T0(tr0);
     if (t.tid == 0) cf_bulk_wait_read0();
     cf_named_bar_sync(t.bar_id, 128);
+    CF_TRC_ADD(t, CF_TRC_PARK, tr0);
 #pragma unroll
     for (int g = 0; g < CF_ACC_REGS / 8; ++g)
         cf_stmatrix8<F16>(cf_group_addr(t, g), v + 8 * g);
@@ -764,7 +785,8 @@ extern "C" __device__ const int cf_kernel_info[20] = {
  * Per (CTA, consumer WG, tile) clock64 stamps: [0] at the order barrier, [1] just after it,
  * [2] accumulator complete, [3] epilogue done, and with CF_TRACE=2 the mainloop's cycles spent
  * [4] waiting for operands (full barriers) and [5] for wgmma groups (wait<1>).  Slot
- * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end and its tile count.
+ * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end, its tile count and [3..6] the
+ * cycles of its epilogue parts (cf_tr_cat: gather, park, store waits, late finish).
  * [1] is not where the wait ends: ptxas emits BAR.SYNC.DEFER_BLOCKING, and the warp reads the
  * clock before the barrier completes; read [0] -> [2] as order wait + mainloop.
  * Compiled out unless CF_TRACE is defined (CF_TRACE=1 in the environment of the runtime). */
@@ -772,7 +794,7 @@ extern "C" __device__ const int cf_kernel_info[20] = {
 #define CF_TRACE_WAITS (CF_TRACE > 1)   /* CF_TRACE=2 also times the mainloop's waits (more registers) */
 #define CF_TRACE_CTAS 160
 #define CF_TRACE_TILES 31
-#define CF_TRACE_EV 6
+#define CF_TRACE_EV 8
 extern "C" { __device__ long long cf_trace[CF_TRACE_CTAS * 2 * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
 __device__ __forceinline__ void cf_trace_at(int w, int j, int ev, int tid, long long v) {
     if (tid == 0 && blockIdx.x < CF_TRACE_CTAS && j <= CF_TRACE_TILES)
@@ -820,6 +842,9 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
     const int cl_rank = (int)cf_cluster_ctarank();
 #endif
 
+#ifdef CF_TRACE
+    if (tid < 8) cf_tr_cat[tid >> 2][tid & 3] = 0;
+#endif
     if (tid == 0) {
 #pragma unroll 1
         for (int s = 0; s < CF_STAGES; ++s) {
@@ -981,7 +1006,11 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.n0 = tn * CF_BN;
 #if CF_LATE_FINISH
             /* the previous tile's row partials arrived during this mainloop */
-            if (parked_ok) cf_epilogue_finish(args, parked, late);
+            {
+                CF_TRC_T0(trf);
+                if (parked_ok) cf_epilogue_finish(args, parked, late);
+                CF_TRC_ADD(t, CF_TRC_FINISH, trf);
+            }
             cf_epilogue(args, t, acc, late);
             parked = t;
             parked_ok = true;
@@ -997,6 +1026,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #ifdef CF_TRACE
         cf_trace_at(w, CF_TRACE_TILES, 1, t.tid, clock64());
         cf_trace_at(w, CF_TRACE_TILES, 2, t.tid, (my_n - w + 1) / 2);
+        for (int c = 0; c < 4; ++c) cf_trace_at(w, CF_TRACE_TILES, 3 + c, t.tid, cf_tr_cat[w][c]);
 #endif
     }
 #if CF_CLUSTER_N > 1
