@@ -549,7 +549,7 @@ static void set_why(why *w, const cf_error *err)
 
 /* With CF_TRACE=1 the kernel carries clock64 stamps per (CTA, consumer warpgroup,
  * tile) (cf_sm90.cuh): one more launch, then where a CTA's cycles went. */
-enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 8 };
+enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 10 };
 static void print_trace(fused_ctx *f)
 {
     cf_error err;
@@ -564,7 +564,7 @@ static void print_trace(fused_ctx *f)
         return;
     }
 #define AT(c, w, j, e) tr[(((size_t)(c) * 2 + (w)) * (TR_TILES + 1) + (j)) * TR_EV + (e)]
-    double ml = 0, ep = 0, dwait = 0, head = 0, tail = 0, total = 0, period = 0, cat[4] = {0};
+    double ml = 0, ep = 0, dwait = 0, head = 0, tail = 0, total = 0, period = 0, cat[6] = {0};
     int ctas = 0, tiles = 0;
     for (int c = 0; c < TR_CTAS; c++) {
         const int n0 = (int)AT(c, 0, TR_TILES, 2), n1 = (int)AT(c, 1, TR_TILES, 2);
@@ -589,7 +589,7 @@ static void print_trace(fused_ctx *f)
         if (n0 + n1 > 1)
             period += (double)(last_acc - first_acc) / (n0 + n1 - 1);
         for (int w = 0; w < 2; w++)
-            for (int q = 0; q < 4; q++)
+            for (int q = 0; q < 6; q++)
                 cat[q] += (double)AT(c, w, TR_TILES, 3 + q);
         tiles += n0 + n1;
         ctas++;
@@ -602,8 +602,9 @@ static void print_trace(fused_ctx *f)
                ctas, (double)tiles / ctas, period / ctas / 1e3, ml / tiles / 1e3, dwait / tiles / 1e3, ep / tiles / 1e3,
                head / ctas / 1e3, tail / ctas / 1e3, total / ctas / 1e3);
     if (ctas && tiles)
-        printf("  trace, epilogue parts per tile (kcycles, thread 0): gather %.2f, park wait %.2f, store waits %.2f, "
-               "late finish %.2f\n", cat[0] / tiles / 1e3, cat[1] / tiles / 1e3, cat[2] / tiles / 1e3, cat[3] / tiles / 1e3);
+        printf("  trace, epilogue parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, re-polls %.1f), "
+               "park wait %.2f, store waits %.2f, late finish %.2f\n", cat[0] / tiles / 1e3, cat[4] / tiles / 1e3,
+               cat[5] / tiles, cat[1] / tiles / 1e3, cat[2] / tiles / 1e3, cat[3] / tiles / 1e3);
     free(tr);
 }
 

@@ -342,8 +342,8 @@ __device__ __forceinline__ void cf_post_rows(const cf_tile &t, unsigned long lon
 
 /* Folds the row's ranks once every CTA of the row group has posted: lane l of the warp
  * folds warp row l % RW over ranks l / RW, + LPR, ... in rank order (coalesced: a rank's
- * rows are contiguous), 8 ranks in flight at a time, and returns the fold of the row held
- * in this thread's slot s in a[s], b[s]. */
+ * rows are contiguous), up to 16 single words or 8 pairs in flight at a time, and returns
+ * the fold of the row held in this thread's slot s in a[s], b[s]. */
 template <int KIND, int WORDS>
 __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned long long *slots, float (&a)[CF_ROWS],
                                                float (&b)[CF_ROWS])
@@ -353,7 +353,13 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
     constexpr int RW = 16 * (CF_BM / 64);   /* rows of the tile held by one warp */
     constexpr int LPR = 32 / RW;            /* lanes per row */
     constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
-    constexpr int CHUNK = PER_LANE < 8 ? PER_LANE : 8;
+    /* ranks a lane loads at once: the loads take an L2 round trip under the mainloop's
+     * traffic (1.1-2.5k cycles, perf-notes v10), so as many as registers allow: all 16
+     * single words of a 16-CTA row (32 registers; RMSNorm 1.32 -> 1.29 at 4096x2048x512,
+     * 1.16 -> 1.11 at 16384x2048x1024), else 8 (16 pairs spilled and lost 6-10 %; 16 words
+     * of a 32-CTA row made LN+softmax spill more, 11 % slower) */
+    constexpr int ROUND = WORDS == 1 && PER_LANE <= 16 ? 16 : 8;
+    constexpr int CHUNK = PER_LANE < ROUND ? PER_LANE : ROUND;
     const int ri = t.lane % RW;
     const unsigned long long *mine = slots + WORDS * (64 * (ri >> 4) + 16 * t.warp + (ri & 15));
     cf_fold f = cf_fold_start<KIND>();
@@ -376,6 +382,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
             if (q < CF_ROW_CTAS) {
                 /* that CTA has not got there yet: spin (a 64 ns nanosleep here cost 5-10 %) */
                 while ((unsigned)(v0[c] >> 32) != t.epoch || (unsigned)(v1[c] >> 32) != t.epoch) {
+                    CF_TRC_COUNT(t, CF_TRC_SPINS);
                     if (WORDS == 2)
                         cf_ld_relaxed_u64x2(mine + 2 * q * CF_BM, v0[c], v1[c]);
                     else
@@ -383,6 +390,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
                 }
             }
             const bool here = q < CF_ROW_CTAS;
+            if (c == CHUNK - 1 && c0 == 0) CF_TRC_ADD(t, CF_TRC_LOADS, tr0);   /* the first round's loads */
             nq[c] = here ? (float)cf_tile_cols(t, q) : 0.0f;
             w0[c] = here ? __uint_as_float((unsigned)v0[c]) : KIND == CF_MERGE_SOFTMAX ? __int_as_float(0xff800000) : 0.0f;
             w1[c] = here ? __uint_as_float((unsigned)v1[c]) : 0.0f;

@@ -289,12 +289,17 @@ struct cf_tile {
 #define CF_TRC_PARK 1     /* a park waiting for the staging buffer */
 #define CF_TRC_STORE 2    /* a store's waits: staging buffer free, the warpgroup's barriers */
 #define CF_TRC_FINISH 3   /* a late finish, whole */
-__shared__ long long cf_tr_cat[2][4];
+#define CF_TRC_LOADS 4    /* the gather's first round of loads until every epoch matched (no fold) */
+#define CF_TRC_SPINS 5    /* the gather's re-polls of a rank that had not posted yet (a count) */
+#define CF_TRC_N 6
+__shared__ long long cf_tr_cat[2][CF_TRC_N];
+#define CF_TRC_COUNT(t, cat) do { if ((t).tid == 0) cf_tr_cat[(t).wg][cat] += 1; } while (0)
 #define CF_TRC_T0(v) const long long v = clock64()
 #define CF_TRC_ADD(t, cat, v) do { if ((t).tid == 0) cf_tr_cat[(t).wg][cat] += clock64() - (v); } while (0)
 #else
 #define CF_TRC_T0(v) ((void)0)
 #define CF_TRC_ADD(t, cat, v) ((void)0)
+#define CF_TRC_COUNT(t, cat) ((void)0)
 #endif
 
 /* ----------------------------------------------------------------------------------------
@@ -785,8 +790,9 @@ extern "C" __device__ const int cf_kernel_info[20] = {
  * Per (CTA, consumer WG, tile) clock64 stamps: [0] at the order barrier, [1] just after it,
  * [2] accumulator complete, [3] epilogue done, and with CF_TRACE=2 the mainloop's cycles spent
  * [4] waiting for operands (full barriers) and [5] for wgmma groups (wait<1>).  Slot
- * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end, its tile count and [3..6] the
- * cycles of its epilogue parts (cf_tr_cat: gather, park, store waits, late finish).
+ * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end, its tile count and [3..8] its
+ * epilogue parts (cf_tr_cat: cycles of the gather, park, store waits, late finish, the gather's
+ * loads, and a count of the gather's re-polls).
  * [1] is not where the wait ends: ptxas emits BAR.SYNC.DEFER_BLOCKING, and the warp reads the
  * clock before the barrier completes; read [0] -> [2] as order wait + mainloop.
  * Compiled out unless CF_TRACE is defined (CF_TRACE=1 in the environment of the runtime). */
@@ -794,7 +800,7 @@ extern "C" __device__ const int cf_kernel_info[20] = {
 #define CF_TRACE_WAITS (CF_TRACE > 1)   /* CF_TRACE=2 also times the mainloop's waits (more registers) */
 #define CF_TRACE_CTAS 160
 #define CF_TRACE_TILES 31
-#define CF_TRACE_EV 8
+#define CF_TRACE_EV 10
 extern "C" { __device__ long long cf_trace[CF_TRACE_CTAS * 2 * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
 __device__ __forceinline__ void cf_trace_at(int w, int j, int ev, int tid, long long v) {
     if (tid == 0 && blockIdx.x < CF_TRACE_CTAS && j <= CF_TRACE_TILES)
@@ -843,7 +849,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
 
 #ifdef CF_TRACE
-    if (tid < 8) cf_tr_cat[tid >> 2][tid & 3] = 0;
+    if (tid < 2 * CF_TRC_N) cf_tr_cat[tid / CF_TRC_N][tid % CF_TRC_N] = 0;
 #endif
     if (tid == 0) {
 #pragma unroll 1
@@ -1026,7 +1032,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #ifdef CF_TRACE
         cf_trace_at(w, CF_TRACE_TILES, 1, t.tid, clock64());
         cf_trace_at(w, CF_TRACE_TILES, 2, t.tid, (my_n - w + 1) / 2);
-        for (int c = 0; c < 4; ++c) cf_trace_at(w, CF_TRACE_TILES, 3 + c, t.tid, cf_tr_cat[w][c]);
+        for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(w, CF_TRACE_TILES, 3 + c, t.tid, cf_tr_cat[w][c]);
 #endif
     }
 #if CF_CLUSTER_N > 1

@@ -638,7 +638,7 @@ static void time_lt_pair(const LtGemm::Plan &p0, const LtGemm::Plan &p1, LtGemm 
     *t0 = a[ITERS / 2]; *t1 = c[ITERS / 2];
 }
 
-enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 8 };
+enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 10 };
 static void trace_summary(const Kernel &k, const HostGemmArgs &a) {
     CUdeviceptr p; size_t sz;
     if (cuModuleGetGlobal(&p, &sz, k.mod, "cf_trace") != CUDA_SUCCESS) return;
