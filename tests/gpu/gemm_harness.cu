@@ -552,41 +552,43 @@ template <class F> static float time_median(F launch) {
 struct BenchRow { std::string what; int M, N, K; int b_nk; float ms, cublas_ms, tflops, ratio; };
 static std::vector<BenchRow> g_rows;
 
-/* Paired timing: cuBLAS and our kernel alternate launch by launch (same data sets, same thermal and
- * clock state — sustained runs throttle the card, so sequential series are not comparable);
- * medians of each over ITERS pairs; ratio = cuBLAS median / ours. */
+/* Medians of two launchers run in turns, set s then set s + 1 (same data sets, same thermal and
+ * clock state: sustained runs throttle the card, so sequential series are not comparable). */
+template <class F0, class F1> static void time_alternating(F0 first, F1 second, float *t0, float *t1) {
+    std::vector<cudaEvent_t> ev(3 * ITERS);
+    for (auto &e : ev) CR(cudaEventCreate(&e));
+    for (int i = 0; i < ITERS + WARM; ++i) {
+        const int s = i % NSETS, w = i - WARM;
+        if (w >= 0) CR(cudaEventRecord(ev[3 * w]));
+        first(s);
+        if (w >= 0) CR(cudaEventRecord(ev[3 * w + 1]));
+        second((s + 1) % NSETS);
+        if (w >= 0) CR(cudaEventRecord(ev[3 * w + 2]));
+    }
+    CR(cudaEventSynchronize(ev[3 * ITERS - 1]));
+    CR(cudaGetLastError());
+    std::vector<float> a(ITERS), c(ITERS);
+    for (int i = 0; i < ITERS; ++i) {
+        CR(cudaEventElapsedTime(&a[i], ev[3 * i], ev[3 * i + 1]));
+        CR(cudaEventElapsedTime(&c[i], ev[3 * i + 1], ev[3 * i + 2]));
+    }
+    for (auto &e : ev) cudaEventDestroy(e);
+    std::sort(a.begin(), a.end()); std::sort(c.begin(), c.end());
+    *t0 = a[ITERS / 2]; *t1 = c[ITERS / 2];
+}
+
+/* cuBLAS and our kernel in turns; medians of each over ITERS pairs. */
 static void time_pair(const LtGemm::Plan &p, LtGemm &lt, const Kernel &k, BenchBufs &b, int b_nk, float *ours,
                       float *cub) {
     HostGemmArgs a[NSETS];
     for (int s = 0; s < NSETS; ++s)
         cf_host_setup(k, &a[s], b.A[s], b_nk ? b.Wnk[s] : b.Wkn[s], b.out[s], b.N, b.bias, b.M, b.N, b.K);
-    std::vector<cudaEvent_t> ev(3 * ITERS);
-    for (auto &e : ev) CR(cudaEventCreate(&e));
-    for (int i = 0; i < WARM; ++i) {
-        lt.run(p, b.A[i % NSETS], b_nk ? b.Wnk[i % NSETS] : b.Wkn[i % NSETS], b.out[i % NSETS], 0);
-        cf_launch(k, &a[i % NSETS], 0);
-    }
-    for (int i = 0; i < ITERS; ++i) {
-        const int s = i % NSETS;
-        CR(cudaEventRecord(ev[3 * i]));
-        lt.run(p, b.A[s], b_nk ? b.Wnk[s] : b.Wkn[s], b.out[s], 0);
-        CR(cudaEventRecord(ev[3 * i + 1]));
-        cf_launch(k, &a[(s + 1) % NSETS], 0);
-        CR(cudaEventRecord(ev[3 * i + 2]));
-    }
-    CR(cudaEventSynchronize(ev[3 * ITERS - 1]));
-    CR(cudaGetLastError());
-    std::vector<float> tc(ITERS), to(ITERS);
-    for (int i = 0; i < ITERS; ++i) {
-        CR(cudaEventElapsedTime(&tc[i], ev[3 * i], ev[3 * i + 1]));
-        CR(cudaEventElapsedTime(&to[i], ev[3 * i + 1], ev[3 * i + 2]));
-    }
-    for (auto &e : ev) cudaEventDestroy(e);
-    std::sort(tc.begin(), tc.end()); std::sort(to.begin(), to.end());
-    *cub = tc[ITERS / 2]; *ours = to[ITERS / 2];
+    time_alternating([&](int s) { lt.run(p, b.A[s], b_nk ? b.Wnk[s] : b.Wkn[s], b.out[s], 0); },
+                     [&](int s) { cf_launch(k, &a[s], 0); }, cub, ours);
 }
 
-static void bench_shape(int M, int N, int K, const std::vector<const Kernel *> &ks, LtGemm &lt) {
+/* NSETS sets of fresh random inputs (both weight layouts) and outputs, and a bias */
+static BenchBufs bench_bufs(int M, int N, int K) {
     BenchBufs b; b.M = M; b.N = N; b.K = K;
     for (int s = 0; s < NSETS; ++s) {
         CR(cudaMalloc(&b.A[s], (size_t)M * K * 2)); CR(cudaMalloc(&b.Wkn[s], (size_t)K * N * 2));
@@ -598,6 +600,15 @@ static void bench_shape(int M, int N, int K, const std::vector<const Kernel *> &
     CR(cudaMalloc(&b.bias, (size_t)N * 4));
     fill_random_f32<<<256, 256>>>(b.bias, N, g_seed++);
     CR(cudaDeviceSynchronize());
+    return b;
+}
+static void bench_bufs_free(BenchBufs &b) {
+    for (int s = 0; s < NSETS; ++s) { cudaFree(b.A[s]); cudaFree(b.Wkn[s]); cudaFree(b.Wnk[s]); cudaFree(b.out[s]); }
+    cudaFree(b.bias);
+}
+
+static void bench_shape(int M, int N, int K, const std::vector<const Kernel *> &ks, LtGemm &lt) {
+    BenchBufs b = bench_bufs(M, N, K);
     const double flop = 2.0 * M * N * K;
     for (int b_nk = 0; b_nk < 2; ++b_nk) {
         LtGemm::Plan p = lt.plan(M, N, K, b_nk, 0, b.bias);
@@ -609,33 +620,15 @@ static void bench_shape(int M, int N, int K, const std::vector<const Kernel *> &
             g_rows.push_back({k->name, M, N, K, b_nk, ours, cub, (float)(flop / ours / 1e9), cub / ours});
         }
     }
-    for (int s = 0; s < NSETS; ++s) { cudaFree(b.A[s]); cudaFree(b.Wkn[s]); cudaFree(b.Wnk[s]); cudaFree(b.out[s]); }
-    cudaFree(b.bias);
+    bench_bufs_free(b);
 }
 
 /* ---- --probe M N K: every loaded kernel beside cuBLASLt (plain, and with its GELU_BIAS epilogue),
  * plus, for kernels built with -DCF_TRACE, where each CTA's time goes (clock64 stamps, cf_sm90.cuh). */
 static void time_lt_pair(const LtGemm::Plan &p0, const LtGemm::Plan &p1, LtGemm &lt, BenchBufs &b, int b_nk, float *t0,
                          float *t1) {
-    std::vector<cudaEvent_t> ev(3 * ITERS);
-    for (auto &e : ev) CR(cudaEventCreate(&e));
-    for (int i = 0; i < ITERS + WARM; ++i) {
-        const int s = i % NSETS, w = i - WARM;
-        if (w >= 0) CR(cudaEventRecord(ev[3 * w]));
-        lt.run(p0, b.A[s], b_nk ? b.Wnk[s] : b.Wkn[s], b.out[s], 0);
-        if (w >= 0) CR(cudaEventRecord(ev[3 * w + 1]));
-        lt.run(p1, b.A[(s + 1) % NSETS], b_nk ? b.Wnk[(s + 1) % NSETS] : b.Wkn[(s + 1) % NSETS], b.out[(s + 1) % NSETS], 0);
-        if (w >= 0) CR(cudaEventRecord(ev[3 * w + 2]));
-    }
-    CR(cudaEventSynchronize(ev[3 * ITERS - 1]));
-    std::vector<float> a(ITERS), c(ITERS);
-    for (int i = 0; i < ITERS; ++i) {
-        CR(cudaEventElapsedTime(&a[i], ev[3 * i], ev[3 * i + 1]));
-        CR(cudaEventElapsedTime(&c[i], ev[3 * i + 1], ev[3 * i + 2]));
-    }
-    for (auto &e : ev) cudaEventDestroy(e);
-    std::sort(a.begin(), a.end()); std::sort(c.begin(), c.end());
-    *t0 = a[ITERS / 2]; *t1 = c[ITERS / 2];
+    auto run = [&](const LtGemm::Plan &p, int s) { lt.run(p, b.A[s], b_nk ? b.Wnk[s] : b.Wkn[s], b.out[s], 0); };
+    time_alternating([&](int s) { run(p0, s); }, [&](int s) { run(p1, s); }, t0, t1);
 }
 
 enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 10 };
@@ -682,17 +675,7 @@ static void trace_summary(const Kernel &k, const HostGemmArgs &a) {
 }
 
 static void probe(int M, int N, int K, LtGemm &lt) {
-    BenchBufs b; b.M = M; b.N = N; b.K = K;
-    for (int s = 0; s < NSETS; ++s) {
-        CR(cudaMalloc(&b.A[s], (size_t)M * K * 2)); CR(cudaMalloc(&b.Wkn[s], (size_t)K * N * 2));
-        CR(cudaMalloc(&b.Wnk[s], (size_t)K * N * 2)); CR(cudaMalloc(&b.out[s], (size_t)M * N * 2));
-        fill_random<<<1024, 256>>>(b.A[s], (size_t)M * K, g_seed++, 0);
-        fill_random<<<1024, 256>>>(b.Wkn[s], (size_t)K * N, g_seed++, 0);
-        fill_random<<<1024, 256>>>(b.Wnk[s], (size_t)K * N, g_seed++, 0);
-    }
-    CR(cudaMalloc(&b.bias, (size_t)N * 4));
-    fill_random_f32<<<256, 256>>>(b.bias, N, g_seed++);
-    CR(cudaDeviceSynchronize());
+    BenchBufs b = bench_bufs(M, N, K);
     for (int b_nk = 0; b_nk < 2; ++b_nk) {
         bool any = false;
         for (auto &k : g_kernels) any |= k.info[I_B_NK] == b_nk;
@@ -717,8 +700,7 @@ static void probe(int M, int N, int K, LtGemm &lt) {
             trace_summary(k, a);
         }
     }
-    for (int s = 0; s < NSETS; ++s) { cudaFree(b.A[s]); cudaFree(b.Wkn[s]); cudaFree(b.Wnk[s]); cudaFree(b.out[s]); }
-    cudaFree(b.bias);
+    bench_bufs_free(b);
 }
 
 int main(int argc, char **argv) {
