@@ -192,6 +192,8 @@ static void test_nvrtc(void)
         CHECK_CONTAINS(ptx, "cp.async.bulk.tensor");
         CHECK_CONTAINS(ptx, "setmaxnreg");
         CHECK_CONTAINS(ptx, cases[i].ptx_needs);
+        if (strstr(cases[i].spec, "bias") || strstr(cases[i].spec, "rmsnorm"))   /* [N] vectors: into L1 early */
+            CHECK_CONTAINS(ptx, "prefetch.global.L1");
         cf_resources r;
         CHECK_EQ_INT(CF_OK, cf_kernel_resources(k, &r, &err));
         CHECK_EQ_INT(384, r.threads);
