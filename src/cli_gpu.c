@@ -564,21 +564,20 @@ static void print_trace(fused_ctx *f)
         return;
     }
 #define AT(c, w, j, e) tr[(((size_t)(c) * 2 + (w)) * (TR_TILES + 1) + (j)) * TR_EV + (e)]
-    double ml = 0, ep = 0, dwait = 0, head = 0, tail = 0, total = 0, period = 0, cat[6] = {0};
+    double ml = 0, ep = 0, head = 0, tail = 0, total = 0, period = 0, cat[6] = {0};
     int ctas = 0, tiles = 0;
     for (int c = 0; c < TR_CTAS; c++) {
         const int n0 = (int)AT(c, 0, TR_TILES, 2), n1 = (int)AT(c, 1, TR_TILES, 2);
         if (n0 <= 0 || n0 + n1 > 2 * TR_TILES)
             continue;
         const long long start = AT(c, 0, TR_TILES, 0);
-        const long long end = AT(c, 1, TR_TILES, 1) > AT(c, 0, TR_TILES, 1) ? AT(c, 1, TR_TILES, 1) : AT(c, 0, TR_TILES, 1);
+        const long long end0 = AT(c, 0, TR_TILES, 1), end1 = AT(c, 1, TR_TILES, 1), end = end1 > end0 ? end1 : end0;
         long long first_acc = 0, last_acc = 0;
         for (int i = 0; i < n0 + n1; i++) {
             const int w = i & 1, j = i >> 1;
             const long long acc = AT(c, w, j, 2);
             ml += acc - AT(c, w, j, 0);
             ep += AT(c, w, j, 3) - acc;
-            dwait += AT(c, w, j, 4);
             if (i == 0)
                 first_acc = acc;
             last_acc = acc > last_acc ? acc : last_acc;
@@ -595,16 +594,15 @@ static void print_trace(fused_ctx *f)
         ctas++;
     }
 #undef AT
-    if (ctas && tiles)
-        printf("  trace (kcycles, mean over %d CTAs, %.1f tiles each): tile period %.2f | per tile: order+mainloop %.2f "
-               "(operand wait %.2f), epilogue %.2f | per CTA: first tile %.2f, tail after the last mainloop %.2f, "
-               "total %.1f\n",
-               ctas, (double)tiles / ctas, period / ctas / 1e3, ml / tiles / 1e3, dwait / tiles / 1e3, ep / tiles / 1e3,
-               head / ctas / 1e3, tail / ctas / 1e3, total / ctas / 1e3);
-    if (ctas && tiles)
+    if (ctas && tiles) {
+        printf("  trace (kcycles, mean over %d CTAs, %.1f tiles each): tile period %.2f | per tile: order+mainloop %.2f, "
+               "epilogue %.2f | per CTA: first tile %.2f, tail after the last mainloop %.2f, total %.1f\n",
+               ctas, (double)tiles / ctas, period / ctas / 1e3, ml / tiles / 1e3, ep / tiles / 1e3, head / ctas / 1e3,
+               tail / ctas / 1e3, total / ctas / 1e3);
         printf("  trace, epilogue parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, re-polls %.1f), "
                "park wait %.2f, store waits %.2f, late finish %.2f\n", cat[0] / tiles / 1e3, cat[4] / tiles / 1e3,
                cat[5] / tiles, cat[1] / tiles / 1e3, cat[2] / tiles / 1e3, cat[3] / tiles / 1e3);
+    }
     free(tr);
 }
 

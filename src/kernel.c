@@ -231,7 +231,8 @@ cf_status cf_kernel_compile(cf_kernel *k, cf_error *err)
         return CF_OK;
     /* CF_TRACE=1 (diagnostics, bench): per-tile clock64 stamps, see cf_sm90.cuh */
     static const char *const trace_opt[] = {"-DCF_TRACE"};
-    const bool trace = getenv("CF_TRACE") && *getenv("CF_TRACE") && strcmp(getenv("CF_TRACE"), "0");
+    const char *trace_env = getenv("CF_TRACE");
+    const bool trace = trace_env && *trace_env && strcmp(trace_env, "0");
     cf_status st = cf_rt_compile(k->src.data, "cf_gemm_kernel", trace ? trace_opt : NULL, trace ? 1 : 0,
                                  &k->cubin, err);
     if (st == CF_OK)

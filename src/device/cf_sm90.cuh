@@ -806,7 +806,9 @@ __device__ __forceinline__ void cf_trace_at(int w, int j, int ev, int tid, long 
     if (tid == 0 && blockIdx.x < CF_TRACE_CTAS && j <= CF_TRACE_TILES)
         cf_trace[((blockIdx.x * 2 + w) * (CF_TRACE_TILES + 1) + j) * CF_TRACE_EV + ev] = v;
 }
-#define CF_TR(w, j, ev, tid) cf_trace_at(w, (j) < CF_TRACE_TILES ? (j) : CF_TRACE_TILES + 1, ev, tid, clock64())
+/* value v (or the clock) as event ev of tile j; tiles past CF_TRACE_TILES are not kept */
+#define CF_TR_V(w, j, ev, tid, v) cf_trace_at(w, (j) < CF_TRACE_TILES ? (j) : CF_TRACE_TILES + 1, ev, tid, v)
+#define CF_TR(w, j, ev, tid) CF_TR_V(w, j, ev, tid, clock64())
 #else
 #define CF_TRACE_WAITS 0
 #define CF_TR(w, j, ev, tid) ((void)0)
@@ -1004,8 +1006,8 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             cf_fence_operand<CF_ACC_REGS>(acc);
             CF_TR(w, i / istep, 2, t.tid);
 #if CF_TRACE_WAITS
-            cf_trace_at(w, i / istep < CF_TRACE_TILES ? i / istep : CF_TRACE_TILES + 1, 4, t.tid, tr_data);
-            cf_trace_at(w, i / istep < CF_TRACE_TILES ? i / istep : CF_TRACE_TILES + 1, 5, t.tid, tr_mma);
+            CF_TR_V(w, i / istep, 4, t.tid, tr_data);
+            CF_TR_V(w, i / istep, 5, t.tid, tr_mma);
 #endif
             t.tile_m = tm; t.tile_n = tn;
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
