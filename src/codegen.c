@@ -678,21 +678,64 @@ static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
     emit_mean_scale(c, red, id);
 }
 
-/* cf_epilogue_prefetch: the epilogue's [N] and [M] vector inputs, the slices the
- * next tile reads, pulled into L1 as its mainloop starts.  Loaded only when the
- * epilogue begins, a vector costs a global-memory latency there (perf-notes v10:
- * bias+GELU's epilogue 5.1k -> 4.8k cycles at K = 512). */
-static void emit_prefetch(cg_ctx *c)
+/* cf_epilogue_preload, before each tile's mainloop: the f32 row vectors of an
+ * elementwise epilogue into registers (cf_pre), so their latency hides under
+ * the mainloop; the other [N] and [M] vector inputs, the slices the tile reads,
+ * into L1.  Loaded only when the epilogue begins, a vector costs a global-memory
+ * latency there (perf-notes v10: ~1.3k cycles of a bias+GELU epilogue; an L1
+ * prefetch won back only 0.3k of them).  Epilogues with reductions keep their
+ * registers for the exchange: 32 more through the mainloop made LN spill. */
+static bool preloaded(const cf_ir *ir, const cf_ir_spec *sp, const cf_ir_node *n)
+{
+    return ir->n_stages[0] == 1 && sp->depth == 0 && n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N &&
+           ir->args[n->arg].dtype == CF_F32;
+}
+
+static void emit_pre_struct(cg_ctx *c)
 {
     const cf_ir *ir = c->ir;
-    line(c, "/* Before each tile's mainloop: the vectors its epilogue reads, into L1. */");
-    line(c, "__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t)");
+    const cf_ir_spec *sp = ir->epi[0];
+    char id[96];
+    int n = 0;
+    line(c, "/* Vectors stage 0 reads, loaded into registers before the tile's mainloop. */");
+    line(c, "struct cf_pre {");
+    c->indent++;
+    for (int i = 0; sp && i < sp->n_nodes; i++)
+        if (preloaded(ir, sp, sp->nodes[i])) {
+            const cf_ir_arg *a = &ir->args[sp->nodes[i]->arg];
+            line(c, "float cv_%s[CF_BN / 4];  /* %s: %s [N], the columns this thread holds */",
+                 ident(sp->nodes[i], id, sizeof id), a->name, cf_dtype_name(a->dtype));
+            n++;
+        }
+    if (n == 0)
+        line(c, "int unused;  /* nothing to preload */");
+    c->indent--;
+    line(c, "};");
+    blank(c);
+}
+
+static void emit_preload(cg_ctx *c)
+{
+    const cf_ir *ir = c->ir;
+    char id[96];
+    line(c, "/* Before each tile's mainloop: stage 0's vectors into registers, the later stages' into L1. */");
+    line(c, "__device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, const cf_tile &t, "
+            "cf_pre &pre)");
     line(c, "{");
     c->indent++;
     line(c, "const cf_epi_params &p = args.epi;");
     line(c, "(void)p;");
     line(c, "(void)t;");
+    line(c, "(void)pre;");
     bool *seen = calloc((size_t)ir->n_args + 1, 1);
+    for (int i = 0; ir->epi[0] && i < ir->epi[0]->n_nodes; i++) {
+        const cf_ir_node *n = ir->epi[0]->nodes[i];
+        if (preloaded(ir, ir->epi[0], n)) {
+            line(c, "cf_load_cols(t, p.%s, pre.cv_%s);", ir->args[n->arg].name, ident(n, id, sizeof id));
+            if (seen)
+                seen[n->arg] = true;
+        }
+    }
     for (const cf_ir_spec *sp = ir->epi[0]; sp && seen; sp = sp->post)
         for (int i = 0; i < sp->n_nodes; i++) {
             const cf_ir_node *n = sp->nodes[i];
@@ -795,7 +838,10 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
      * the loop (independent loads; one latency instead of one per register). */
     for (int i = 0; i < sp->n_nodes; i++) {
         const cf_ir_node *n = sp->nodes[i];
-        if (n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N && ir->args[n->arg].dtype == CF_F32) {
+        if (preloaded(ir, sp, n)) {
+            ident(n, id, sizeof id);
+            line(c, "const float (&cv_%s)[CF_COLS] = pre.cv_%s;  /* loaded before the mainloop */", id, id);
+        } else if (n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N && ir->args[n->arg].dtype == CF_F32) {
             ident(n, id, sizeof id);
             line(c, "float cv_%s[CF_COLS];", id);
             line(c, "cf_load_cols(t, p.%s, cv_%s);", ir->args[n->arg].name, id);
@@ -1006,24 +1052,26 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
         line(&c, "};");
         blank(&c);
     }
+    emit_pre_struct(&c);
     line(&c, "#include \"cf_sm90.cuh\"");
     if (ir->n_stages[0] > 1)
         line(&c, "#include \"cf_reduce.cuh\"  /* row reductions: shuffles and the cluster exchange */");
     blank(&c);
-    emit_prefetch(&e);
+    emit_preload(&e);
     if (e.late) {
         line(&e, "/* Part 1, right after the tile's mainloop: every stage up to the last exchange. */");
         line(&e, "__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, "
-                 "float (&acc)[CF_ACC_REGS], cf_late &late)");
+                 "float (&acc)[CF_ACC_REGS], const cf_pre &pre, cf_late &late)");
     } else {
         line(&e, "/* Runs once per tile of a consumer warpgroup, after its mainloop. */");
         line(&e, "__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, "
-                 "float (&acc)[CF_ACC_REGS])");
+                 "float (&acc)[CF_ACC_REGS], const cf_pre &pre)");
     }
     line(&e, "{");
     e.indent++;
     line(&e, "const cf_epi_params &p = args.epi;");
     line(&e, "(void)p;");
+    line(&e, "(void)pre;");
     if (e.late)
         line(&e, "(void)late;");
     line(&e, "float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */");

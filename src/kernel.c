@@ -12,12 +12,12 @@
 
 /* Indices of the kernel's exported configuration (cf_kernel_info in
  * src/device/cf_sm90.cuh). */
-#define DEVICE_HEADER_VERSION 4 /* CF_SM90_VERSION this host code packs arguments for */
+#define DEVICE_HEADER_VERSION 5 /* CF_SM90_VERSION this host code packs arguments for */
 
 enum {
     INFO_VERSION, INFO_SMEM, INFO_BM, INFO_BN, INFO_TILE_M, INFO_STAGES, INFO_CLUSTER_N, INFO_B_NK,
     INFO_IN_F16, INFO_NUM_OUT, INFO_PINGPONG, INFO_THREADS, INFO_STG_CHUNKS, INFO_GROUP_M,
-    INFO_A_BOX_ROWS, INFO_B_BOX, INFO_ROW_CTAS, INFO_RED_GLOBAL, INFO_NUM_RED, INFO_LATE_FINISH, INFO_COUNT
+    INFO_A_BOX_ROWS, INFO_B_BOX, INFO_ROW_CTAS, INFO_RED_GLOBAL, INFO_NUM_RED, INFO_LATE_FINISH, INFO_OUT_BOX_ROWS, INFO_COUNT
 };
 
 struct cf_kernel {
@@ -446,7 +446,7 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
                          l.size);
     memset(block, 0, l.size);
     const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
-    int bm = k->info[INFO_BM], bn = k->info[INFO_BN];
+    int bn = k->info[INFO_BN];
     cf_dtype in_t = A->dtype;
     const void *pa = (const void *)(uintptr_t)a->inputs[A->index];
     const void *pb = (const void *)(uintptr_t)a->inputs[B->index];
@@ -470,7 +470,7 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
         const void *po = (const void *)(uintptr_t)a->outputs[x->index];
         uint32_t box_cols = (uint32_t)(128 / cf_dtype_size(x->dtype));
         st = cf_rt_tensor_map_2d_named(block + l.tma_out + 128 * (size_t)o, x->name, x->dtype, po, (uint64_t)M,
-                                       (uint64_t)N, (uint64_t)N, (uint32_t)bm, box_cols, 128, err);
+                                       (uint64_t)N, (uint64_t)N, (uint32_t)k->info[INFO_OUT_BOX_ROWS], box_cols, 128, err);
         if (st != CF_OK)
             return st;
         uint64_t ptr = a->outputs[x->index];

@@ -100,12 +100,15 @@ static void test_source_shape(void)
     CHECK_CONTAINS(src, "load_bf16(p.b16, col)");      /* row vector */
     CHECK_CONTAINS(src, "load_f16(p.h16, col)");
     CHECK_CONTAINS(src, "load_f32(p.rs, row)");        /* column vector */
-    /* every [N] and [M] vector is pulled into L1 as its tile's mainloop starts, once */
-    CHECK_CONTAINS(src, "cf_prefetch_cols(t, p.b32, 4);");
+    /* as its tile's mainloop starts, stage 0's f32 [N] vector goes into registers (cf_pre)
+     * and every other [N] and [M] vector into L1, once */
+    CHECK_CONTAINS(src, "cf_load_cols(t, p.b32, pre.cv_");
+    CHECK_CONTAINS(src, "= pre.cv_");
+    CHECK(src && !strstr(src, "cf_prefetch_cols(t, p.b32"));
     CHECK_CONTAINS(src, "cf_prefetch_cols(t, p.b16, 2);");
     CHECK_CONTAINS(src, "cf_prefetch_rows(t, p.rs, 4);");
-    const char *first = src ? strstr(src, "cf_prefetch_cols(t, p.b32") : NULL;
-    CHECK(first && !strstr(first + 1, "cf_prefetch_cols(t, p.b32"));   /* one prefetch per input */
+    const char *first = src ? strstr(src, "cf_prefetch_cols(t, p.b16") : NULL;
+    CHECK(first && !strstr(first + 1, "cf_prefetch_cols(t, p.b16"));   /* one prefetch per input */
     CHECK(src && !strstr(src, "p.R, 2"));               /* a full tensor is not prefetched */
     CHECK_CONTAINS(src, "load_bf16(p.R, (long long)row * t.N + col)");
     CHECK_CONTAINS(src, "op_gelu_erf(");
@@ -192,8 +195,16 @@ static void test_nvrtc(void)
         CHECK_CONTAINS(ptx, "cp.async.bulk.tensor");
         CHECK_CONTAINS(ptx, "setmaxnreg");
         CHECK_CONTAINS(ptx, cases[i].ptx_needs);
-        if (strstr(cases[i].spec, "bias") || strstr(cases[i].spec, "rmsnorm"))   /* [N] vectors: into L1 early */
+        if (strstr(cases[i].spec, "_ln") || strstr(cases[i].spec, "rmsnorm"))   /* [N] vectors: into L1 early */
             CHECK_CONTAINS(ptx, "prefetch.global.L1");
+        if (cases[i].opt.stages == 6 && cases[i].opt.block_m == 128 && cases[i].opt.reduce_mode == 0)
+            /* a warp's two 2 KB box slots: the one it rewrites was read two stores ago */
+            CHECK_CONTAINS(ptx, "cp.async.bulk.wait_group.read 1;");
+        if (strstr(cases[i].spec, "gelu")) {   /* the bias: into registers, issued before the mainloop */
+            const char *ld = ptx ? strstr(ptx, "ld.global.nc.v2.f32") : NULL, *mma = ptx ? strstr(ptx, "wgmma.mma_async") : NULL;
+            CHECK(ld && mma && ld < mma);
+            CHECK(ptx && !strstr(ptx, "prefetch.global.L1"));
+        }
         cf_resources r;
         CHECK_EQ_INT(CF_OK, cf_kernel_resources(k, &r, &err));
         CHECK_EQ_INT(384, r.threads);

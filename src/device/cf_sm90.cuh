@@ -230,7 +230,8 @@
 #define CF_INFO_RED_GLOBAL 17  /* 1: row partials go through L2; cooperative launch, args.xchg */
 #define CF_INFO_NUM_RED 18     /* row reductions per tile (sizes args.xchg) */
 #define CF_INFO_LATE_FINISH 19 /* 1: tiles finish after the next mainloop (cf_epilogue_finish) */
-#define CF_SM90_VERSION 4
+#define CF_INFO_OUT_BOX_ROWS 20 /* TMA box of each stored output: {128/esize, this} (CF_STG_ROWS) */
+#define CF_SM90_VERSION 5
 
 /* ----------------------------------------------------------------------------------------
  * Types shared with the host
@@ -248,7 +249,7 @@ struct alignas(64) cf_tma_desc { unsigned long long v[16]; };
  *   tma_b      CF_B_NK=1: W [N,K] row-major: dims {K, N}, strides {K*2}, box {64, CF_BN}, SWIZZLE_128B
  *              CF_B_NK=0: W [K,N] row-major: dims {N, K}, strides {N*2}, box {64, 64},   SWIZZLE_128B
  *   tma_out[o] output o [M, ld] row-major: dims {N, M}, strides {out_ld[o]*esize},
- *              box {128/esize, CF_BM} (64 for bf16/f16, 32 for f32), SWIZZLE_128B
+ *              box {128/esize, CF_STG_ROWS = 16} (64 for bf16/f16, 32 for f32), SWIZZLE_128B
  *              (only needed for outputs stored with cf_store_tile_*; else may be left zero)
  *   out[o]     base pointer of output o (for generated code)
  *   M, N, K    problem size; out_ld[o] leading dimension (elements) of output o
@@ -577,73 +578,81 @@ __device__ __forceinline__ void cf_wgmma_tile(float *d, unsigned long long da, u
  * Store helpers (called by all 128 threads of a consumer WG, from cf_epilogue)
  *
  * cf_store_tile_{bf16,f16,f32}(args, t, o, y): y (same layout as acc) -> convert -> this WG's
- * 128B-swizzled smem staging buffer (stmatrix for 16-bit, st.shared.v2 for f32) -> fence.proxy.async
- * -> named barrier -> one thread issues TMA stores of 128-byte-wide column strips (box {64|32, CF_BM})
- * with tensor map args.tma_out[o] -> commit.  Rows >= M / columns >= N are clipped by TMA.  Before
- * the staging buffer is rewritten (next pass, next output, next tile) the issuing thread waits
- * cp.async.bulk.wait_group.read 0 and the WG synchronises: race-free.  Several stores per tile
- * (CF_NUM_OUT > 1) are fine; they serialise on the staging buffer.
+ * 128B-swizzled staging buffer (stmatrix for 16-bit, st.shared.v2 for f32) -> TMA store.
+ * Each warp stages and stores only its own rows: 16 rows of each m64 sub-tile, one "box" of
+ * 16 rows x 128 bytes (64 bf16/f16 or 32 f32 columns; tensor map box {128/esize, CF_STG_ROWS}).
+ * So no warpgroup barrier sits in the store, and a warp's next box is converted while TMA
+ * reads its previous one.  A warp owns CF_WARP_SLOTS box slots of the buffer (slot (cc, mt):
+ * chunk cc, sub-tile mt, at the box's place in the whole-tile layout); every path issues one
+ * bulk group per box, column strip outer, sub-tile inner, even for a box wholly out of bounds
+ * (an empty group), so the slot about to be rewritten was last read exactly CF_WARP_SLOTS - 1
+ * groups ago.  Rows >= M / columns >= N are clipped by TMA.
  * Output o's map must have the element type of the helper used.
  * -------------------------------------------------------------------------------------- */
-/* Hands staged chunks c0 .. c0 + CF_STG_CHUNKS - 1 (of NCH strips, COLS columns each) to TMA
- * once every thread's stores to them are visible to the async proxy. */
-template <int NCH, int COLS>
-__device__ __forceinline__ void cf_stg_flush(const cf_gemm_args &args, const cf_tile &t, int o, int c0) {
-    cf_fence_proxy_async();
+#define CF_STG_ROWS 16
+#define CF_WARP_SLOTS (CF_STG_CHUNKS * (CF_BM / 64))
+/* staging address of this warp's box of chunk cc, m64 sub-tile mt (2 KB-aligned: the swizzle
+ * phase of a row is row & 7, as TMA expects) */
+__device__ __forceinline__ unsigned cf_box_addr(const cf_tile &t, int cc, int mt) {
+    return t.stg + cc * CF_STG_CHUNK_BYTES + (mt * 64 + t.warp * CF_STG_ROWS) * 128;
+}
+template <int N> __device__ __forceinline__ void cf_bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+/* Before a warp rewrites one of its slots: the store that last read it is done. */
+__device__ __forceinline__ void cf_box_slot_wait(const cf_tile &t) {
     CF_TRC_T0(tr0);
-    cf_named_bar_sync(t.bar_id, 128);
+    if (t.lane == 0) cf_bulk_wait_read<CF_WARP_SLOTS - 1>();
+    __syncwarp();
     CF_TRC_ADD(t, CF_TRC_STORE, tr0);
-    if (t.tid == 0) {
-#pragma unroll
-        for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
-            const int c = c0 + cc;
-            const int col = t.n0 + c * COLS;
-            if (c < NCH && col < t.N && t.m0 < t.M)
-                cf_tma_store_2d(&args.tma_out[o], t.stg + cc * CF_STG_CHUNK_BYTES, col, t.m0);
-        }
-        cf_bulk_commit();
-    }
+}
+/* Lane 0: TMA-stores this warp's box at addr (column strip c of COLS columns, sub-tile mt) as
+ * one bulk group. */
+template <int COLS>
+__device__ __forceinline__ void cf_box_issue(const cf_gemm_args &args, const cf_tile &t, int o, unsigned addr, int c,
+                                             int mt) {
+    const int col = t.n0 + c * COLS, row = t.m0 + mt * 64 + t.warp * CF_STG_ROWS;
+    if (col < t.N && row < t.M) cf_tma_store_2d(&args.tma_out[o], addr, col, row);
+    cf_bulk_commit();
+}
+/* Hands this warp's staged box to TMA once every lane's shared stores are visible to it. */
+template <int COLS>
+__device__ __forceinline__ void cf_box_store(const cf_gemm_args &args, const cf_tile &t, int o, unsigned addr, int c,
+                                             int mt) {
+    cf_fence_proxy_async();
+    __syncwarp();
+    if (t.lane == 0) cf_box_issue<COLS>(args, t, o, addr, c, mt);
 }
 
 template <int F16>
 __device__ __forceinline__ void cf_store_tile_16(const cf_gemm_args &args, const cf_tile &t, int o,
                                                  const float (&y)[CF_ACC_REGS]) {
-    constexpr int NCH = CF_BN / 64;
     const int lane = t.lane, mi = lane >> 3;
 #pragma unroll
-    for (int c0 = 0; c0 < NCH; c0 += CF_STG_CHUNKS) {
-        CF_TRC_T0(tr0);
-        if (t.tid == 0) cf_bulk_wait_read0();
-        cf_named_bar_sync(t.bar_id, 128);
-        CF_TRC_ADD(t, CF_TRC_STORE, tr0);
+    for (int c = 0; c < CF_BN / 64; ++c) {
 #pragma unroll
-        for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
-            const int c = c0 + cc;
-            if (c < NCH) {
+        for (int mt = 0; mt < CF_BM / 64; ++mt) {
+            const unsigned box = cf_box_addr(t, c % CF_STG_CHUNKS, mt);
+            const unsigned rbase = box + ((mi & 1) * 8 + (lane & 7)) * 128;
+            cf_box_slot_wait(t);
 #pragma unroll
-                for (int mt = 0; mt < CF_BM / 64; ++mt) {
-                    const int row = mt * 64 + t.warp * 16 + (mi & 1) * 8 + (lane & 7);
-                    const unsigned rbase = t.stg + cc * CF_STG_CHUNK_BYTES + row * 128;
-#pragma unroll
-                    for (int gp = 0; gp < 4; ++gp) {
-                        const int b = mt * CF_ACC_PER_MT + 4 * (c * 8 + 2 * gp);
-                        unsigned r0, r1, r2, r3;
-                        if (F16) {
-                            r0 = cf_pack_f16x2(y[b + 0], y[b + 1]); r1 = cf_pack_f16x2(y[b + 2], y[b + 3]);
-                            r2 = cf_pack_f16x2(y[b + 4], y[b + 5]); r3 = cf_pack_f16x2(y[b + 6], y[b + 7]);
-                        } else {
-                            r0 = cf_pack_bf16x2(y[b + 0], y[b + 1]); r1 = cf_pack_bf16x2(y[b + 2], y[b + 3]);
-                            r2 = cf_pack_bf16x2(y[b + 4], y[b + 5]); r3 = cf_pack_bf16x2(y[b + 6], y[b + 7]);
-                        }
-                        const int ch = 2 * gp + (mi >> 1);
-                        const unsigned addr = rbase + (unsigned)((ch ^ (lane & 7)) << 4);
-                        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                                     :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
-                    }
+            for (int gp = 0; gp < 4; ++gp) {
+                const int b = mt * CF_ACC_PER_MT + 4 * (c * 8 + 2 * gp);
+                unsigned r0, r1, r2, r3;
+                if (F16) {
+                    r0 = cf_pack_f16x2(y[b + 0], y[b + 1]); r1 = cf_pack_f16x2(y[b + 2], y[b + 3]);
+                    r2 = cf_pack_f16x2(y[b + 4], y[b + 5]); r3 = cf_pack_f16x2(y[b + 6], y[b + 7]);
+                } else {
+                    r0 = cf_pack_bf16x2(y[b + 0], y[b + 1]); r1 = cf_pack_bf16x2(y[b + 2], y[b + 3]);
+                    r2 = cf_pack_bf16x2(y[b + 4], y[b + 5]); r3 = cf_pack_bf16x2(y[b + 6], y[b + 7]);
                 }
+                const int ch = 2 * gp + (mi >> 1);
+                const unsigned addr = rbase + (unsigned)((ch ^ (lane & 7)) << 4);
+                asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                             :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
             }
+            cf_box_store<64>(args, t, o, box, c, mt);
         }
-        cf_stg_flush<NCH, 64>(args, t, o, c0);
     }
 }
 
@@ -657,32 +666,23 @@ __device__ __forceinline__ void cf_store_tile_f16(const cf_gemm_args &args, cons
 }
 __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, const cf_tile &t, int o,
                                                   const float (&y)[CF_ACC_REGS]) {
-    constexpr int NCH = CF_BN / 32;   /* 32 fp32 columns per 128-byte strip */
-    const int lane = t.lane;
+    const int lane = t.lane, r0 = lane >> 2;   /* this lane's first row of the box */
 #pragma unroll
-    for (int c0 = 0; c0 < NCH; c0 += CF_STG_CHUNKS) {
-        if (t.tid == 0) cf_bulk_wait_read0();
-        cf_named_bar_sync(t.bar_id, 128);
+    for (int c = 0; c < CF_BN / 32; ++c) {     /* 32 fp32 columns per 128-byte strip */
 #pragma unroll
-        for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
-            const int c = c0 + cc;
-            if (c < NCH) {
+        for (int mt = 0; mt < CF_BM / 64; ++mt) {
+            const unsigned box = cf_box_addr(t, c % CF_STG_CHUNKS, mt);
+            cf_box_slot_wait(t);
 #pragma unroll
-                for (int mt = 0; mt < CF_BM / 64; ++mt) {
-                    const int row0 = mt * 64 + t.warp * 16 + (lane >> 2);
-                    const unsigned base0 = t.stg + cc * CF_STG_CHUNK_BYTES + row0 * 128;
-#pragma unroll
-                    for (int gg = 0; gg < 4; ++gg) {
-                        const int b = mt * CF_ACC_PER_MT + 4 * (c * 4 + gg);
-                        const int ch = 2 * gg + ((lane & 3) >> 1);
-                        const unsigned off = (unsigned)(((ch ^ (row0 & 7)) << 4) + (lane & 1) * 8);
-                        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(base0 + off), "f"(y[b]), "f"(y[b + 1]) : "memory");
-                        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(base0 + 8 * 128 + off), "f"(y[b + 2]), "f"(y[b + 3]) : "memory");
-                    }
-                }
+            for (int gg = 0; gg < 4; ++gg) {
+                const int b = mt * CF_ACC_PER_MT + 4 * (c * 4 + gg);
+                const int ch = 2 * gg + ((lane & 3) >> 1);
+                const unsigned off = (unsigned)(((ch ^ r0) << 4) + (lane & 1) * 8);   /* (r0 + 8) & 7 == r0 */
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(box + r0 * 128 + off), "f"(y[b]), "f"(y[b + 1]) : "memory");
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(box + (r0 + 8) * 128 + off), "f"(y[b + 2]), "f"(y[b + 3]) : "memory");
             }
+            cf_box_store<32>(args, t, o, box, c, mt);
         }
-        cf_stg_flush<NCH, 32>(args, t, o, c0);
     }
 }
 
@@ -692,14 +692,15 @@ __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, cons
  * last stage needs as 16-bit in its staging buffer (the whole tile; the TMA store layout),
  * runs its next mainloop, and only then folds the row's partials and finishes the parked
  * tile in place, 8 registers at a time (an x4 8x8 matrix group), so the accumulator of the
- * new tile stays live in registers alongside.  Group g holds acc registers 8g .. 8g+7. */
+ * new tile stays live in registers alongside.  Group g holds acc registers 8g .. 8g+7; like
+ * the stores, a warp parks, restages and stores only its own rows. */
 #define CF_PARK_BF16 0
 #define CF_PARK_F16 1
 __device__ __forceinline__ unsigned cf_group_addr(const cf_tile &t, int g) {
     constexpr int GPM = CF_ACC_PER_MT / 8;    /* groups per m64 sub-tile */
     const int mt = g / GPM, c = (g % GPM) / 4, gp = g % 4, mi = t.lane >> 3;
-    const int row = mt * 64 + t.warp * 16 + (mi & 1) * 8 + (t.lane & 7);
-    return t.stg + c * CF_STG_CHUNK_BYTES + row * 128 + (unsigned)(((2 * gp + (mi >> 1)) ^ (t.lane & 7)) << 4);
+    return cf_box_addr(t, c, mt) + ((mi & 1) * 8 + (t.lane & 7)) * 128 +
+           (unsigned)(((2 * gp + (mi >> 1)) ^ (t.lane & 7)) << 4);
 }
 template <int F16> __device__ __forceinline__ void cf_stmatrix8(unsigned addr, const float *y) {
     unsigned r[4];
@@ -727,8 +728,8 @@ template <int F16> __device__ __forceinline__ void cf_unpark8(const cf_tile &t, 
 /* Parks v (16-bit) once the previous tile's TMA store has read the buffer. */
 template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t, const float (&v)[CF_ACC_REGS]) {
     CF_TRC_T0(tr0);
-    if (t.tid == 0) cf_bulk_wait_read0();
-    cf_named_bar_sync(t.bar_id, 128);
+    if (t.lane == 0) cf_bulk_wait_read0();   /* this warp's rows: only its own stores read them */
+    __syncwarp();
     CF_TRC_ADD(t, CF_TRC_PARK, tr0);
 #pragma unroll
     for (int g = 0; g < CF_ACC_REGS / 8; ++g)
@@ -738,30 +739,39 @@ template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t
 template <int F16> __device__ __forceinline__ void cf_restage8(const cf_tile &t, int g, const float (&y)[8]) {
     cf_stmatrix8<F16>(cf_group_addr(t, g), y);
 }
-/* TMA-stores the restaged tile (the whole tile is staged: CF_STG_CHUNKS == CF_BN / 64). */
+/* TMA-stores this warp's restaged boxes (the whole tile is staged: CF_STG_CHUNKS == CF_BN / 64). */
 __device__ __forceinline__ void cf_store_staged(const cf_gemm_args &args, const cf_tile &t, int o) {
-    cf_stg_flush<CF_BN / 64, 64>(args, t, o, 0);
+    cf_fence_proxy_async();
+    __syncwarp();
+    if (t.lane == 0) {
+#pragma unroll
+        for (int c = 0; c < CF_BN / 64; ++c)
+#pragma unroll
+            for (int mt = 0; mt < CF_BM / 64; ++mt)
+                cf_box_issue<64>(args, t, o, cf_box_addr(t, c, mt), c, mt);
+    }
 }
 #endif
-
-/* Direct predicated global stores (no TMA, no alignment needs beyond the element): for outputs
- * whose pitch is not a multiple of 16 bytes, or partial/strided outputs.  Slower (uncoalesced). */
 
 /* ----------------------------------------------------------------------------------------
  * The kernel
  * -------------------------------------------------------------------------------------- */
-/* Defined by the generated code AFTER this header. */
+/* Defined by the generated code AFTER this header; struct cf_pre (what cf_epilogue_preload
+ * loads into registers for the epilogue) and struct cf_late are defined BEFORE it. */
+struct cf_pre;
 #if CF_LATE_FINISH
-/* Per-row values a late finish needs; defined by the generated code before this header. */
+/* Per-row values a late finish needs. */
 struct cf_late;
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
-                                            cf_late &late);
+                                            const cf_pre &pre, cf_late &late);
 __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late);
 #else
-__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS]);
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
+                                            const cf_pre &pre);
 #endif
-/* Generated: prefetches of the vectors the epilogue of tile t will read (cf_prefetch_cols/rows). */
-__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t);
+/* Before tile t's mainloop: the vectors its epilogue will read, into registers (pre) or L1
+ * (cf_load_cols, cf_prefetch_cols/rows). */
+__device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, const cf_tile &t, cf_pre &pre);
 #if CF_HAS_REDUCE
 /* Epilogues with row reductions (cf_reduce.cuh): barriers of the cluster exchange, set up by one
  * thread before the kernel's first cluster sync so no peer can signal an uninitialised barrier. */
@@ -781,10 +791,10 @@ __device__ __forceinline__ void cf_release_stage(unsigned bar, int lane) {
 #ifndef CF_NUM_RED
 #define CF_NUM_RED 0                               /* row reductions per tile (generated) */
 #endif
-extern "C" __device__ const int cf_kernel_info[20] = {
+extern "C" __device__ const int cf_kernel_info[21] = {
     CF_SM90_VERSION, CF_SMEM_BYTES, CF_BM, CF_BN, CF_TILE_M, CF_STAGES, CF_CLUSTER_N, CF_B_NK,
     CF_IN_F16, CF_NUM_OUT, CF_PINGPONG, CF_NUM_THREADS, CF_STG_CHUNKS, CF_GROUP_M, CF_A_BOX_ROWS,
-    CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED, CF_LATE_FINISH};
+    CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED, CF_LATE_FINISH, CF_STG_ROWS};
 
 /* ---- CF_TRACE (diagnostics only: bench/probe.sh) ---------------------------------------
  * Per (CTA, consumer WG, tile) clock64 stamps: [0] at the order barrier, [1] just after it,
@@ -913,6 +923,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CF_REG_CONSUMER));
         const int w = wg - 1;
         float acc[CF_ACC_REGS];
+        cf_pre pre;
         cf_tile t;
         t.M = M; t.N = N;
         t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
@@ -946,11 +957,11 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             int stage = pos % CF_STAGES;
             unsigned phase = (unsigned)(pos / CF_STAGES) & 1u;
             int prev_stage = 0;
-            {   /* this tile's vectors for the epilogue, into L1 while its mainloop runs */
+            {   /* this tile's vectors for the epilogue, loaded while its mainloop runs */
                 cf_tile next = t;
                 next.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
                 next.n0 = tn * CF_BN;
-                cf_epilogue_prefetch(args, next);
+                cf_epilogue_preload(args, next, pre);
             }
             CF_TR(w, i / istep, 0, t.tid);
 #if CF_PINGPONG
@@ -1019,18 +1030,18 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
                 if (parked_ok) cf_epilogue_finish(args, parked, late);
                 CF_TRC_ADD(t, CF_TRC_FINISH, trf);
             }
-            cf_epilogue(args, t, acc, late);
+            cf_epilogue(args, t, acc, pre, late);
             parked = t;
             parked_ok = true;
 #else
-            cf_epilogue(args, t, acc);
+            cf_epilogue(args, t, acc, pre);
 #endif
             CF_TR(w, i / istep, 3, t.tid);
         }
 #if CF_LATE_FINISH
         if (parked_ok) cf_epilogue_finish(args, parked, late);
 #endif
-        if (t.tid == 0) cf_bulk_wait0();
+        if (t.lane == 0) cf_bulk_wait0();   /* every warp's stores have read the staging buffer */
 #ifdef CF_TRACE
         cf_trace_at(w, CF_TRACE_TILES, 1, t.tid, clock64());
         cf_trace_at(w, CF_TRACE_TILES, 2, t.tid, (my_n - w + 1) / 2);

@@ -14,21 +14,28 @@ struct cf_epi_params {
     int unused;  /* C++ needs no empty struct; keeps the layout fixed */
 };
 
+/* Vectors stage 0 reads, loaded into registers before the tile's mainloop. */
+struct cf_pre {
+    int unused;  /* nothing to preload */
+};
+
 #include "cf_sm90.cuh"
 
-/* Before each tile's mainloop: the vectors its epilogue reads, into L1. */
-__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t)
+/* Before each tile's mainloop: stage 0's vectors into registers, the later stages' into L1. */
+__device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, const cf_tile &t, cf_pre &pre)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
     (void)t;
+    (void)pre;
 }
 
 /* Runs once per tile of a consumer warpgroup, after its mainloop. */
-__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS])
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS], const cf_pre &pre)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
+    (void)pre;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
     /* ---- stage 0: 2 nodes, streamed one accumulator register at a time ---- */
     #pragma unroll

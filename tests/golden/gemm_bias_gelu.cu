@@ -14,6 +14,11 @@ struct cf_epi_params {
     const float *bias;  /* a2: vec[N] f32 */
 };
 
+/* Vectors stage 0 reads, loaded into registers before the tile's mainloop. */
+struct cf_pre {
+    float cv_bias_1[CF_BN / 4];  /* bias: f32 [N], the columns this thread holds */
+};
+
 #include "cf_sm90.cuh"
 
 /* Helpers used by this epilogue (NaN-propagating like the reference). */
@@ -28,24 +33,25 @@ static __device__ __forceinline__ float op_gelu_tanh(float x)
     return fmaf(h, th, h);
 }
 
-/* Before each tile's mainloop: the vectors its epilogue reads, into L1. */
-__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t)
+/* Before each tile's mainloop: stage 0's vectors into registers, the later stages' into L1. */
+__device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, const cf_tile &t, cf_pre &pre)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
     (void)t;
-    cf_prefetch_cols(t, p.bias, 4);  /* bias: f32 [N] */
+    (void)pre;
+    cf_load_cols(t, p.bias, pre.cv_bias_1);
 }
 
 /* Runs once per tile of a consumer warpgroup, after its mainloop. */
-__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS])
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS], const cf_pre &pre)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
+    (void)pre;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
     /* ---- stage 0: 5 nodes, streamed one accumulator register at a time ---- */
-    float cv_bias_1[CF_COLS];
-    cf_load_cols(t, p.bias, cv_bias_1);
+    const float (&cv_bias_1)[CF_COLS] = pre.cv_bias_1;  /* loaded before the mainloop */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);

@@ -20,25 +20,32 @@ struct cf_epi_params {
     const float *beta;  /* a4: vec[N] f32 */
 };
 
+/* Vectors stage 0 reads, loaded into registers before the tile's mainloop. */
+struct cf_pre {
+    int unused;  /* nothing to preload */
+};
+
 #include "cf_sm90.cuh"
 #include "cf_reduce.cuh"  /* row reductions: shuffles and the cluster exchange */
 
-/* Before each tile's mainloop: the vectors its epilogue reads, into L1. */
-__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t)
+/* Before each tile's mainloop: stage 0's vectors into registers, the later stages' into L1. */
+__device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, const cf_tile &t, cf_pre &pre)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
     (void)t;
+    (void)pre;
     cf_prefetch_cols(t, p.bias, 4);  /* bias: f32 [N] */
     cf_prefetch_cols(t, p.gamma, 4);  /* gamma: f32 [N] */
     cf_prefetch_cols(t, p.beta, 4);  /* beta: f32 [N] */
 }
 
 /* Runs once per tile of a consumer warpgroup, after its mainloop. */
-__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS])
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS], const cf_pre &pre)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
+    (void)pre;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
     /* ---- stage 0: 6 nodes, streamed one accumulator register at a time ---- */
     float red_mu_5[CF_ROWS];  /* mean over N: thread-local partials per row */

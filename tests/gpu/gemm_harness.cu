@@ -13,23 +13,24 @@
 struct cf_epi_params {
     const float *bias;
 };
-#include "cf_sm90.cuh"
-
 #ifndef CF_HARNESS_EPI
 #define CF_HARNESS_EPI 0
 #endif
-/* one 64-column chunk c of a bf16 tile through staging slot c % CF_STG_CHUNKS (probe 11, 13) */
-__device__ __forceinline__ void cf_store_chunk_bf16(const cf_gemm_args &args, const cf_tile &t, int c,
+/* variants that read the bias load it before the mainloop, as generated code does (cf_pre) */
+#define CF_HARNESS_BIAS (CF_HARNESS_EPI == 1 || CF_HARNESS_EPI == 6 || CF_HARNESS_EPI == 7 || CF_HARNESS_EPI == 11)
+struct cf_pre {
+    float bias[CF_BN / 4];
+};
+#include "cf_sm90.cuh"
+/* column strip c (64 columns) of a bf16 tile, this warp's boxes of it (probes 11, 13) */
+__device__ __forceinline__ void cf_store_strip_bf16(const cf_gemm_args &args, const cf_tile &t, int c,
                                                     const float (&y)[CF_ACC_REGS]) {
-    const int lane = t.lane, mi = lane >> 3, cc = c % CF_STG_CHUNKS;
-    if (cc == 0) {
-        if (t.tid == 0) cf_bulk_wait_read0();
-        cf_named_bar_sync(t.bar_id, 128);
-    }
+    const int lane = t.lane, mi = lane >> 3;
 #pragma unroll
     for (int mt = 0; mt < CF_BM / 64; ++mt) {
-        const int row = mt * 64 + t.warp * 16 + (mi & 1) * 8 + (lane & 7);
-        const unsigned rbase = t.stg + cc * CF_STG_CHUNK_BYTES + row * 128;
+        const unsigned box = cf_box_addr(t, c % CF_STG_CHUNKS, mt);
+        const unsigned rbase = box + ((mi & 1) * 8 + (lane & 7)) * 128;
+        cf_box_slot_wait(t);
 #pragma unroll
         for (int gp = 0; gp < 4; ++gp) {
             const int b = mt * CF_ACC_PER_MT + 4 * (c * 8 + 2 * gp);
@@ -39,51 +40,38 @@ __device__ __forceinline__ void cf_store_chunk_bf16(const cf_gemm_args &args, co
                          :: "r"(addr), "r"(cf_pack_bf16x2(y[b], y[b + 1])), "r"(cf_pack_bf16x2(y[b + 2], y[b + 3])),
                             "r"(cf_pack_bf16x2(y[b + 4], y[b + 5])), "r"(cf_pack_bf16x2(y[b + 6], y[b + 7])) : "memory");
         }
-    }
-    cf_fence_proxy_async();
-    cf_named_bar_sync(t.bar_id, 128);
-    if (t.tid == 0) {
-        const int col = t.n0 + c * 64;
-        if (col < t.N && t.m0 < t.M) cf_tma_store_2d(&args.tma_out[0], t.stg + cc * CF_STG_CHUNK_BYTES, col, t.m0);
-        cf_bulk_commit();
+        cf_box_store<64>(args, t, 0, box, c, mt);
     }
 }
 
 /* the bf16 store from packed pairs (p[i] = columns of acc 2i, 2i+1), for variant 7 */
 __device__ __forceinline__ void cf_store_tile_packed(const cf_gemm_args &args, const cf_tile &t, int o,
                                                      const unsigned (&p)[CF_ACC_REGS / 2]) {
-    constexpr int NCH = CF_BN / 64;
     const int lane = t.lane, mi = lane >> 3;
 #pragma unroll
-    for (int c0 = 0; c0 < NCH; c0 += CF_STG_CHUNKS) {
-        if (t.tid == 0) cf_bulk_wait_read0();
-        cf_named_bar_sync(t.bar_id, 128);
+    for (int c = 0; c < CF_BN / 64; ++c) {
 #pragma unroll
-        for (int cc = 0; cc < CF_STG_CHUNKS; ++cc) {
-            const int c = c0 + cc;
-            if (c < NCH) {
+        for (int mt = 0; mt < CF_BM / 64; ++mt) {
+            const unsigned box = cf_box_addr(t, c % CF_STG_CHUNKS, mt);
+            const unsigned rbase = box + ((mi & 1) * 8 + (lane & 7)) * 128;
+            cf_box_slot_wait(t);
 #pragma unroll
-                for (int mt = 0; mt < CF_BM / 64; ++mt) {
-                    const int row = mt * 64 + t.warp * 16 + (mi & 1) * 8 + (lane & 7);
-                    const unsigned rbase = t.stg + cc * CF_STG_CHUNK_BYTES + row * 128;
-#pragma unroll
-                    for (int gp = 0; gp < 4; ++gp) {
-                        const int b = (mt * CF_ACC_PER_MT + 4 * (c * 8 + 2 * gp)) / 2;
-                        const int ch = 2 * gp + (mi >> 1);
-                        const unsigned addr = rbase + (unsigned)((ch ^ (lane & 7)) << 4);
-                        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                                     :: "r"(addr), "r"(p[b]), "r"(p[b + 1]), "r"(p[b + 2]), "r"(p[b + 3]) : "memory");
-                    }
-                }
+            for (int gp = 0; gp < 4; ++gp) {
+                const int b = (mt * CF_ACC_PER_MT + 4 * (c * 8 + 2 * gp)) / 2;
+                const int ch = 2 * gp + (mi >> 1);
+                const unsigned addr = rbase + (unsigned)((ch ^ (lane & 7)) << 4);
+                asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                             :: "r"(addr), "r"(p[b]), "r"(p[b + 1]), "r"(p[b + 2]), "r"(p[b + 3]) : "memory");
             }
+            cf_box_store<64>(args, t, o, box, c, mt);
         }
-        cf_stg_flush<NCH, 64>(args, t, o, c0);
     }
 }
-__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS]) {
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
+                                            const cf_pre &pre) {
+    (void)pre;
 #if CF_HARNESS_EPI == 1
-    float bias[CF_COLS];
-    cf_load_cols(t, args.epi.bias, bias);
+    const float (&bias)[CF_COLS] = pre.bias;
 #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) acc[r] = cf_gelu_tanh(acc[r] + bias[cf_col_slot(r)]);
     cf_store_tile_bf16(args, t, 0, acc);
@@ -125,12 +113,13 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     }
     cf_store_tile_packed(args, t, 0, y);
 #elif CF_HARNESS_EPI >= 11 && CF_HARNESS_EPI <= 13
-    /* probes of the epilogue's latency: 11 bias + gelu computed and stored one 64-column chunk at
-     * a time (the TMA store of chunk 0 reads shared memory while chunk 1 computes); 12 the same as
-     * 1 with the bias known at compile time (no load latency); 13 both */
+    /* probes of the epilogue's latency: 11 bias + gelu computed and stored one 64-column strip at
+     * a time (the TMA store of strip 0 reads shared memory while strip 1 computes); 12 the same as
+     * 1 with the bias known at compile time (no register held through the mainloop); 13 both */
     float bias[CF_COLS];
 #if CF_HARNESS_EPI == 11
-    cf_load_cols(t, args.epi.bias, bias);
+#pragma unroll
+    for (int j = 0; j < CF_COLS; ++j) bias[j] = pre.bias[j];
 #else
 #pragma unroll
     for (int j = 0; j < CF_COLS; ++j) bias[j] = 0.01f * (float)j;
@@ -146,12 +135,11 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
 #pragma unroll
         for (int r = 0; r < CF_ACC_REGS; ++r)
             if (((r % CF_ACC_PER_MT) >> 5) == c) acc[r] = cf_gelu_tanh(acc[r] + bias[cf_col_slot(r)]);
-        cf_store_chunk_bf16(args, t, c, acc);
+        cf_store_strip_bf16(args, t, c, acc);
     }
 #endif
 #elif CF_HARNESS_EPI == 6   /* bias + gelu, tanh on f16 pairs (one MUFU op per two elements) */
-    float bias[CF_COLS];
-    cf_load_cols(t, args.epi.bias, bias);
+    const float (&bias)[CF_COLS] = pre.bias;
 #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; r += 2) {
         const float x0 = acc[r] + bias[cf_col_slot(r)], x1 = acc[r + 1] + bias[cf_col_slot(r + 1)];
@@ -167,8 +155,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     }
     cf_store_tile_bf16(args, t, 0, acc);
 #elif CF_HARNESS_EPI == 7   /* bias + gelu in packed bf16x2 arithmetic (half the instructions) */
-    float bias[CF_COLS];
-    cf_load_cols(t, args.epi.bias, bias);
+    const float (&bias)[CF_COLS] = pre.bias;
     unsigned y[CF_ACC_REGS / 2];
     const unsigned c0 = 0x3F4C3F4Cu /* 0.7978 */, c1 = 0x3D123D12u /* 0.03568 */, half = 0x3F003F00u;
 #pragma unroll
@@ -194,11 +181,11 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
 #endif
 }
 /* what the host checks against: variants 6 and 7 compute bias + gelu (1); 4 and 5 are unchecked probes */
-__device__ __forceinline__ void cf_epilogue_prefetch(const cf_gemm_args &args, const cf_tile &t) {
-#if CF_HARNESS_EPI == 1 && defined(CF_PREFETCH)
-    cf_prefetch_cols(t, args.epi.bias, 4);
+__device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, const cf_tile &t, cf_pre &pre) {
+#if CF_HARNESS_BIAS
+    cf_load_cols(t, args.epi.bias, pre.bias);
 #endif
-    (void)args; (void)t;
+    (void)args; (void)t; (void)pre;
 }
 extern "C" __device__ const int cf_harness_epi =
     CF_HARNESS_EPI == 6 || CF_HARNESS_EPI == 7 || CF_HARNESS_EPI == 11 ? 1 : CF_HARNESS_EPI >= 12 && CF_HARNESS_EPI <= 13 ? 4
@@ -243,13 +230,14 @@ struct HostGemmArgs {
 
 /* indices into cf_kernel_info (see cf_sm90.cuh) */
 enum { I_VERSION, I_SMEM, I_BM, I_BN, I_TILE_M, I_STAGES, I_CLUSTER_N, I_B_NK, I_IN_F16, I_NUM_OUT, I_PINGPONG,
-       I_THREADS, I_STG_CHUNKS, I_GROUP_M, I_A_BOX_ROWS, I_B_BOX };
+       I_THREADS, I_STG_CHUNKS, I_GROUP_M, I_A_BOX_ROWS, I_B_BOX, I_ROW_CTAS, I_RED_GLOBAL, I_NUM_RED,
+       I_LATE_FINISH, I_OUT_BOX_ROWS, I_COUNT };
 
 struct Kernel {
     std::string name;
     CUmodule mod;
     CUfunction fn;
-    int info[16];
+    int info[I_COUNT];
     int epi;             /* 0 id bf16, 1 bias+gelu bf16, 2 id f32, 3 id f16 */
     int max_clusters;    /* co-resident clusters (cuOccupancyMaxActiveClusters) */
 };
@@ -283,7 +271,7 @@ static void cf_host_setup(const Kernel &k, HostGemmArgs *a, const void *A, const
     const int es = out_esize(k.epi);
     const CUtensorMapDataType out_t = k.epi == 2 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                                     : k.epi == 3 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    encode_2d(&a->tma_out[0], out_t, es, out, N, M, ld, 128 / es, k.info[I_BM], CU_TENSOR_MAP_L2_PROMOTION_NONE);
+    encode_2d(&a->tma_out[0], out_t, es, out, N, M, ld, 128 / es, k.info[I_OUT_BOX_ROWS], CU_TENSOR_MAP_L2_PROMOTION_NONE);
     a->out[0] = out;
     a->M = M; a->N = N; a->K = K;
     a->out_ld[0] = ld;
