@@ -230,7 +230,7 @@
 #define CF_INFO_RED_GLOBAL 17  /* 1: row partials go through L2; cooperative launch, args.xchg */
 #define CF_INFO_NUM_RED 18     /* row reductions per tile (sizes args.xchg) */
 #define CF_INFO_LATE_FINISH 19 /* 1: tiles finish after the next mainloop (cf_epilogue_finish) */
-#define CF_INFO_OUT_BOX_ROWS 20 /* TMA box of each stored output: {128/esize, this} (CF_STG_ROWS) */
+#define CF_INFO_OUT_BOX_ROWS 20 /* TMA box of each stored output: {128/esize, this} (CF_OUT_BOX_ROWS) */
 #define CF_SM90_VERSION 5
 
 /* ----------------------------------------------------------------------------------------
@@ -249,7 +249,8 @@ struct alignas(64) cf_tma_desc { unsigned long long v[16]; };
  *   tma_b      CF_B_NK=1: W [N,K] row-major: dims {K, N}, strides {K*2}, box {64, CF_BN}, SWIZZLE_128B
  *              CF_B_NK=0: W [K,N] row-major: dims {N, K}, strides {N*2}, box {64, 64},   SWIZZLE_128B
  *   tma_out[o] output o [M, ld] row-major: dims {N, M}, strides {out_ld[o]*esize},
- *              box {128/esize, CF_STG_ROWS = 16} (64 for bf16/f16, 32 for f32), SWIZZLE_128B
+ *              box {128/esize, CF_OUT_BOX_ROWS} (64 for bf16/f16, 32 for f32; 16 rows, or CF_BM
+ *              when tiles finish late), SWIZZLE_128B
  *              (only needed for outputs stored with cf_store_tile_*; else may be left zero)
  *   out[o]     base pointer of output o (for generated code)
  *   M, N, K    problem size; out_ld[o] leading dimension (elements) of output o
@@ -580,25 +581,32 @@ __device__ __forceinline__ void cf_wgmma_tile(float *d, unsigned long long da, u
  * cf_store_tile_{bf16,f16,f32}(args, t, o, y): y (same layout as acc) -> convert -> this WG's
  * 128B-swizzled staging buffer (stmatrix for 16-bit, st.shared.v2 for f32) -> TMA store.
  * Each warp stages and stores only its own rows: 16 rows of each m64 sub-tile, one "box" of
- * 16 rows x 128 bytes (64 bf16/f16 or 32 f32 columns; tensor map box {128/esize, CF_STG_ROWS}).
- * So no warpgroup barrier sits in the store, and a warp's next box is converted while TMA
- * reads its previous one.  A warp owns CF_WARP_SLOTS box slots of the buffer (slot (cc, mt):
- * chunk cc, sub-tile mt, at the box's place in the whole-tile layout); every path issues one
- * bulk group per box, column strip outer, sub-tile inner, even for a box wholly out of bounds
- * (an empty group), so the slot about to be rewritten was last read exactly CF_WARP_SLOTS - 1
- * groups ago.  Rows >= M / columns >= N are clipped by TMA.
- * Output o's map must have the element type of the helper used.
+ * 16 rows x 128 bytes (64 bf16/f16 or 32 f32 columns; tensor map box {128/esize, 16}).  So no
+ * warpgroup barrier sits in the store, and a warp's next box is converted while TMA reads its
+ * previous one (bias+GELU 2.5-3.5 % faster than one warpgroup-wide store per 64 columns).
+ * A warp owns CF_WARP_SLOTS box slots of the buffer (slot (cc, mt): chunk cc, sub-tile mt, at
+ * the box's place in the whole-tile layout); every store issues one bulk group per box, column
+ * strip outer, sub-tile inner, even for a box wholly out of bounds (an empty group), so the
+ * slot about to be rewritten was last read exactly CF_WARP_SLOTS - 1 groups ago.  Rows >= M /
+ * columns >= N are clipped by TMA.  Output o's map must have the element type of the helper.
+ * Kernels that finish late store through the parked tile instead (cf_store_staged below).
  * -------------------------------------------------------------------------------------- */
-#define CF_STG_ROWS 16
+#define CF_WARP_ROWS 16                             /* rows of an m64 sub-tile one warp holds */
 #define CF_WARP_SLOTS (CF_STG_CHUNKS * (CF_BM / 64))
-/* staging address of this warp's box of chunk cc, m64 sub-tile mt (2 KB-aligned: the swizzle
+#if CF_LATE_FINISH
+#define CF_OUT_BOX_ROWS CF_BM                       /* the staged tile, one chunk per store */
+#else
+#define CF_OUT_BOX_ROWS CF_WARP_ROWS
+#endif
+/* staging address of this warp's rows of chunk cc, m64 sub-tile mt (2 KB-aligned: the swizzle
  * phase of a row is row & 7, as TMA expects) */
 __device__ __forceinline__ unsigned cf_box_addr(const cf_tile &t, int cc, int mt) {
-    return t.stg + cc * CF_STG_CHUNK_BYTES + (mt * 64 + t.warp * CF_STG_ROWS) * 128;
+    return t.stg + cc * CF_STG_CHUNK_BYTES + (mt * 64 + t.warp * CF_WARP_ROWS) * 128;
 }
 template <int N> __device__ __forceinline__ void cf_bulk_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
 }
+#if !CF_LATE_FINISH
 /* Before a warp rewrites one of its slots: the store that last read it is done. */
 __device__ __forceinline__ void cf_box_slot_wait(const cf_tile &t) {
     CF_TRC_T0(tr0);
@@ -611,7 +619,7 @@ __device__ __forceinline__ void cf_box_slot_wait(const cf_tile &t) {
 template <int COLS>
 __device__ __forceinline__ void cf_box_issue(const cf_gemm_args &args, const cf_tile &t, int o, unsigned addr, int c,
                                              int mt) {
-    const int col = t.n0 + c * COLS, row = t.m0 + mt * 64 + t.warp * CF_STG_ROWS;
+    const int col = t.n0 + c * COLS, row = t.m0 + mt * 64 + t.warp * CF_WARP_ROWS;
     if (col < t.N && row < t.M) cf_tma_store_2d(&args.tma_out[o], addr, col, row);
     cf_bulk_commit();
 }
@@ -685,6 +693,7 @@ __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, cons
         }
     }
 }
+#endif /* !CF_LATE_FINISH */
 
 #if CF_LATE_FINISH
 /* ---- late finish: a tile parked in the staging buffer ----------------------------------
@@ -692,8 +701,9 @@ __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, cons
  * last stage needs as 16-bit in its staging buffer (the whole tile; the TMA store layout),
  * runs its next mainloop, and only then folds the row's partials and finishes the parked
  * tile in place, 8 registers at a time (an x4 8x8 matrix group), so the accumulator of the
- * new tile stays live in registers alongside.  Group g holds acc registers 8g .. 8g+7; like
- * the stores, a warp parks, restages and stores only its own rows. */
+ * new tile stays live in registers alongside.  Group g holds acc registers 8g .. 8g+7.
+ * The finished tile goes out warpgroup-wide, one TMA store per 64-column chunk: per-warp
+ * boxes made the late finish 0.2k cycles longer and LN / softmax 2-3 % slower at N = 2048. */
 #define CF_PARK_BF16 0
 #define CF_PARK_F16 1
 __device__ __forceinline__ unsigned cf_group_addr(const cf_tile &t, int g) {
@@ -728,8 +738,8 @@ template <int F16> __device__ __forceinline__ void cf_unpark8(const cf_tile &t, 
 /* Parks v (16-bit) once the previous tile's TMA store has read the buffer. */
 template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t, const float (&v)[CF_ACC_REGS]) {
     CF_TRC_T0(tr0);
-    if (t.lane == 0) cf_bulk_wait_read0();   /* this warp's rows: only its own stores read them */
-    __syncwarp();
+    if (t.tid == 0) cf_bulk_wait_read0();
+    cf_named_bar_sync(t.bar_id, 128);
     CF_TRC_ADD(t, CF_TRC_PARK, tr0);
 #pragma unroll
     for (int g = 0; g < CF_ACC_REGS / 8; ++g)
@@ -739,16 +749,19 @@ template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t
 template <int F16> __device__ __forceinline__ void cf_restage8(const cf_tile &t, int g, const float (&y)[8]) {
     cf_stmatrix8<F16>(cf_group_addr(t, g), y);
 }
-/* TMA-stores this warp's restaged boxes (the whole tile is staged: CF_STG_CHUNKS == CF_BN / 64). */
+/* TMA-stores the restaged tile (the whole tile is staged: CF_STG_CHUNKS == CF_BN / 64). */
 __device__ __forceinline__ void cf_store_staged(const cf_gemm_args &args, const cf_tile &t, int o) {
     cf_fence_proxy_async();
-    __syncwarp();
-    if (t.lane == 0) {
+    CF_TRC_T0(tr0);
+    cf_named_bar_sync(t.bar_id, 128);
+    CF_TRC_ADD(t, CF_TRC_STORE, tr0);
+    if (t.tid == 0) {
 #pragma unroll
-        for (int c = 0; c < CF_BN / 64; ++c)
-#pragma unroll
-            for (int mt = 0; mt < CF_BM / 64; ++mt)
-                cf_box_issue<64>(args, t, o, cf_box_addr(t, c, mt), c, mt);
+        for (int c = 0; c < CF_BN / 64; ++c) {
+            const int col = t.n0 + c * 64;
+            if (col < t.N && t.m0 < t.M) cf_tma_store_2d(&args.tma_out[o], t.stg + c * CF_STG_CHUNK_BYTES, col, t.m0);
+        }
+        cf_bulk_commit();
     }
 }
 #endif
@@ -794,7 +807,7 @@ __device__ __forceinline__ void cf_release_stage(unsigned bar, int lane) {
 extern "C" __device__ const int cf_kernel_info[21] = {
     CF_SM90_VERSION, CF_SMEM_BYTES, CF_BM, CF_BN, CF_TILE_M, CF_STAGES, CF_CLUSTER_N, CF_B_NK,
     CF_IN_F16, CF_NUM_OUT, CF_PINGPONG, CF_NUM_THREADS, CF_STG_CHUNKS, CF_GROUP_M, CF_A_BOX_ROWS,
-    CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED, CF_LATE_FINISH, CF_STG_ROWS};
+    CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED, CF_LATE_FINISH, CF_OUT_BOX_ROWS};
 
 /* ---- CF_TRACE (diagnostics only: bench/probe.sh) ---------------------------------------
  * Per (CTA, consumer WG, tile) clock64 stamps: [0] at the order barrier, [1] just after it,
