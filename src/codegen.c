@@ -152,6 +152,7 @@ typedef struct cg_ctx {
                                     statistics wait in cf_late for the late finish */
     const cf_ir_node *late_parked; /* the value the late stage gets from the park */
     bool in_late;        /* emitting the late stage (parked tile in, 8 registers at a time) */
+    bool *at_store;      /* by node id: a GELU its 16-bit store computes (gelu_at_store) */
 } cg_ctx;
 
 enum { MERGE_NONE, MERGE_VAR, MERGE_SOFTMAX };
@@ -412,10 +413,17 @@ static bool carried_out(const cf_ir_spec *sp, const cf_ir_node *v)
     return false;
 }
 
-static bool stored(const cf_ir_spec *sp, const cf_ir_node *v)
+/* the value a store writes from its array: a GELU computed by the store takes its input */
+static const cf_ir_node *store_src(const cg_ctx *c, const cf_ir_node *st)
+{
+    const cf_ir_node *v = st->args[0];
+    return c->at_store && c->at_store[v->id] ? v->args[0] : v;
+}
+
+static bool stored(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *v)
 {
     for (int i = 0; i < sp->n_nodes; i++)
-        if (sp->nodes[i]->kind == CF_IR_STORE && sp->nodes[i]->args[0] == v)
+        if (sp->nodes[i]->kind == CF_IR_STORE && store_src(c, sp->nodes[i]) == v)
             return true;
     return false;
 }
@@ -442,7 +450,7 @@ static void plan_storage(cg_ctx *c, const cf_ir_spec *sp)
     for (int i = 0; i < sp->n_nodes; i++) {
         const cf_ir_node *n = sp->nodes[i];
         if (n->kind == CF_IR_STORE || n->kind == CF_IR_REDUCE || n->kind == CF_IR_MATMUL || c->pass[n->id] ||
-            !(carried_out(sp, n) || stored(sp, n)))
+            !(carried_out(sp, n) || stored(c, sp, n)))
             continue;
         int cls = cls_of(n->shape);
         if (cls == CLS_SCALAR) {
@@ -753,8 +761,25 @@ static void emit_preload(cg_ctx *c)
     blank(c);
 }
 
+/* A GELU (tanh form) whose only use is a 16-bit tile store is computed by that
+ * store on packed pairs in the output's type (cf_store_tile_bf16_gelu): half
+ * the FP32-pipe instructions, which is what a GELU epilogue costs (perf-notes
+ * v11).  Single-stage epilogues only: a late finish stores a parked tile. */
+static bool gelu_at_store(const cf_ir *ir, const cf_ir_spec *sp, const cf_ir_node *st)
+{
+    const cf_ir_node *y = st->args[0], *user = NULL;
+    const cf_ir_arg *a = &ir->args[st->arg];
+    if (ir->n_stages[0] != 1 || cf_graph_output_info(ir->graph, a->index).rank != 2 ||
+        (a->dtype != CF_BF16 && a->dtype != CF_F16) || y->kind != CF_IR_COMPUTE || y->op != CF_OP_GELU ||
+        y->shape != CF_SHAPE_TILE || y->args[0]->shape != CF_SHAPE_TILE)
+        return false;
+    return n_users(sp, y, &user) == 1;
+}
+
 static void plan_free(cg_ctx *e)
 {
+    free(e->at_store);
+    e->at_store = NULL;
     free(e->arr);
     free(e->pass);
     free(e->shifted_by);
@@ -776,12 +801,17 @@ static bool plan_epilogue(cg_ctx *e)
     e->pass = calloc((size_t)n_ids, sizeof *e->pass);
     e->shifted_by = calloc((size_t)n_ids, sizeof *e->shifted_by);
     e->merge_of = calloc((size_t)ir->n_stages[0] + 1, sizeof *e->merge_of);
-    if (!e->arr || !e->pass || !e->shifted_by || !e->merge_of) {
+    e->at_store = calloc((size_t)n_ids, sizeof *e->at_store);
+    if (!e->arr || !e->pass || !e->shifted_by || !e->merge_of || !e->at_store) {
         plan_free(e);
         return false;
     }
     for (int i = 0; i < n_ids; i++)
         e->arr[i] = -1;
+    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
+        for (int i = 0; i < sp->n_nodes; i++)
+            if (sp->nodes[i]->kind == CF_IR_STORE && gelu_at_store(ir, sp, sp->nodes[i]))
+                e->at_store[sp->nodes[i]->args[0]->id] = true;
     /* Plan every stage's storage first so the arrays can be declared up front. */
     for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
         plan_storage(e, sp);
@@ -861,7 +891,8 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         line(c, "    cf_unpark8<%s>(t, r / 8, pk);", late_park_fmt(c) ? "CF_PARK_F16" : "CF_PARK_BF16");
     }
     for (int i = 0; i < sp->n_nodes; i++)
-        emit_rules[sp->nodes[i]->kind](c, sp->nodes[i]);
+        if (!c->at_store[sp->nodes[i]->id])
+            emit_rules[sp->nodes[i]->kind](c, sp->nodes[i]);
     for (int i = 0; i < sp->n_nodes; i++) {
         const cf_ir_node *n = sp->nodes[i];
         if (c->arr[n->id] < 0 || c->pass[n->id] || n->kind == CF_IR_ACC || n->kind == CF_IR_PLACEHOLDER)
@@ -886,8 +917,14 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
             const cf_ir_node *n = sp->nodes[j];
             if (n->kind != CF_IR_STORE || n->arg != i)
                 continue;
-            int k = c->arr[n->args[0]->id];
-            if (tile && c->in_late) {
+            const cf_ir_node *src = store_src(c, n);
+            int k = c->arr[src->id];
+            if (tile && src != n->args[0]) {
+                line(c, "cf_store_tile_%s_gelu(args, t, %d, T%d);  /* output %s: %s [M,N]; %s = gelu(%s) "
+                        "computed by the store, in packed %s */", cf_dtype_name(a->dtype), tile_out, k, a->name,
+                     cf_dtype_name(a->dtype), ident(n->args[0], id, sizeof id), ident(src, where, sizeof where),
+                     cf_dtype_name(a->dtype));
+            } else if (tile && c->in_late) {
                 line(c, "cf_store_staged(args, t, %d);  /* output %s: %s [M,N], restaged where it was parked */",
                      tile_out, a->name, cf_dtype_name(a->dtype));
             } else if (tile) {

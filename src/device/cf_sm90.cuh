@@ -632,7 +632,43 @@ __device__ __forceinline__ void cf_box_store(const cf_gemm_args &args, const cf_
     if (t.lane == 0) cf_box_issue<COLS>(args, t, o, addr, c, mt);
 }
 
-template <int F16>
+/* ---- packed 16-bit activations, applied by a 16-bit store (CF_ACT_*) --------------------
+ * A GELU whose only use is a 16-bit tile store runs inside the store on the packed pair, in
+ * the output's type: 5 FMA-pipe ops and one MUFU per two elements instead of 5 and one per
+ * element in f32.  Epilogue FP32-pipe instructions slow the other warpgroup's wgmma about one
+ * for one (perf-notes v10), so this is what a GELU epilogue costs.  The input is rounded to
+ * 16 bits first, as PyTorch's unfused path rounds the GEMM output; NaN and +-inf propagate
+ * as in f32 (tanh saturates; x^2 overflow gives tanh(+-inf) = +-1). */
+#define CF_ACT_NONE 0
+#define CF_ACT_GELU_TANH 1
+template <int F16> __device__ __forceinline__ unsigned cf_gelu_tanh_x2(unsigned x) {
+    unsigned q, u, th, h, y;
+    if (F16) {   /* sqrt(2/pi), 0.044715 sqrt(2/pi), 1/2 as f16 */
+        const unsigned c0 = 0x3A623A62u, c1 = 0x28912891u, half = 0x38003800u;
+        asm("mul.rn.f16x2 %0, %1, %1;" : "=r"(q) : "r"(x));
+        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(q), "r"(c1), "r"(c0));
+        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(u) : "r"(x), "r"(q));
+        asm("tanh.approx.f16x2 %0, %1;" : "=r"(th) : "r"(u));
+        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(h) : "r"(x), "r"(half));
+        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(y) : "r"(h), "r"(th), "r"(h));
+    } else {     /* the same as bf16 */
+        const unsigned c0 = 0x3F4C3F4Cu, c1 = 0x3D123D12u, half = 0x3F003F00u;
+        asm("mul.rn.bf16x2 %0, %1, %1;" : "=r"(q) : "r"(x));
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(q), "r"(c1), "r"(c0));
+        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(u) : "r"(x), "r"(q));
+        asm("tanh.approx.bf16x2 %0, %1;" : "=r"(th) : "r"(u));
+        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(h) : "r"(x), "r"(half));
+        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(y) : "r"(h), "r"(th), "r"(h));
+    }
+    return y;
+}
+/* (lo, hi) -> the 16-bit pair a store writes, activation applied */
+template <int F16, int ACT> __device__ __forceinline__ unsigned cf_pack_out(float lo, float hi) {
+    const unsigned p = F16 ? cf_pack_f16x2(lo, hi) : cf_pack_bf16x2(lo, hi);
+    return ACT == CF_ACT_GELU_TANH ? cf_gelu_tanh_x2<F16>(p) : p;
+}
+
+template <int F16, int ACT>
 __device__ __forceinline__ void cf_store_tile_16(const cf_gemm_args &args, const cf_tile &t, int o,
                                                  const float (&y)[CF_ACC_REGS]) {
     const int lane = t.lane, mi = lane >> 3;
@@ -646,14 +682,10 @@ __device__ __forceinline__ void cf_store_tile_16(const cf_gemm_args &args, const
 #pragma unroll
             for (int gp = 0; gp < 4; ++gp) {
                 const int b = mt * CF_ACC_PER_MT + 4 * (c * 8 + 2 * gp);
-                unsigned r0, r1, r2, r3;
-                if (F16) {
-                    r0 = cf_pack_f16x2(y[b + 0], y[b + 1]); r1 = cf_pack_f16x2(y[b + 2], y[b + 3]);
-                    r2 = cf_pack_f16x2(y[b + 4], y[b + 5]); r3 = cf_pack_f16x2(y[b + 6], y[b + 7]);
-                } else {
-                    r0 = cf_pack_bf16x2(y[b + 0], y[b + 1]); r1 = cf_pack_bf16x2(y[b + 2], y[b + 3]);
-                    r2 = cf_pack_bf16x2(y[b + 4], y[b + 5]); r3 = cf_pack_bf16x2(y[b + 6], y[b + 7]);
-                }
+                const unsigned r0 = cf_pack_out<F16, ACT>(y[b + 0], y[b + 1]);
+                const unsigned r1 = cf_pack_out<F16, ACT>(y[b + 2], y[b + 3]);
+                const unsigned r2 = cf_pack_out<F16, ACT>(y[b + 4], y[b + 5]);
+                const unsigned r3 = cf_pack_out<F16, ACT>(y[b + 6], y[b + 7]);
                 const int ch = 2 * gp + (mi >> 1);
                 const unsigned addr = rbase + (unsigned)((ch ^ (lane & 7)) << 4);
                 asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
@@ -666,11 +698,20 @@ __device__ __forceinline__ void cf_store_tile_16(const cf_gemm_args &args, const
 
 __device__ __forceinline__ void cf_store_tile_bf16(const cf_gemm_args &args, const cf_tile &t, int o,
                                                    const float (&y)[CF_ACC_REGS]) {
-    cf_store_tile_16<0>(args, t, o, y);
+    cf_store_tile_16<0, CF_ACT_NONE>(args, t, o, y);
 }
 __device__ __forceinline__ void cf_store_tile_f16(const cf_gemm_args &args, const cf_tile &t, int o,
                                                   const float (&y)[CF_ACC_REGS]) {
-    cf_store_tile_16<1>(args, t, o, y);
+    cf_store_tile_16<1, CF_ACT_NONE>(args, t, o, y);
+}
+/* gelu (tanh form) of x, computed by the store in the output's 16-bit type */
+__device__ __forceinline__ void cf_store_tile_bf16_gelu(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                        const float (&x)[CF_ACC_REGS]) {
+    cf_store_tile_16<0, CF_ACT_GELU_TANH>(args, t, o, x);
+}
+__device__ __forceinline__ void cf_store_tile_f16_gelu(const cf_gemm_args &args, const cf_tile &t, int o,
+                                                       const float (&x)[CF_ACC_REGS]) {
+    cf_store_tile_16<1, CF_ACT_GELU_TANH>(args, t, o, x);
 }
 __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, const cf_tile &t, int o,
                                                   const float (&y)[CF_ACC_REGS]) {
