@@ -563,33 +563,38 @@ static void test_gelu_at_store(void)
     CHECK_CONTAINS(src, "op_gelu_tanh(");
     free(src);
 
-    /* Numerics of cf_gelu_tanh_x2 (bf16), every op rounded as the device rounds it (tanh
-     * exact, then rounded), against float64 GELU of the f32 input: within 1.6x the error of
-     * the f32 path (whose only rounding is the output's) and no worse than PyTorch's unfused
-     * bf16 path (GEMM output rounded, + bias rounded, GELU rounded). */
-    double e_packed = 0, e_f32 = 0, e_torch = 0, ref2 = 0;
+    /* Numerics of cf_gelu_tanh_x2 (bf16), every op rounded as the device rounds it (tanh in
+     * f32, then rounded), against float64 GELU, on what `comfuse run --check` feeds it
+     * (x @ w ~ N(0, 0.96), bias uniform in [-1, 1)): the f32 path's only rounding is the
+     * output's; PyTorch's unfused paths round the GEMM output, eager also the biased value. */
+    double e_packed = 0, e_f32 = 0, e_eager = 0, e_compile = 0, ref2 = 0;
     unsigned seed = 12345;
     for (int i = 0; i < 200000; i++) {
         seed = seed * 1664525u + 1013904223u;
         double u1 = ((seed >> 8) + 0.5) / 16777216.0;
         seed = seed * 1664525u + 1013904223u;
         double u2 = ((seed >> 8) + 0.5) / 16777216.0;
-        double acc = 2.0 * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2), bias = 0.25 * sin(i);
+        seed = seed * 1664525u + 1013904223u;
+        double acc = 0.98 * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+        double bias = (seed >> 8) / 8388608.0 - 1.0;
         double x = (float)(acc + bias), ref = gelu64(acc + bias);
         double xb = bf16(x), q = bf16(xb * xb), p = bf16(q * bf16(0.0356774081) + bf16(0.7978845608));
         double u = bf16(xb * p), th = bf16(tanh(u)), h = bf16(xb * 0.5), y = bf16(h * th + h);
-        double yt = bf16(gelu64(bf16(bf16(acc) + bf16(bias))));
+        double y_f32 = bf16(gelu64(x)), y_eager = bf16(gelu64(bf16(bf16(acc) + bf16(bias))));
+        double y_compile = bf16(gelu64(bf16(acc + bias)));
         e_packed += (y - ref) * (y - ref);
-        e_f32 += (bf16(gelu64(x)) - ref) * (bf16(gelu64(x)) - ref);
-        e_torch += (yt - ref) * (yt - ref);
+        e_f32 += (y_f32 - ref) * (y_f32 - ref);
+        e_eager += (y_eager - ref) * (y_eager - ref);
+        e_compile += (y_compile - ref) * (y_compile - ref);
         ref2 += ref * ref;
     }
-    e_packed = sqrt(e_packed / ref2), e_f32 = sqrt(e_f32 / ref2), e_torch = sqrt(e_torch / ref2);
-    printf("gelu rel. Frobenius error: packed bf16 %.2e, f32 %.2e, PyTorch unfused bf16 %.2e\n", e_packed, e_f32,
-           e_torch);
-    CHECK(e_packed < 1.6 * e_f32);
-    CHECK(e_packed <= e_torch);
-    CHECK(e_packed < 4e-3);
+    e_packed = sqrt(e_packed / ref2), e_f32 = sqrt(e_f32 / ref2);
+    e_eager = sqrt(e_eager / ref2), e_compile = sqrt(e_compile / ref2);
+    printf("gelu rel. Frobenius error: packed bf16 %.2e, f32 %.2e; PyTorch bf16 eager %.2e, torch.compile %.2e\n",
+           e_packed, e_f32, e_eager, e_compile);
+    CHECK(e_packed < 1.8 * e_f32);
+    CHECK(e_packed < e_eager);
+    CHECK(e_packed < 1.15 * e_compile);
 }
 
 int main(void)
