@@ -565,6 +565,7 @@ static void print_trace(fused_ctx *f)
     }
 #define AT(c, w, j, e) tr[(((size_t)(c) * 2 + (w)) * (TR_TILES + 1) + (j)) * TR_EV + (e)]
     double ml = 0, ep = 0, head = 0, tail = 0, total = 0, period = 0, cat[6] = {0};
+    double t_epi = 0, t_fin = 0, t_drain = 0, t_other = 0;   /* the tail, in order */
     int ctas = 0, tiles = 0;
     for (int c = 0; c < TR_CTAS; c++) {
         const int n0 = (int)AT(c, 0, TR_TILES, 2), n1 = (int)AT(c, 1, TR_TILES, 2);
@@ -573,6 +574,7 @@ static void print_trace(fused_ctx *f)
         const long long start = AT(c, 0, TR_TILES, 0);
         const long long end0 = AT(c, 0, TR_TILES, 1), end1 = AT(c, 1, TR_TILES, 1), end = end1 > end0 ? end1 : end0;
         long long first_acc = 0, last_acc = 0;
+        int last_w = 0, last_j = 0;
         for (int i = 0; i < n0 + n1; i++) {
             const int w = i & 1, j = i >> 1;
             const long long acc = AT(c, w, j, 2);
@@ -580,10 +582,22 @@ static void print_trace(fused_ctx *f)
             ep += AT(c, w, j, 3) - acc;
             if (i == 0)
                 first_acc = acc;
-            last_acc = acc > last_acc ? acc : last_acc;
+            if (acc > last_acc) {
+                last_acc = acc;
+                last_w = w;
+                last_j = j;
+            }
         }
         head += first_acc - start;
         tail += end - last_acc;
+        /* the warpgroup with the last mainloop: its epilogue, the final late finish, the wait
+         * for its stores, then the other warpgroup's lag */
+        const long long e3 = AT(c, last_w, last_j, 3), fin = AT(c, last_w, TR_TILES, 9);
+        const long long end_w = AT(c, last_w, TR_TILES, 1);
+        t_epi += e3 - last_acc;
+        t_fin += fin - e3;
+        t_drain += end_w - fin;
+        t_other += end - end_w;
         total += end - start;
         if (n0 + n1 > 1)
             period += (double)(last_acc - first_acc) / (n0 + n1 - 1);
@@ -602,6 +616,9 @@ static void print_trace(fused_ctx *f)
         printf("  trace, epilogue parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, re-polls %.1f), "
                "park wait %.2f, store waits %.2f, late finish %.2f\n", cat[0] / tiles / 1e3, cat[4] / tiles / 1e3,
                cat[5] / tiles, cat[1] / tiles / 1e3, cat[2] / tiles / 1e3, cat[3] / tiles / 1e3);
+        printf("  trace, the tail (kcycles): last tile's epilogue %.2f, final late finish %.2f, store drain %.2f, "
+               "other warpgroup's lag %.2f\n", t_epi / ctas / 1e3, t_fin / ctas / 1e3, t_drain / ctas / 1e3,
+               t_other / ctas / 1e3);
     }
     free(tr);
 }

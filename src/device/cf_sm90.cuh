@@ -860,9 +860,9 @@ extern "C" __device__ const int cf_kernel_info[21] = {
  * Per (CTA, consumer WG, tile) clock64 stamps: [0] at the order barrier, [1] just after it,
  * [2] accumulator complete, [3] epilogue done, and with CF_TRACE=2 the mainloop's cycles spent
  * [4] waiting for operands (full barriers) and [5] for wgmma groups (wait<1>).  Slot
- * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end, its tile count and [3..8] its
+ * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end, its tile count, [3..8] its
  * epilogue parts (cf_tr_cat: cycles of the gather, park, store waits, late finish, the gather's
- * loads, and a count of the gather's re-polls).
+ * loads, and a count of the gather's re-polls) and [9] the end of its last tile's late finish.
  * [1] is not where the wait ends: ptxas emits BAR.SYNC.DEFER_BLOCKING, and the warp reads the
  * clock before the barrier completes; read [0] -> [2] as order wait + mainloop.
  * Compiled out unless CF_TRACE is defined (CF_TRACE=1 in the environment of the runtime). */
@@ -1100,6 +1100,9 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         }
 #if CF_LATE_FINISH
         if (parked_ok) cf_epilogue_finish(args, parked, late);
+#endif
+#ifdef CF_TRACE
+        cf_trace_at(w, CF_TRACE_TILES, 9, t.tid, clock64());
 #endif
         if (t.lane == 0) cf_bulk_wait0();   /* every warp's stores have read the staging buffer */
 #ifdef CF_TRACE
