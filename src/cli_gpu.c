@@ -194,9 +194,9 @@ static cf_status launch(cf_kernel *k, session *s, cf_rt_stream stream, cf_error 
 
 /* The output checked is the third launch's, into re-poisoned buffers, after two
  * launches on other inputs (a constant byte pattern), over all M rows and over
- * M / 2: state a kernel object keeps between launches (the exchange slots and the
- * launch parity) must not leak into results -- a stale partial of the first
- * launch, in a row tile the second does not reach, would. */
+ * M / 2: state a kernel object keeps between launches (the exchange slots and
+ * their epoch) must not leak into results -- a stale partial of the first launch,
+ * in a row tile the second does not reach, would. */
 static cf_status launch_thrice(cf_kernel *k, session *s, cf_dim dim_m, cf_error *err)
 {
     cf_status st = CF_OK;

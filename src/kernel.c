@@ -32,8 +32,8 @@ struct cf_kernel {
     cf_rt_module module;
     cf_rt_func func;
     int max_clusters;
-    /* Row partials exchanged through L2 (CF_RED_GLOBAL): a word per slot and launch
-     * parity, and the counters the kernel keeps; see cf_reduce.cuh. */
+    /* Row partials exchanged through L2 (CF_RED_GLOBAL): (value, epoch) slots, and
+     * the epoch / finished-CTA counters the kernel keeps; see cf_reduce.cuh. */
     cf_rt_devptr xchg, xsync;
     size_t xchg_bytes;
     /* Rows wider than a cluster: our GEMM into an f32 buffer, then the row
@@ -319,15 +319,27 @@ static cf_status load_module(cf_kernel *k, cf_error *err)
     return st;
 }
 
-/* The L2 exchange's slots for tiles_m row tiles (grown, never shrunk), two words per
- * slot, one per launch parity, all empty (0xff bytes) when allocated; and its counters
- * {launch count, CTAs finished, row tiles the slots hold}.  The kernel empties the next
- * launch's words itself, also of row tiles it does not reach (cf_reduce.cuh). */
+/* The L2 exchange's slots for tiles_m row tiles (grown, never shrunk; zeroed,
+ * which no epoch matches) and its counters {epoch 1, 0 finished}. */
 static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_error *err)
 {
     cf_status st;
+    size_t bytes = (size_t)k->info[INFO_NUM_RED] * (size_t)tiles_m * (size_t)k->info[INFO_ROW_CTAS] *
+                   (size_t)k->info[INFO_BM] * 8;
+    if (bytes > k->xchg_bytes) {
+        /* an earlier launch may still be reading the old slots */
+        if (k->xchg && ((st = cf_rt_ctx_sync(err)) != CF_OK || (st = cf_rt_free(k->xchg, err)) != CF_OK))
+            return st;
+        k->xchg = 0;
+        k->xchg_bytes = 0;
+        if ((st = cf_rt_malloc(&k->xchg, bytes, err)) != CF_OK)
+            return st;
+        if ((st = cf_rt_memset_d8(k->xchg, 0, bytes, err)) != CF_OK)
+            return st;
+        k->xchg_bytes = bytes;
+    }
     if (!k->xsync) {
-        const uint32_t init[3] = {1, 0, 0};
+        const uint32_t init[2] = {1, 0};
         if ((st = cf_rt_malloc(&k->xsync, sizeof init, err)) != CF_OK)
             return st;
         if ((st = cf_rt_memcpy_htod(k->xsync, init, sizeof init, err)) != CF_OK) {
@@ -335,22 +347,6 @@ static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_error *err)
             k->xsync = 0;
             return st;
         }
-    }
-    size_t bytes = (size_t)k->info[INFO_NUM_RED] * (size_t)tiles_m * (size_t)k->info[INFO_ROW_CTAS] *
-                   (size_t)k->info[INFO_BM] * 16;
-    if (bytes > k->xchg_bytes) {
-        /* an earlier launch may still be reading the old slots */
-        if (k->xchg && ((st = cf_rt_ctx_sync(err)) != CF_OK || (st = cf_rt_free(k->xchg, err)) != CF_OK))
-            return st;
-        k->xchg = 0;
-        k->xchg_bytes = 0;
-        const uint32_t cap = (uint32_t)tiles_m;
-        if ((st = cf_rt_malloc(&k->xchg, bytes, err)) != CF_OK)
-            return st;
-        if ((st = cf_rt_memset_d8(k->xchg, 0xff, bytes, err)) != CF_OK ||
-            (st = cf_rt_memcpy_htod(k->xsync + 8, &cap, sizeof cap, err)) != CF_OK)
-            return st;
-        k->xchg_bytes = bytes;
     }
     return CF_OK;
 }

@@ -169,11 +169,10 @@ static void test_nvrtc(void)
         {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER, false}, "st.async"},
         {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER, false}, "mapa"},
         {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER, false}, "shfl.sync.bfly"},
-        /* through L2: a word per launch parity, posted with one coherent 16-byte store (this
-         * launch's and the next's, emptied), read with coherent 8-byte loads */
-        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL, false}, "ld.relaxed.gpu.global.u64"},
+        /* through L2: (partial, epoch) pairs with coherent 64-bit loads and stores */
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL, false}, "ld.relaxed.gpu.global.v2.u64"},
         {"examples/gemm_softmax.cf", true, {128, 128, 6, 8, CF_REDUCE_GLOBAL, false}, "st.relaxed.gpu.global.v2.u64"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL, false}, "st.relaxed.gpu.global.v2.u64"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL, false}, "st.relaxed.gpu.global.u64"},
         {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL, false}, "ld.relaxed.gpu.global.u64"},
         {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL, false}, "atom.global.add"},
         /* late finish: the parked tile comes back with ldmatrix beside the next accumulator */

@@ -184,21 +184,13 @@ __device__ __forceinline__ void cf_reduce_init()
 /* ---- level 3 through L2 (CF_RED_GLOBAL) ----------------------------------------------------
  * No cluster: the CF_ROW_CTAS CTAs of a row group are ordinary CTAs of a cooperative launch
  * (so all are resident and a wait always ends), scheduled on the same row block at the same
- * time.  Reduction RED of row tile tm has its own slots in args.xchg, one 16-byte slot per
- *     [(tm * CF_NUM_RED + RED) * CF_ROW_CTAS + rank][row]
- * holding an 8-byte word for each launch parity (xsync[0] & 1, flipped by every launch): the
- * partial in its low half (and a merged pair's second partial in its high half), or
- * CF_XCHG_EMPTY while not posted yet.  One 16-byte store posts this launch's word and empties
- * the other parity's for the next launch, so a reader that sees a non-empty word sees the
- * whole word (each 8-byte half of the store is single-copy atomic): no fences, flags or
- * atomics on the critical path, and a pair takes 8 bytes, so a 16-CTA row's pairs come in
- * one round of loads.  Posted partials are never CF_XCHG_EMPTY (NaN is posted canonical).
- * Slots of row tiles a launch does not reach are emptied for the next launch by the
- * producer's idle warps (xsync[2]: row tiles the buffer holds).  Each row's total is folded
- * in rank order by one lane (two for 64-row tiles), the same in every CTA, so all get
- * bit-identical statistics. */
-#define CF_XCHG_EMPTY 0xffffffffu   /* a negative NaN that no arithmetic produces */
-__device__ __forceinline__ unsigned cf_xchg_bits(float v) { return v != v ? 0x7fffffffu : __float_as_uint(v); }
+ * time.  Reduction RED of row tile tm has its own slots in args.xchg:
+ *     xchg[((tm * CF_NUM_RED + RED) * CF_ROW_CTAS + rank) * CF_BM + row]
+ * each an 8-byte (partial, epoch) pair written with one store, so a reader that sees this
+ * launch's epoch sees the partial too: no fences, flags or atomics on the critical path.
+ * Every slot is written once per launch and the epoch differs between launches, so no
+ * slot is ever reset.  Each row's total is folded in rank order by one lane (two for
+ * 64-row tiles), the same in every CTA, so all get bit-identical statistics. */
 
 /* ---- merged exchanges (CF_RED_GLOBAL; emitted by Ψ's merge rule) ----------------------
  * mean(x) followed by sum((x - mean)^2), and max(z) followed by sum(exp(z - max)), need one
@@ -322,63 +314,66 @@ template <int KIND> __device__ __forceinline__ cf_fold cf_fold_join(cf_fold f, c
     return f;
 }
 
-/* Reduction RED's slots of this row tile: [rank][row] of 2 words, one per launch parity. */
-template <int RED> __device__ __forceinline__ unsigned long long *cf_xchg_slots(const cf_gemm_args &args,
-                                                                              const cf_tile &t)
+/* Reduction RED's slots of this row tile: WORDS 8-byte (value, epoch) words per [rank][row]. */
+template <int RED, int WORDS> __device__ __forceinline__ unsigned long long *cf_xchg_slots(const cf_gemm_args &args,
+                                                                                        const cf_tile &t)
 {
-    return args.xchg + 2 * (((size_t)t.tile_m * CF_NUM_RED + RED) * CF_ROW_CTAS * CF_BM);
+    static_assert(WORDS == 1 || WORDS == 2, "one partial, or a pair taking two slot regions");
+    return args.xchg + ((size_t)t.tile_m * CF_NUM_RED + RED) * CF_ROW_CTAS * CF_BM;
 }
 
-/* Posts this CTA's words for its rows (quad leaders hold them after the quad shuffles):
- * (w0, w1) for a merged pair, w0 alone otherwise. */
+/* Posts this CTA's words for its rows (quad leaders hold them after the quad shuffles). */
 template <int WORDS>
 __device__ __forceinline__ void cf_post_rows(const cf_tile &t, unsigned long long *slots, const float (&w0)[CF_ROWS],
                                              const float (&w1)[CF_ROWS])
 {
-    const unsigned long long empty = 0xffffffffffffffffull;
+    const unsigned long long tag = (unsigned long long)t.epoch << 32;
     if ((t.lane & 3) == 0) {
 #pragma unroll
         for (int s = 0; s < CF_ROWS; ++s) {
-            unsigned long long *p = slots + 2 * (t.rank * CF_BM + cf_slot_row(t, s));
-            const unsigned long long w = (WORDS == 2 ? (unsigned long long)__float_as_uint(w1[s]) << 32 : 0ull) |
-                                         cf_xchg_bits(w0[s]);
-            if (t.epoch & 1u)
-                cf_st_relaxed_u64x2(p, empty, w);
+            unsigned long long *p = slots + WORDS * (t.rank * CF_BM + cf_slot_row(t, s));
+            if (WORDS == 2)
+                cf_st_relaxed_u64x2(p, tag | __float_as_uint(w0[s]), tag | __float_as_uint(w1[s]));
             else
-                cf_st_relaxed_u64x2(p, w, empty);
+                cf_st_relaxed_u64(p, tag | __float_as_uint(w0[s]));
         }
     }
 }
 
 /* Folds the row's ranks once every CTA of the row group has posted: lane l of the warp
  * folds warp row l % RW over ranks l / RW, + LPR, ... in rank order (coalesced: a rank's
- * rows are contiguous), up to 16 words in flight at a time, and returns the fold of the row
- * held in this thread's slot s in a[s], b[s]. */
+ * rows are contiguous), up to 16 single words or 8 pairs in flight at a time, and returns
+ * the fold of the row held in this thread's slot s in a[s], b[s]. */
 template <int KIND, int WORDS>
 __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned long long *slots, float (&a)[CF_ROWS],
                                                float (&b)[CF_ROWS])
 {
     CF_TRC_T0(tr0);
+    const unsigned long long tag = (unsigned long long)t.epoch << 32;
     constexpr int RW = 16 * (CF_BM / 64);   /* rows of the tile held by one warp */
     constexpr int LPR = 32 / RW;            /* lanes per row */
     constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
     /* ranks a lane loads at once: the loads take an L2 round trip under the mainloop's
-     * traffic (1.1-2.5k cycles, perf-notes v10), so as many as registers allow: 16 words
-     * (32 registers; 16 (value, epoch) pairs took 64 and spilled, 8 per round cost a second
-     * round trip per 16-CTA row) */
-    constexpr int CHUNK = PER_LANE < 16 ? PER_LANE : 16;
+     * traffic (1.1-2.5k cycles, perf-notes v10), so as many as registers allow: all 16
+     * single words of a 16-CTA row (32 registers; RMSNorm 1.32 -> 1.29 at 4096x2048x512,
+     * 1.16 -> 1.11 at 16384x2048x1024), else 8 (16 pairs spilled and lost 6-10 %; 16 words
+     * of a 32-CTA row made LN+softmax spill more, 11 % slower) */
+    constexpr int ROUND = WORDS == 1 && PER_LANE <= 16 ? 16 : 8;
+    constexpr int CHUNK = PER_LANE < ROUND ? PER_LANE : ROUND;
     const int ri = t.lane % RW;
-    const unsigned long long *mine = slots + 2 * (64 * (ri >> 4) + 16 * t.warp + (ri & 15)) + (t.epoch & 1u);
+    const unsigned long long *mine = slots + WORDS * (64 * (ri >> 4) + 16 * t.warp + (ri & 15));
     cf_fold f = cf_fold_start<KIND>();
 #pragma unroll 1
     for (int c0 = 0; c0 < PER_LANE; c0 += CHUNK) {
-        unsigned long long v[CHUNK];
+        unsigned long long v0[CHUNK], v1[CHUNK];
 #pragma unroll
         for (int c = 0; c < CHUNK; ++c) {
             const int q = (c0 + c) * LPR + t.lane / RW;
-            v[c] = 0;
-            if (q < CF_ROW_CTAS)
-                v[c] = cf_ld_relaxed_u64(mine + 2 * q * CF_BM);
+            v0[c] = v1[c] = tag;
+            if (q < CF_ROW_CTAS && WORDS == 2)
+                cf_ld_relaxed_u64x2(mine + 2 * q * CF_BM, v0[c], v1[c]);
+            else if (q < CF_ROW_CTAS)
+                v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
         }
         float nq[CHUNK], w0[CHUNK], w1[CHUNK];
 #pragma unroll
@@ -386,19 +381,22 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
             const int q = (c0 + c) * LPR + t.lane / RW;
             if (q < CF_ROW_CTAS) {
                 /* that CTA has not got there yet: spin (a 64 ns nanosleep here cost 5-10 %) */
-                while ((unsigned)v[c] == CF_XCHG_EMPTY) {
+                while ((unsigned)(v0[c] >> 32) != t.epoch || (unsigned)(v1[c] >> 32) != t.epoch) {
                     CF_TRC_COUNT(t, CF_TRC_SPINS);
-                    v[c] = cf_ld_relaxed_u64(mine + 2 * q * CF_BM);
+                    if (WORDS == 2)
+                        cf_ld_relaxed_u64x2(mine + 2 * q * CF_BM, v0[c], v1[c]);
+                    else
+                        v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
                 }
             }
             const bool here = q < CF_ROW_CTAS;
             if (c == CHUNK - 1 && c0 == 0) CF_TRC_ADD(t, CF_TRC_LOADS, tr0);   /* the first round's loads */
             nq[c] = here ? (float)cf_tile_cols(t, q) : 0.0f;
-            w0[c] = here ? __uint_as_float((unsigned)v[c]) : KIND == CF_MERGE_SOFTMAX ? __int_as_float(0xff800000) : 0.0f;
-            w1[c] = here && WORDS == 2 ? __uint_as_float((unsigned)(v[c] >> 32)) : 0.0f;
+            w0[c] = here ? __uint_as_float((unsigned)v0[c]) : KIND == CF_MERGE_SOFTMAX ? __int_as_float(0xff800000) : 0.0f;
+            w1[c] = here ? __uint_as_float((unsigned)v1[c]) : 0.0f;
         }
         if (KIND == CF_MERGE_VAR || KIND == CF_MERGE_SOFTMAX) {
-            /* rounds of pairs, joined in rank order (every CTA folds identically) */
+            /* rounds of 8 pairs, joined in rank order (every CTA folds identically) */
             const cf_fold r = cf_fold_pairs<KIND, CHUNK>(nq, w0, w1);
             f = c0 == 0 ? r : cf_fold_join<KIND>(f, r);
         } else {
@@ -426,8 +424,8 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
 template <int OP, int RED>
 __device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args, const cf_tile &t, float (&part)[CF_ROWS])
 {
-    cf_post_rows<1>(t, cf_xchg_slots<RED>(args, t), part, part);
-    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED>(args, t), part, part);
+    cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
+    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
 
 /* A merged exchange in two halves: post the (raw, part) pairs, then (at once, or after the
@@ -436,9 +434,9 @@ template <int R1, int R2>
 __device__ __forceinline__ void cf_row_merge_post(const cf_gemm_args &args, const cf_tile &t, const float (&raw)[CF_ROWS],
                                                   float (&part)[CF_ROWS])
 {
-    static_assert(R2 == R1 + 1, "a merged exchange is numbered as two reductions; its pairs use the first's slots");
+    static_assert(R2 == R1 + 1, "a merged exchange takes two consecutive slot regions");
     cf_row_reduce_local<CF_RED_SUM>(part);
-    cf_post_rows<2>(t, cf_xchg_slots<R1>(args, t), raw, part);
+    cf_post_rows<2>(t, cf_xchg_slots<R1, 2>(args, t), raw, part);
 }
 template <int KIND, int R1, int R2>
 __device__ __forceinline__ void cf_row_merge_finish(const cf_gemm_args &args, const cf_tile &t,
@@ -446,7 +444,7 @@ __device__ __forceinline__ void cf_row_merge_finish(const cf_gemm_args &args, co
                                                     float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
 {
     float a[CF_ROWS];
-    cf_gather_rows<KIND, 2>(t, cf_xchg_slots<R1>(args, t), a, part);
+    cf_gather_rows<KIND, 2>(t, cf_xchg_slots<R1, 2>(args, t), a, part);
 #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s) {
         if (KIND == CF_MERGE_VAR)
@@ -469,12 +467,12 @@ template <int OP, int RED> __device__ __forceinline__ void cf_row_post(const cf_
                                                                        float (&part)[CF_ROWS])
 {
     cf_row_reduce_local<OP>(part);
-    cf_post_rows<1>(t, cf_xchg_slots<RED>(args, t), part, part);
+    cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
 template <int OP, int RED> __device__ __forceinline__ void cf_row_finish(const cf_gemm_args &args, const cf_tile &t,
                                                                          float (&part)[CF_ROWS])
 {
-    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED>(args, t), part, part);
+    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
 #endif
 

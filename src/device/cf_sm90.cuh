@@ -261,9 +261,8 @@ struct cf_gemm_args {
     cf_tma_desc tma_a;
     cf_tma_desc tma_b;
     cf_tma_desc tma_out[CF_NUM_OUT];
-    unsigned long long *xchg;  /* CF_RED_GLOBAL: row partials, a word per launch parity (cf_reduce.cuh) */
-    unsigned *xsync;           /* CF_RED_GLOBAL: [0] launch count (its parity selects the words),
-                                  [1] CTAs finished in this launch, [2] row tiles xchg holds */
+    unsigned long long *xchg;  /* CF_RED_GLOBAL: row partials, (value, epoch) pairs (cf_reduce.cuh) */
+    unsigned *xsync;           /* CF_RED_GLOBAL: [0] launch epoch, [1] CTAs finished in this launch */
     void *out[CF_NUM_OUT];
     int M, N, K;
     int out_ld[CF_NUM_OUT];
@@ -280,7 +279,7 @@ struct cf_tile {
     int wg;            /* consumer WG index (0, 1) */
     int tile_m, tile_n;/* scheduler tile indices (tile_n = column tile, tile_m = row tile) */
     int rank;          /* CTA rank in its row group (0..CF_ROW_CTAS-1) == tile_n % CF_ROW_CTAS */
-    unsigned epoch;    /* CF_RED_GLOBAL: this launch's count; its parity selects the exchange words */
+    unsigned epoch;    /* CF_RED_GLOBAL: this launch's tag for exchanged partials */
     int bar_id;        /* named barrier of this WG (128 threads) */
     unsigned stg;      /* shared-window address of this WG's staging buffer (CF_STG_BYTES, 1024-aligned) */
 };
@@ -292,7 +291,7 @@ struct cf_tile {
 #define CF_TRC_PARK 1     /* a park waiting for the staging buffer */
 #define CF_TRC_STORE 2    /* a store's waits: staging buffer free, the warpgroup's barriers */
 #define CF_TRC_FINISH 3   /* a late finish, whole */
-#define CF_TRC_LOADS 4    /* the gather's first round of loads until every rank had posted (no fold) */
+#define CF_TRC_LOADS 4    /* the gather's first round of loads until every epoch matched (no fold) */
 #define CF_TRC_SPINS 5    /* the gather's re-polls of a rank that had not posted yet (a count) */
 #define CF_TRC_N 6
 __shared__ long long cf_tr_cat[2][CF_TRC_N];
@@ -978,17 +977,6 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
                 }
             }
         }
-#if CF_RED_GLOBAL && CF_ROW_CTAS > 1
-        else if (tid >= 32) {
-            /* the idle warps: the next launch's words of the row tiles this launch does not
-             * reach are emptied (posts empty them for the tiles it does; cf_reduce.cuh) */
-            const unsigned odd = (cf_ld_relaxed_u32(&args.xsync[0]) & 1u) ^ 1u;
-            const size_t per_tile = (size_t)CF_NUM_RED * CF_ROW_CTAS * CF_BM;
-            const size_t first = (size_t)tiles_m * per_tile, end = (size_t)args.xsync[2] * per_tile;
-            for (size_t i = first + blockIdx.x * 96 + (tid - 32); i < end; i += (size_t)gridDim.x * 96)
-                args.xchg[2 * i + odd] = 0xffffffffffffffffull;
-        }
-#endif
         __syncwarp();
     } else {
         /* ---------------- consumer warpgroups ---------------- */
@@ -1001,7 +989,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
         t.wg = w; t.rank = rank; t.bar_id = CF_BAR_EPI0 + w;
 #if CF_RED_GLOBAL && CF_ROW_CTAS > 1
-        t.epoch = cf_ld_relaxed_u32(&args.xsync[0]);   /* advanced only after every CTA has read it */
+        t.epoch = cf_ld_relaxed_u32(&args.xsync[0]);   /* bumped only after every CTA has read it */
 #else
         t.epoch = 0;
 #endif
@@ -1127,14 +1115,15 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
     cf_cluster_sync();
 #endif
 #if CF_RED_GLOBAL && CF_ROW_CTAS > 1
-    /* The last CTA to finish advances the launch count, so the next launch (stream-ordered
-     * after this one, also when replayed from a CUDA graph) uses the other parity's words. */
+    /* The last CTA to finish advances the epoch, so the next launch (stream-ordered after this
+     * one, also when replayed from a CUDA graph) tags its partials differently; 0 is never used. */
     __syncthreads();
     if (tid == 0) {
         __threadfence();
         if (atomicAdd(&args.xsync[1], 1u) == gridDim.x - 1) {
+            const unsigned e = args.xsync[0] + 1u;
             args.xsync[1] = 0;
-            args.xsync[0] = args.xsync[0] + 1u;
+            args.xsync[0] = e ? e : 1u;
         }
     }
 #endif
