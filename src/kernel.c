@@ -58,7 +58,6 @@ static bool has_reductions(const cf_graph *g)
 cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
 {
     (void)m;
-    (void)k;
     /* Measured on the H200 beside cuBLAS (docs/perf-notes.md, bench/sweep.sh):
      * 128x128 PingPong tiles, 6 stages, no cluster; a 2-CTA cluster with X
      * multicast measured slower in the same run (1.106 vs 1.050 of cuBLAS at
@@ -78,8 +77,15 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
         cf_error err;
         cf_cg_options cg = {.bm = o.block_m, .bn = o.block_n, .stages = 5, .cluster_n = 1,
                             .row_ctas = o.cluster_n, .red_global = o.cluster_n > 1};
-        if (o.cluster_n > 1 && cf_lower(g, &ir, &err) == CF_OK && cf_cg_finishes_late(ir, &cg))
-            o.stages = 5;
+        if (cf_lower(g, &ir, &err) == CF_OK) {
+            if (o.cluster_n > 1 && cf_cg_finishes_late(ir, &cg))
+                o.stages = 5;
+            /* Four or more reductions (LN+softmax) spill ~500 bytes per thread; up to
+             * K = 2048 a stage fewer, 32 KB more L1 for the spills, is faster (perf-notes
+             * v11: 2.61 -> 2.52, 2.22 -> 2.07, 1.99 -> 1.96 of cuBLAS); at K = 4096 not. */
+            if (ir->n_stages[0] - 1 >= 4 && k > 0 && k <= 2048)
+                o.stages--;
+        }
         cf_ir_free(ir);
     } else {
         o.reduce_mode = CF_REDUCE_PEER; /* unused without reductions */
