@@ -110,6 +110,12 @@ void cf_options_fill(cf_options *o, cf_options def)
             def.cluster_n /= 2;
         }
     }
+    /* a row group covers N: wider tiles given without a row-group size need fewer CTAs
+     * (64x256 tiles over the default 8 CTAs of N = 1024 ran half the grid on empty tiles) */
+    if (o->block_n && !o->cluster_n && def.cluster_n > 1 && o->block_n != def.block_n) {
+        int c = (int)((int64_t)def.cluster_n * def.block_n / o->block_n);
+        def.cluster_n = c < 1 ? 1 : c;
+    }
     if (!o->block_m)
         o->block_m = def.block_m;
     if (!o->block_n)

@@ -470,6 +470,12 @@ static void test_default_options(void)
     CHECK_EQ_INT(16, leader.cluster_n); /* 64x256 tiles: 16 x 256 columns */
     CHECK_EQ_INT(256, leader.block_n);
     CHECK_EQ_INT(64, leader.block_m);
+    cf_options wide = {.block_m = 64, .block_n = 256};   /* wider tiles: a row group of fewer CTAs */
+    cf_options_fill(&wide, cf_options_for(ln, 16384, 1024, 1024));
+    CHECK_EQ_INT(4, wide.cluster_n);
+    cf_options narrow = {.block_n = 64};
+    cf_options_fill(&narrow, cf_options_for(ln, 16384, 1024, 1024));
+    CHECK_EQ_INT(16, narrow.cluster_n);
     cf_options mine = {.block_m = 128, .block_n = 128, .stages = 5, .reduce_mode = CF_REDUCE_PEER};
     cf_options_fill(&mine, cf_options_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(5, mine.stages); /* what the caller set stays */
