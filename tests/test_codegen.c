@@ -473,6 +473,7 @@ static void test_default_options(void)
     cf_options wide = {.block_m = 64, .block_n = 256};   /* wider tiles: a row group of fewer CTAs */
     cf_options_fill(&wide, cf_options_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(4, wide.cluster_n);
+    CHECK_EQ_INT(5, wide.stages);   /* 40 KB a stage: the default six do not fit */
     cf_options narrow = {.block_n = 64};
     cf_options_fill(&narrow, cf_options_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(16, narrow.cluster_n);
