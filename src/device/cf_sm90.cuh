@@ -583,7 +583,8 @@ __device__ __forceinline__ void cf_wgmma_tile(float *d, unsigned long long da, u
  * Each warp stages and stores only its own rows: 16 rows of each m64 sub-tile, one "box" of
  * 16 rows x 128 bytes (64 bf16/f16 or 32 f32 columns; tensor map box {128/esize, 16}).  So no
  * warpgroup barrier sits in the store, and a warp's next box is converted while TMA reads its
- * previous one (bias+GELU 2.5-3.5 % faster than one warpgroup-wide store per 64 columns).
+ * previous one (bias+GELU 1.3-1.5 % faster than two warpgroup-wide passes of 64 columns, and
+ * no 40-byte spill once the bias is preloaded; perf-notes v11).
  * A warp owns CF_WARP_SLOTS box slots of the buffer (slot (cc, mt): chunk cc, sub-tile mt, at
  * the box's place in the whole-tile layout); every store issues one bulk group per box, column
  * strip outer, sub-tile inner, even for a box wholly out of bounds (an empty group), so the
