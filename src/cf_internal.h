@@ -289,6 +289,8 @@ void cf_cg_epi_layout(const cf_ir *ir, size_t *offsets, size_t *size, size_t *al
 /* Whether Ψ finishes the tiles of this IR late with these options (the park
  * fits, the last stage qualifies, few enough exchanges; docs/design.md). */
 bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt);
+/* Tile outputs whose GELU their 16-bit store computes in packed 16-bit math. */
+int cf_cg_gelu_stores(const cf_ir *ir);
 /* Appends the CUDA source of the fused kernel to out; title names the spec. */
 cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *title, cf_strbuf *out,
                      cf_error *err);

@@ -827,6 +827,15 @@ static bool plan_epilogue(cg_ctx *e)
     return true;
 }
 
+int cf_cg_gelu_stores(const cf_ir *ir)
+{
+    int n = 0;
+    for (const cf_ir_spec *sp = ir->n_gemms == 1 ? ir->epi[0] : NULL; sp; sp = sp->post)
+        for (int i = 0; i < sp->n_nodes; i++)
+            n += sp->nodes[i]->kind == CF_IR_STORE && gelu_at_store(ir, sp, sp->nodes[i]);
+    return n;
+}
+
 bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt)
 {
     cf_error err;

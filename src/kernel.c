@@ -282,6 +282,7 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
     r->reduce_mode = !k->info[INFO_NUM_RED] ? 0 : k->info[INFO_RED_GLOBAL] ? CF_REDUCE_GLOBAL
                                                                           : k->opt.reduce_mode;
     r->late_finish = k->info[INFO_LATE_FINISH] != 0;
+    r->gelu_at_store = cf_cg_gelu_stores(k->ir);
     r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;
     r->compile_ms = k->cubin.compile_ms;
     snprintf(r->cache_path, sizeof r->cache_path, "%s", k->cubin.cache_path);

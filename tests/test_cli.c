@@ -73,6 +73,10 @@ int main(int argc, char **argv)
     CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 --reduce-mode leader examples/gemm_bias_ln.cf", buf,
                        sizeof buf));
     CHECK_CONTAINS(buf, "4 stages, cluster 16x1, row reductions over 16 CTAs through DSMEM via rank 0");
+    CHECK(!strstr(buf, "GELU of"));
+    /* explain says when the store computes a GELU in 16-bit math */
+    CHECK_EQ_INT(0, cf("explain examples/gemm_bias_gelu.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "GELU of 1 output computed by its store in packed 16-bit math");
     CHECK_EQ_INT(2, cf("explain --reduce-mode bogus examples/gemm_bias_ln.cf", buf, sizeof buf));
     CHECK_EQ_INT(0, cf("explain examples/b2b_ln.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "fused kernel: none (B2B");
