@@ -123,9 +123,8 @@ void cf_options_fill(cf_options *o, cf_options def)
     if (!o->stages) {
         o->stages = def.stages;
         /* the default depth, as deep as the tile's ring and one staging chunk per warpgroup fit
-         * in the 227 KB opt-in shared memory (64x256 tiles take 40 KB a stage) */
-        const int64_t stage = (int64_t)(o->block_m + o->block_n) * 128, stg = 2 * (int64_t)o->block_m * 128;
-        while (o->stages > 2 && 1024 + 16 * o->stages + 64 + o->stages * stage + stg > 232448 - 128)
+         * in shared memory (64x256 tiles take 40 KB a stage) */
+        while (o->stages > 2 && !cf_cg_smem_fits(o->block_m, o->block_n, o->stages, 1))
             o->stages--;
     }
     if (!o->cluster_n)

@@ -507,7 +507,10 @@ __device__ __forceinline__ void cf_tma_store_2d(const cf_tma_desc *d, unsigned s
                  :: "l"(d), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
 __device__ __forceinline__ void cf_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cf_bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+/* until at most N of this thread's bulk groups still read shared memory */
+template <int N> __device__ __forceinline__ void cf_bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
 __device__ __forceinline__ void cf_bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 __device__ __forceinline__ void cf_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -603,9 +606,6 @@ __device__ __forceinline__ void cf_wgmma_tile(float *d, unsigned long long da, u
  * phase of a row is row & 7, as TMA expects) */
 __device__ __forceinline__ unsigned cf_box_addr(const cf_tile &t, int cc, int mt) {
     return t.stg + cc * CF_STG_CHUNK_BYTES + (mt * 64 + t.warp * CF_WARP_ROWS) * 128;
-}
-template <int N> __device__ __forceinline__ void cf_bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
 }
 #if !CF_LATE_FINISH
 /* Before a warp rewrites one of its slots: the store that last read it is done. */
@@ -786,7 +786,7 @@ template <int F16> __device__ __forceinline__ void cf_unpark8(const cf_tile &t, 
 /* Parks v (16-bit) once the previous tile's TMA store has read the buffer. */
 template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t, const float (&v)[CF_ACC_REGS]) {
     CF_TRC_T0(tr0);
-    if (t.tid == 0) cf_bulk_wait_read0();
+    if (t.tid == 0) cf_bulk_wait_read<0>();
     cf_named_bar_sync(t.bar_id, 128);
     CF_TRC_ADD(t, CF_TRC_PARK, tr0);
 #pragma unroll

@@ -55,10 +55,7 @@ P="-DCF_BM=128 -DCF_BN=128 -DCF_STAGES=6 -DCF_B_NK=0"
 VARIANTS=(
 "p_kn_id|$P -DCF_HARNESS_EPI=0 -DCF_TRACE=1"
 "p_kn_gelu|$P -DCF_HARNESS_EPI=1 -DCF_TRACE=1"
-"p_kn_gelu_chunked|$P -DCF_HARNESS_EPI=11 -DCF_TRACE=1"
 "p_kn_gelu_constbias|$P -DCF_HARNESS_EPI=12 -DCF_TRACE=1"
-"p_kn_gelu_chunked_constbias|$P -DCF_HARNESS_EPI=13 -DCF_TRACE=1"
-"p_kn_gelubf2|$P -DCF_HARNESS_EPI=7 -DCF_TRACE=1"
 "p_kn_ffma6|$P -DCF_HARNESS_EPI=5 -DCF_TRACE=1"
 "p_kn_tanh|$P -DCF_HARNESS_EPI=4 -DCF_TRACE=1"
 )

@@ -17,56 +17,11 @@ struct cf_epi_params {
 #define CF_HARNESS_EPI 0
 #endif
 /* variants that read the bias load it before the mainloop, as generated code does (cf_pre) */
-#define CF_HARNESS_BIAS (CF_HARNESS_EPI == 1 || CF_HARNESS_EPI == 6 || CF_HARNESS_EPI == 7 || CF_HARNESS_EPI == 11)
+#define CF_HARNESS_BIAS (CF_HARNESS_EPI == 1 || CF_HARNESS_EPI == 6)
 struct cf_pre {
     float bias[CF_BN / 4];
 };
 #include "cf_sm90.cuh"
-/* column strip c (64 columns) of a bf16 tile, this warp's boxes of it (probes 11, 13) */
-__device__ __forceinline__ void cf_store_strip_bf16(const cf_gemm_args &args, const cf_tile &t, int c,
-                                                    const float (&y)[CF_ACC_REGS]) {
-    const int lane = t.lane, mi = lane >> 3;
-#pragma unroll
-    for (int mt = 0; mt < CF_BM / 64; ++mt) {
-        const unsigned box = cf_box_addr(t, c % CF_STG_CHUNKS, mt);
-        const unsigned rbase = box + ((mi & 1) * 8 + (lane & 7)) * 128;
-        cf_box_slot_wait(t);
-#pragma unroll
-        for (int gp = 0; gp < 4; ++gp) {
-            const int b = mt * CF_ACC_PER_MT + 4 * (c * 8 + 2 * gp);
-            const int ch = 2 * gp + (mi >> 1);
-            const unsigned addr = rbase + (unsigned)((ch ^ (lane & 7)) << 4);
-            asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                         :: "r"(addr), "r"(cf_pack_bf16x2(y[b], y[b + 1])), "r"(cf_pack_bf16x2(y[b + 2], y[b + 3])),
-                            "r"(cf_pack_bf16x2(y[b + 4], y[b + 5])), "r"(cf_pack_bf16x2(y[b + 6], y[b + 7])) : "memory");
-        }
-        cf_box_store<64>(args, t, 0, box, c, mt);
-    }
-}
-
-/* the bf16 store from packed pairs (p[i] = columns of acc 2i, 2i+1), for variant 7 */
-__device__ __forceinline__ void cf_store_tile_packed(const cf_gemm_args &args, const cf_tile &t, int o,
-                                                     const unsigned (&p)[CF_ACC_REGS / 2]) {
-    const int lane = t.lane, mi = lane >> 3;
-#pragma unroll
-    for (int c = 0; c < CF_BN / 64; ++c) {
-#pragma unroll
-        for (int mt = 0; mt < CF_BM / 64; ++mt) {
-            const unsigned box = cf_box_addr(t, c % CF_STG_CHUNKS, mt);
-            const unsigned rbase = box + ((mi & 1) * 8 + (lane & 7)) * 128;
-            cf_box_slot_wait(t);
-#pragma unroll
-            for (int gp = 0; gp < 4; ++gp) {
-                const int b = (mt * CF_ACC_PER_MT + 4 * (c * 8 + 2 * gp)) / 2;
-                const int ch = 2 * gp + (mi >> 1);
-                const unsigned addr = rbase + (unsigned)((ch ^ (lane & 7)) << 4);
-                asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-                             :: "r"(addr), "r"(p[b]), "r"(p[b + 1]), "r"(p[b + 2]), "r"(p[b + 3]) : "memory");
-            }
-            cf_box_store<64>(args, t, o, box, c, mt);
-        }
-    }
-}
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
                                             const cf_pre &pre) {
     (void)pre;
@@ -99,45 +54,13 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         acc[r] = x;
     }
     cf_store_tile_bf16(args, t, 0, acc);
-#elif CF_HARNESS_EPI == 10   /* probe: pack, then 6 HFMA2 per pair with register operands */
-    unsigned c1 = 0x3F7F3F7Fu, c2 = 0x3A833A83u;
-    asm volatile("" : "+r"(c1), "+r"(c2));
-    unsigned y[CF_ACC_REGS / 2];
-#pragma unroll
-    for (int r = 0; r < CF_ACC_REGS; r += 2) {
-        unsigned x;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(x) : "f"(acc[r + 1]), "f"(acc[r]));
-#pragma unroll
-        for (int j = 0; j < 6; ++j) asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(x) : "r"(x), "r"(c1), "r"(c2));
-        y[r / 2] = x;
-    }
-    cf_store_tile_packed(args, t, 0, y);
-#elif CF_HARNESS_EPI >= 11 && CF_HARNESS_EPI <= 13
-    /* probes of the epilogue's latency: 11 bias + gelu computed and stored one 64-column strip at
-     * a time (the TMA store of strip 0 reads shared memory while strip 1 computes); 12 the same as
-     * 1 with the bias known at compile time (no register held through the mainloop); 13 both */
+#elif CF_HARNESS_EPI == 12   /* probe: bias + gelu as 1 with the bias known at compile time */
     float bias[CF_COLS];
-#if CF_HARNESS_EPI == 11
-#pragma unroll
-    for (int j = 0; j < CF_COLS; ++j) bias[j] = pre.bias[j];
-#else
 #pragma unroll
     for (int j = 0; j < CF_COLS; ++j) bias[j] = 0.01f * (float)j;
-#endif
-#if CF_HARNESS_EPI == 12
 #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) acc[r] = cf_gelu_tanh(acc[r] + bias[cf_col_slot(r)]);
     cf_store_tile_bf16(args, t, 0, acc);
-#else
-    constexpr int NCH = CF_BN / 64;
-#pragma unroll
-    for (int c = 0; c < NCH; ++c) {
-#pragma unroll
-        for (int r = 0; r < CF_ACC_REGS; ++r)
-            if (((r % CF_ACC_PER_MT) >> 5) == c) acc[r] = cf_gelu_tanh(acc[r] + bias[cf_col_slot(r)]);
-        cf_store_strip_bf16(args, t, c, acc);
-    }
-#endif
 #elif CF_HARNESS_EPI == 6   /* bias + gelu, tanh on f16 pairs (one MUFU op per two elements) */
     const float (&bias)[CF_COLS] = pre.bias;
 #pragma unroll
@@ -154,24 +77,6 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         acc[r + 1] = fmaf(h1, t1, h1);
     }
     cf_store_tile_bf16(args, t, 0, acc);
-#elif CF_HARNESS_EPI == 7   /* bias + gelu in packed bf16x2 arithmetic (half the instructions) */
-    const float (&bias)[CF_COLS] = pre.bias;
-    unsigned y[CF_ACC_REGS / 2];
-    const unsigned c0 = 0x3F4C3F4Cu /* 0.7978 */, c1 = 0x3D123D12u /* 0.03568 */, half = 0x3F003F00u;
-#pragma unroll
-    for (int r = 0; r < CF_ACC_REGS; r += 2) {
-        const unsigned b2 = cf_pack_bf16x2(bias[cf_col_slot(r)], bias[cf_col_slot(r + 1)]);
-        unsigned x, q, u, th, h;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(x) : "f"(acc[r + 1]), "f"(acc[r]));
-        asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(x) : "r"(x), "r"(b2));
-        asm("mul.rn.bf16x2 %0, %1, %1;" : "=r"(q) : "r"(x));
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(q), "r"(c1), "r"(c0));
-        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(u) : "r"(x), "r"(q));
-        asm("tanh.approx.bf16x2 %0, %1;" : "=r"(th) : "r"(u));
-        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(h) : "r"(x), "r"(half));
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(y[r / 2]) : "r"(h), "r"(th), "r"(h));
-    }
-    cf_store_tile_packed(args, t, 0, y);
 #elif CF_HARNESS_EPI == 2
     cf_store_tile_f32(args, t, 0, acc);
 #elif CF_HARNESS_EPI == 3
@@ -180,7 +85,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     cf_store_tile_bf16(args, t, 0, acc);
 #endif
 }
-/* what the host checks against: variants 6 and 7 compute bias + gelu (1); 4 and 5 are unchecked probes */
+/* what the host checks against: variant 6 computes bias + gelu (1); 4, 5, 8, 9 and 12 are unchecked probes */
 __device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, const cf_tile &t, cf_pre &pre) {
 #if CF_HARNESS_BIAS
     cf_load_cols(t, args.epi.bias, pre.bias);
@@ -188,8 +93,7 @@ __device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, co
     (void)args; (void)t; (void)pre;
 }
 extern "C" __device__ const int cf_harness_epi =
-    CF_HARNESS_EPI == 6 || CF_HARNESS_EPI == 7 || CF_HARNESS_EPI == 11 ? 1 : CF_HARNESS_EPI >= 12 && CF_HARNESS_EPI <= 13 ? 4
-                                                                                                    : CF_HARNESS_EPI;
+    CF_HARNESS_EPI == 6 ? 1 : CF_HARNESS_EPI == 12 ? 4 : CF_HARNESS_EPI;
 
 #else
 /* =================================== host program =================================== */
