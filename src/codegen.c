@@ -545,6 +545,14 @@ static void emit_mean_scale(cg_ctx *c, const cf_ir_node *red, const char *id)
     line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
 }
 
+bool cf_cg_smem_fits(int bm, int bn, int stages, int stg_chunks)
+{
+    /* cf_sm90.cuh's CF_SMEM_BYTES: 1024 + 16 stages + 64 + stages x stage + both warpgroups'
+     * staging buffers (stg_chunks x bm rows x 128 bytes each) <= 227 KB less the static 128 bytes */
+    long need = 1024 + 16L * stages + 64 + (long)stages * (bm + bn) * 128 + 2L * stg_chunks * bm * 128;
+    return need <= 232448 - 128;
+}
+
 /* ---- late finish -----------------------------------------------------------
  * A tile's last exchange need not hold up its warpgroup: it posts its row
  * partials, parks the one value the last stage needs in its staging buffer as
@@ -557,14 +565,6 @@ static void emit_mean_scale(cg_ctx *c, const cf_ir_node *red, const char *id)
  * enough), the softmax merge exp(z - tile max) in [0, 1] (f16), anything else
  * bf16 when it is only multiplied or divided (relative error 2^-9, as the
  * output's own rounding). */
-bool cf_cg_smem_fits(int bm, int bn, int stages, int stg_chunks)
-{
-    /* cf_sm90.cuh's CF_SMEM_BYTES: 1024 + 16 stages + 64 + stages x stage + both warpgroups'
-     * staging buffers (stg_chunks x bm rows x 128 bytes each) <= 227 KB less the static 128 bytes */
-    long need = 1024 + 16L * stages + 64 + (long)stages * (bm + bn) * 128 + 2L * stg_chunks * bm * 128;
-    return need <= 232448 - 128;
-}
-
 static bool late_fits_smem(const cf_cg_options *o)
 {
     return cf_cg_smem_fits(o->bm, o->bn, o->stages, o->bn / 64);   /* whole-tile staging */
