@@ -40,6 +40,6 @@ for c in "${cases[@]}"; do
     timeout 120 build/comfuse bench --iters 60 --shape "$shape" "$@" "examples/$spec.cf" 2>&1 |
         awk -F'\t' -v s="$spec" -v sh="$shape" -v o="$*" \
             '/fused kernel:/ { sub(/^ +fused kernel: +/, ""); k = $0 }
-             /^BENCH/ { printf "%-16s %-22s %-62s ratio %.3f  (%.4f / %.4f ms)  %s\n", s, sh, o, $4 / $5, $4, $5, k }
+             /^BENCH/ { printf "%-16s %-22s %-62s ratio %.3f  (%.4f / %.4f ms)  %s\n", s, sh, o, $8, $4, $5, k }
              /comfuse( bench)?:/ { print s, sh, o, $0 }'
 done

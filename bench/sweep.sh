@@ -13,7 +13,7 @@ one() { # spec shape options...
     local line
     line=$(timeout 120 build/comfuse bench --iters 60 --shape "$shape" "$@" "$spec" 2>&1 | grep -E '^BENCH|comfuse:')
     printf '%-18s %-24s %-44s %s\n' "$(basename "$spec" .cf)" "$shape" "$*" \
-        "$(echo "$line" | awk -F'\t' '/^BENCH/ { printf "fused %.4f  cublas %.4f  ratio %.3f", $4, $5, $4 / $5; next } { print }')"
+        "$(echo "$line" | awk -F'\t' '/^BENCH/ { printf "fused %.4f  cublas %.4f  ratio %.3f", $4, $5, $8; next } { print }')"
 }
 for shape in M=8192,N=4096,K=4096 M=16384,N=1024,K=1024; do
     for cfg in "--cluster 1 --stages 6" "--cluster 2 --stages 6" "--cluster 2 --stages 5"; do

@@ -13,7 +13,7 @@ for shape in "${shapes[@]}"; do
         examples/gemm_softmax.cf examples/gemm_ln_softmax.cf; do
         timeout 120 build/comfuse bench --iters 40 --shape "$shape" "$spec" 2>&1 |
             awk -v s="$(basename "$spec" .cf)" -v sh="$shape" '
-                /^BENCH/ { split($0, f, "\t"); printf "%-16s %-22s fused/cuBLAS %.3f\n", s, sh, f[4] / f[5] }
+                /^BENCH/ { split($0, f, "\t"); printf "%-16s %-22s fused/cuBLAS %.3f\n", s, sh, f[8] }
                 /trace/ { print "   " $0 } /comfuse:/ { print s, sh, $0 }'
     done
 done

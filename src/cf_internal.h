@@ -279,6 +279,7 @@ typedef struct cf_cg_options {
     bool red_global;     /* row partials through L2 between row_ctas CTAs      */
     bool sync_finish;    /* no late finish: every tile waits for its row's partials
                             before the next mainloop                            */
+    bool cooperative;    /* both consumer warpgroups on one 2*bm x bn tile      */
 } cf_cg_options;
 
 /* CF_ERR_UNSUPPORTED when the IR uses what the code generator cannot emit yet. */
@@ -289,9 +290,10 @@ void cf_cg_epi_layout(const cf_ir *ir, size_t *offsets, size_t *size, size_t *al
 /* Whether Ψ finishes the tiles of this IR late with these options (the park
  * fits, the last stage qualifies, few enough exchanges; docs/design.md). */
 bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt);
-/* Whether the ring of `stages` and staging of stg_chunks 64-column chunks per warpgroup fit
- * the 227 KB opt-in shared memory (the kernel's own #error check, computed on the host). */
-bool cf_cg_smem_fits(int bm, int bn, int stages, int stg_chunks);
+/* Whether the ring of `stages` (tile_m x 64 and 64 x bn operand blocks) and staging of
+ * stg_chunks 64-column chunks of bm rows per warpgroup fit the 227 KB opt-in shared memory
+ * (the kernel's own #error check, computed on the host).  tile_m is bm, or 2 bm cooperative. */
+bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks);
 /* Tile outputs whose GELU their 16-bit store computes in packed 16-bit math. */
 int cf_cg_gelu_stores(const cf_ir *ir);
 /* Appends the CUDA source of the fused kernel to out; title names the spec. */

@@ -43,6 +43,11 @@ static const char kernel_opts_usage[] =
     "  --block-m 64|128    rows of a consumer warpgroup's tile\n"
     "  --block-n 64|128|192|256\n"
     "  --stages S          shared-memory pipeline depth\n"
+    "  --schedule pingpong|cooperative\n"
+    "                      the two consumer warpgroups on tiles of their own, one's\n"
+    "                      epilogue under the other's mainloop, or both on one tile\n"
+    "                      of 2 x block-m rows (elementwise epilogues; the default\n"
+    "                      from K = 4096, with --cluster 2)\n"
     "  --cluster C         CTAs along N that share a row block (1, 2, 4, 8, 16; 32, 64\n"
     "                      with --reduce-mode global): a thread-block cluster for\n"
     "                      DSMEM, plain co-resident CTAs for global\n"
@@ -97,10 +102,14 @@ static const char bench_usage[] =
     "same process, launch by launch in turns so clock drift cancels (median of N\n"
     "event-timed launches each after a warm-up, L2 flushed before each), and\n"
     "prints TFLOP/s, GB/s and the ratios to cuBLAS and to the physical floor\n"
-    "max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s).\n"
+    "max(FLOPs / 790 TFLOP/s, bytes / 4.3 TB/s).  The ratio to cuBLAS is the\n"
+    "median over turns of the two launches' ratio (one clock state per turn: the\n"
+    "card runs faster for its first launches after idle).\n"
     "A path comfuse cannot build for the spec is reported as not available.\n"
     "The last line, BENCH<TAB>spec<TAB>shape<TAB>fused_ms<TAB>cublas_ms<TAB>floor_ms\n"
-    "<TAB>unfused_ms ('-' for a path not available), is for scripts.\n\n";
+    "<TAB>unfused_ms<TAB>fused/cublas<TAB>unfused/cublas ('-' for a path not\n"
+    "available), is for scripts.  CF_BENCH_SAMPLES=1 also prints every launch's\n"
+    "time (SAMPLE<TAB>implementation<TAB>turn<TAB>ms; 0 is cuBLAS).\n\n";
 
 static int exit_code(cf_status st) { return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : 1; }
 
@@ -238,6 +247,8 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
             o->kopt.stages = (int)x;
         } else if (strcmp(a, "--cluster") == 0 && parse_int(v, 1, 64, &x)) {
             o->kopt.cluster_n = (int)x;
+        } else if (strcmp(a, "--schedule") == 0 && (strcmp(v, "pingpong") == 0 || strcmp(v, "cooperative") == 0)) {
+            o->kopt.schedule = strcmp(v, "pingpong") == 0 ? CF_SCHEDULE_PINGPONG : CF_SCHEDULE_COOPERATIVE;
         } else if (strcmp(a, "--reduce-mode") == 0 &&
                    (strcmp(v, "peer") == 0 || strcmp(v, "leader") == 0 || strcmp(v, "global") == 0)) {
             o->kopt.reduce_mode = strcmp(v, "peer") == 0     ? CF_REDUCE_PEER
@@ -329,7 +340,9 @@ static int emit_unfused(const cf_graph *g, const cli_opts *o)
 const char *cli_layout_text(const cf_resources *r, char *buf, size_t n)
 {
     static const char *const how[] = {"", "DSMEM peer-to-peer", "DSMEM via rank 0", "L2"};
-    int len = snprintf(buf, n, "cluster %dx1", r->cluster_n);
+    int len = snprintf(buf, n, "%s, cluster %dx1",
+                       r->schedule == CF_SCHEDULE_COOPERATIVE ? "cooperative (one tile of 2 x block_m rows)" : "pingpong",
+                       r->cluster_n);
     if (r->reduce_mode && r->row_ctas > 1 && len > 0 && (size_t)len < n)
         snprintf(buf + len, n - (size_t)len, ", row reductions over %d CTAs through %s%s", r->row_ctas,
                  how[r->reduce_mode], r->late_finish ? ", tiles finished late" : "");

@@ -477,11 +477,15 @@ typedef cf_status (*timed_fn)(void *ctx, cf_rt_stream s, cf_error *err);
 
 /* Times n implementations launch by launch, in turns (cuBLAS, fused, unfused,
  * cuBLAS, ...), each behind an L2 flush and between its own events, and
- * returns the medians.  Taking turns keeps clock drift over the run (seen on
- * the H200: the same cuBLAS kernel 0.34 -> 0.45 ms within a second of load)
- * out of the ratios. */
+ * returns the medians, and for j > 0 the median over turns of launch j's time
+ * over launch 0's in the same turn.  The card changes speed under load (the
+ * H200's power cap: the same cuBLAS kernel 0.340 ms for the first ~20 launches
+ * after idle, 0.378 ms later, while ours went 0.359 -> 0.378): both launches of
+ * a turn run at one clock, and the median of their ratios cannot pair one
+ * implementation's fast launches with the other's slow ones, as the ratio of
+ * the two medians can. */
 static cf_status time_paired(int n, timed_fn const *fns, void *const *ctxs, int iters, cf_rt_devptr flush,
-                             size_t flush_bytes, float *median_ms, cf_error *err)
+                             size_t flush_bytes, float *median_ms, float *paired_ratio, cf_error *err)
 {
     cf_rt_event e0 = NULL, e1 = NULL;
     float *t = calloc((size_t)iters * (size_t)n, sizeof *t);
@@ -499,6 +503,20 @@ static cf_status time_paired(int n, timed_fn const *fns, void *const *ctxs, int 
                 break;
             st = cf_rt_event_elapsed_ms(e0, e1, &t[(size_t)j * (size_t)iters + (size_t)i], err);
         }
+    /* CF_BENCH_SAMPLES=1: every launch's time in launch order (implementation, turn, ms) */
+    for (int j = 0; j < n && st == CF_OK && getenv("CF_BENCH_SAMPLES"); j++)
+        for (int i = 0; i < iters; i++)
+            printf("SAMPLE\t%d\t%d\t%.5f\n", j, i, t[(size_t)j * (size_t)iters + (size_t)i]);
+    float *r = st == CF_OK ? malloc((size_t)iters * sizeof *r) : NULL;
+    if (st == CF_OK && !r)
+        st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+    for (int j = 0; j < n && st == CF_OK; j++) {
+        for (int i = 0; i < iters; i++)
+            r[i] = t[(size_t)j * (size_t)iters + (size_t)i] / t[i];
+        qsort(r, (size_t)iters, sizeof *r, cmp_float);
+        paired_ratio[j] = r[iters / 2];
+    }
+    free(r);
     for (int j = 0; j < n && st == CF_OK; j++) {
         float *tj = t + (size_t)j * (size_t)iters;
         qsort(tj, (size_t)iters, sizeof *tj, cmp_float);
@@ -659,7 +677,7 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
     const size_t flush_bytes = 256u << 20;
     cf_rt_devptr flush = 0, c_buf = 0;
     cublas_ctx cb = {0};
-    float t_fused = 0, t_cublas = 0, t_unfused = 0;
+    float t_fused = 0, t_cublas = 0, t_unfused = 0, r_fused = 0, r_unfused = 0;
 
     /* Either path may be outside what comfuse does yet; bench what exists. */
     st = build_fused(g, o, &k, &err);
@@ -720,28 +738,30 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
     if (st == CF_OK) {
         timed_fn fns[3];
         void *ctxs[3];
-        float *outs[3], med[3];
+        float *outs[3], *ratios[3], med[3], ratio[3], r_cublas;
         int n = 0;
-        fns[n] = run_cublas, ctxs[n] = &cb, outs[n++] = &t_cublas;
+        fns[n] = run_cublas, ctxs[n] = &cb, outs[n] = &t_cublas, ratios[n++] = &r_cublas;
         if (k)
-            fns[n] = run_fused, ctxs[n] = &f, outs[n++] = &t_fused;
+            fns[n] = run_fused, ctxs[n] = &f, outs[n] = &t_fused, ratios[n++] = &r_fused;
         if (have_unfused)
-            fns[n] = run_unfused, ctxs[n] = &u, outs[n++] = &t_unfused;
-        st = time_paired(n, fns, ctxs, o->iters, flush, flush_bytes, med, &err);
+            fns[n] = run_unfused, ctxs[n] = &u, outs[n] = &t_unfused, ratios[n++] = &r_unfused;
+        st = time_paired(n, fns, ctxs, o->iters, flush, flush_bytes, med, ratio, &err);
         for (int j = 0; j < n && st == CF_OK; j++)
-            *outs[j] = med[j];
+            *outs[j] = med[j], *ratios[j] = ratio[j];
     }
     if (st == CF_OK) {
         double flops = 2.0 * (double)M * (double)N * (double)K, bytes = floor_bytes(&s);
         double floor_ms = fmax(flops / 790e12, bytes / 4.3e12) * 1e3;
-        char fused_col[32] = "-", unfused_col[32] = "-";
-        printf("bench %s at %s (median of %d, L2 flushed)\n", o->spec, o->shape_text, o->iters);
+        char fused_col[32] = "-", unfused_col[32] = "-", fused_r[32] = "-", unfused_r[32] = "-";
+        printf("bench %s at %s (median of %d, L2 flushed; vs cuBLAS: median of per-turn ratios)\n", o->spec,
+               o->shape_text, o->iters);
         printf("  %-22s %9s %9s %9s %10s %10s\n", "implementation", "ms", "TFLOP/s", "GB/s", "vs cuBLAS", "vs floor");
         if (k) {
             printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n",
                    cf_kernel_wide(k, N) ? "comfuse (wide rows)" : "comfuse fused", t_fused, flops / t_fused / 1e9,
-                   bytes / t_fused / 1e6, t_fused / t_cublas, t_fused / floor_ms);
+                   bytes / t_fused / 1e6, r_fused, t_fused / floor_ms);
             snprintf(fused_col, sizeof fused_col, "%.5f", t_fused);
+            snprintf(fused_r, sizeof fused_r, "%.4f", r_fused);
             cf_resources r;
             char lay[128];
             if (cf_kernel_resources(k, &r, NULL) == CF_OK)
@@ -755,17 +775,19 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
                "-", 1.0, t_cublas / floor_ms);
         if (have_unfused) {
             printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n", "unfused: cuBLAS + rows", t_unfused,
-                   flops / t_unfused / 1e9, bytes / t_unfused / 1e6, t_unfused / t_cublas, t_unfused / floor_ms);
+                   flops / t_unfused / 1e9, bytes / t_unfused / 1e6, r_unfused, t_unfused / floor_ms);
             snprintf(unfused_col, sizeof unfused_col, "%.5f", t_unfused);
+            snprintf(unfused_r, sizeof unfused_r, "%.4f", r_unfused);
         } else {
             printf("  %-22s not available (%s)\n", "unfused: cuBLAS + rows", no_unfused.text);
         }
         printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
         if (k && getenv("CF_TRACE"))
             print_trace(&f);
-        /* columns: spec shape fused cublas floor unfused ("-" for a path not available) */
-        printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\n", o->spec, o->shape_text, fused_col, t_cublas, floor_ms,
-               unfused_col);
+        /* columns: spec shape fused cublas floor unfused (ms), then fused/cuBLAS and unfused/cuBLAS
+         * (medians of per-turn ratios); "-" for a path not available */
+        printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\t%s\t%s\n", o->spec, o->shape_text, fused_col, t_cublas,
+               floor_ms, unfused_col, fused_r, unfused_r);
     }
 done:
     if (st != CF_OK && st != CF_ERR_UNSUPPORTED)

@@ -545,11 +545,11 @@ static void emit_mean_scale(cg_ctx *c, const cf_ir_node *red, const char *id)
     line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
 }
 
-bool cf_cg_smem_fits(int bm, int bn, int stages, int stg_chunks)
+bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks)
 {
     /* cf_sm90.cuh's CF_SMEM_BYTES: 1024 + 16 stages + 64 + stages x stage + both warpgroups'
      * staging buffers (stg_chunks x bm rows x 128 bytes each) <= 227 KB less the static 128 bytes */
-    long need = 1024 + 16L * stages + 64 + (long)stages * (bm + bn) * 128 + 2L * stg_chunks * bm * 128;
+    long need = 1024 + 16L * stages + 64 + (long)stages * (tile_m + bn) * 128 + 2L * stg_chunks * bm * 128;
     return need <= 232448 - 128;
 }
 
@@ -567,7 +567,7 @@ bool cf_cg_smem_fits(int bm, int bn, int stages, int stg_chunks)
  * output's own rounding). */
 static bool late_fits_smem(const cf_cg_options *o)
 {
-    return cf_cg_smem_fits(o->bm, o->bn, o->stages, o->bn / 64);   /* whole-tile staging */
+    return cf_cg_smem_fits(o->bm, o->bm, o->bn, o->stages, o->bn / 64);   /* whole-tile staging, pingpong */
 }
 
 static const cf_ir_spec *find_late(cg_ctx *c)
@@ -1027,12 +1027,16 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     line(&c, "#define CF_CLUSTER_N %d", opt->cluster_n);
     if (opt->row_ctas != opt->cluster_n)
         line(&c, "#define CF_ROW_CTAS %d  /* CTAs per row block */", opt->row_ctas);
+    if (opt->cooperative)
+        line(&c, "#define CF_PINGPONG 0  /* cooperative: both consumer warpgroups on one %dx%d tile */",
+             2 * opt->bm, opt->bn);
     line(&c, "#define CF_B_NK %d", ir->args[1].b_is_nk ? 1 : 0);
     line(&c, "#define CF_IN_F16 %d", A->dtype == CF_F16 ? 1 : 0);
     line(&c, "#define CF_NUM_OUT %d%s", n_out ? n_out : 1, n_out ? "" : "  /* no tile output: one unused slot */");
-    if (opt->cluster_n > 1 && (opt->bm / opt->cluster_n) % 8 != 0)
+    const int tile_m = opt->cooperative ? 2 * opt->bm : opt->bm;
+    if (opt->cluster_n > 1 && (tile_m / opt->cluster_n) % 8 != 0)
         line(&c, "#define CF_MULTICAST 0  /* a %d-row slice per CTA is too thin for TMA multicast */",
-             opt->bm / opt->cluster_n);
+             tile_m / opt->cluster_n);
     if (e.late)
         line(&c, "#define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */");
     if (ir->n_stages[0] > 1) {

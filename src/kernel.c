@@ -62,7 +62,18 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
      * 128x128 PingPong tiles, 6 stages, no cluster; a 2-CTA cluster with X
      * multicast measured slower in the same run (1.106 vs 1.050 of cuBLAS at
      * 8192x4096x4096). */
-    cf_options o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 6, .cluster_n = 1};
+    cf_options o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 6, .cluster_n = 1,
+                    .schedule = CF_SCHEDULE_PINGPONG};
+    if (g && !has_reductions(g) && k >= 4096) {
+        /* Long mainloops amortise an epilogue that is not hidden: cuBLAS's own shape, both
+         * warpgroups on one 256x128 tile with X multicast over a 2-CTA cluster, moves a third
+         * fewer operand bytes per FLOP than a PingPong tile.  At 8192x4096x4096 (perf-notes
+         * v12) bias+GELU ran 1.044-1.048 of cuBLAS while the card ran at its full clock, against
+         * 1.050-1.057 PingPong (1.03 vs 1.00 once the power cap slows both); at K = 1024 it ran
+         * 8 % slower than PingPong.  The ring then holds 4 stages of 48 KB. */
+        o.schedule = CF_SCHEDULE_COOPERATIVE;
+        o.cluster_n = 2;
+    }
     if (g && has_reductions(g)) {
         /* A row block's column tiles run at once on cluster_n CTAs that exchange
          * row partials through L2 (docs/perf-notes.md v8: a hardware cluster of
@@ -97,6 +108,11 @@ void cf_options_fill(cf_options *o, cf_options def)
 {
     if (!o->reduce_mode)
         o->reduce_mode = def.reduce_mode;
+    /* a schedule given against the default's takes that schedule's own cluster */
+    if (o->schedule && o->schedule != def.schedule && def.reduce_mode != CF_REDUCE_GLOBAL)
+        def.cluster_n = o->schedule == CF_SCHEDULE_COOPERATIVE ? 2 : 1;
+    if (!o->schedule)
+        o->schedule = def.schedule;
     /* def is for a graph with reductions when its mode is global.  The DSMEM
      * modes hold a row in one hardware cluster (at most 16 CTAs: 64x256 tiles
      * past 2048 columns), and their static buffers take two stages' room. */
@@ -124,7 +140,8 @@ void cf_options_fill(cf_options *o, cf_options def)
         o->stages = def.stages;
         /* the default depth, as deep as the tile's ring and one staging chunk per warpgroup fit
          * in shared memory (64x256 tiles take 40 KB a stage) */
-        while (o->stages > 2 && !cf_cg_smem_fits(o->block_m, o->block_n, o->stages, 1))
+        const int tile_m = o->schedule == CF_SCHEDULE_COOPERATIVE ? 2 * o->block_m : o->block_m;
+        while (o->stages > 2 && !cf_cg_smem_fits(tile_m, o->block_m, o->block_n, o->stages, 1))
             o->stages--;
     }
     if (!o->cluster_n)
@@ -181,6 +198,12 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
                        o->block_m, o->block_n);
     else if (o->stages < 2 || o->stages > 12)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "stages %d: must be 2..12", o->stages);
+    else if (o->schedule < CF_SCHEDULE_AUTO || o->schedule > CF_SCHEDULE_COOPERATIVE)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "schedule %d: unknown", o->schedule);
+    else if (o->schedule == CF_SCHEDULE_COOPERATIVE && reduces)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                       "schedule cooperative: epilogues with row reductions need the pingpong schedule "
+                       "(each warpgroup finishes its own tile while the other runs its mainloop)");
     else if (o->reduce_mode < CF_REDUCE_AUTO || o->reduce_mode > CF_REDUCE_GLOBAL)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "reduce_mode %d: unknown", o->reduce_mode);
     else if (o->cluster_n < 1 || o->cluster_n > (global ? 64 : 16) || (o->cluster_n & (o->cluster_n - 1)))
@@ -193,7 +216,8 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
         cf_cg_options cg = {.bm = o->block_m, .bn = o->block_n, .stages = o->stages,
                             .cluster_n = global ? 1 : o->cluster_n, .row_ctas = o->cluster_n,
                             .red_leader = o->reduce_mode == CF_REDUCE_LEADER, .red_global = global,
-                            .sync_finish = o->sync_finish};
+                            .sync_finish = o->sync_finish,
+                            .cooperative = o->schedule == CF_SCHEDULE_COOPERATIVE};
         st = cf_codegen(k->ir, &cg, title, &k->src, err);
     }
     if (st != CF_OK) {
@@ -278,6 +302,7 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
     r->stages = k->info[INFO_STAGES];
     r->resident_ctas = k->max_clusters * k->info[INFO_CLUSTER_N];
     r->row_ctas = k->info[INFO_ROW_CTAS];
+    r->schedule = k->info[INFO_PINGPONG] ? CF_SCHEDULE_PINGPONG : CF_SCHEDULE_COOPERATIVE;
     r->reduce_mode = !k->info[INFO_NUM_RED] ? 0 : k->info[INFO_RED_GLOBAL] ? CF_REDUCE_GLOBAL
                                                                           : k->opt.reduce_mode;
     r->late_finish = k->info[INFO_LATE_FINISH] != 0;

@@ -72,11 +72,27 @@ int main(int argc, char **argv)
     CHECK_CONTAINS(buf, "cluster 1x1, row reductions over 16 CTAs through L2");
     CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 --reduce-mode leader examples/gemm_bias_ln.cf", buf,
                        sizeof buf));
-    CHECK_CONTAINS(buf, "4 stages, cluster 16x1, row reductions over 16 CTAs through DSMEM via rank 0");
+    CHECK_CONTAINS(buf, "4 stages, pingpong, cluster 16x1, row reductions over 16 CTAs through DSMEM via rank 0");
     CHECK(!strstr(buf, "GELU of"));
     /* explain says when the store computes a GELU in 16-bit math */
     CHECK_EQ_INT(0, cf("explain examples/gemm_bias_gelu.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "GELU of 1 output computed by its store in packed 16-bit math");
+    /* the schedule: cooperative 256x128 over a 2-CTA cluster for elementwise epilogues from K = 4096
+     * (4 stages of 48 KB fit), pingpong below and for reductions; cooperative + reductions is an error */
+    CHECK_EQ_INT(0, cf("explain --shape M=8192,N=4096,K=4096 examples/gemm_bias_gelu.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "4 stages, cooperative (one tile of 2 x block_m rows), cluster 2x1");
+    CHECK_EQ_INT(0, cf("explain --shape M=8192,N=4096,K=2048 examples/gemm_bias_gelu.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "6 stages, pingpong, cluster 1x1");
+    CHECK_EQ_INT(0, cf("explain --shape M=8192,N=4096,K=4096 --schedule pingpong examples/gemm.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "6 stages, pingpong, cluster 1x1");
+    CHECK_EQ_INT(0, cf("explain --shape M=64,N=64,K=64 --schedule cooperative examples/gemm.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "4 stages, cooperative (one tile of 2 x block_m rows), cluster 2x1");
+    CHECK_EQ_INT(0, cf("explain --shape M=8192,N=4096,K=4096 examples/gemm_rmsnorm.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "pingpong, cluster 1x1, row reductions");
+    CHECK_EQ_INT(0, cf("explain --schedule cooperative examples/gemm_rmsnorm.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "fused kernel: none (schedule cooperative: epilogues with row reductions need the pingpong");
+    CHECK_EQ_INT(2, cf("explain --schedule zigzag examples/gemm.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "bad option --schedule zigzag");
     CHECK_EQ_INT(2, cf("explain --reduce-mode bogus examples/gemm_bias_ln.cf", buf, sizeof buf));
     CHECK_EQ_INT(0, cf("explain examples/b2b_ln.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "fused kernel: none (B2B");

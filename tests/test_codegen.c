@@ -162,23 +162,26 @@ static void test_nvrtc(void)
         cf_options opt;
         const char *ptx_needs; /* an instruction this configuration must use */
     } cases[] = {
-        {"examples/gemm.cf", true, {128, 128, 6, 2, 0, false}, "multicast::cluster"},
-        {"examples/gemm_bias_gelu.cf", true, {128, 128, 6, 1, 0, false}, "tanh.approx"},
-        {"tests/specs/all_elementwise.cf", false, {64, 128, 4, 1, 0, false}, "ld.global"},
-        {"examples/gemm_bias_ln.cf", true, {64, 128, 6, 8, CF_REDUCE_PEER, false}, "st.async"},
-        {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER, false}, "st.async"},
-        {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER, false}, "mapa"},
-        {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER, false}, "shfl.sync.bfly"},
+        {"examples/gemm.cf", true, {128, 128, 6, 2, 0, CF_SCHEDULE_PINGPONG, false}, "multicast::cluster"},
+        {"examples/gemm.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, false}, "multicast::cluster"},
+        {"examples/gemm_bias_gelu.cf", true, {128, 128, 6, 1, 0, CF_SCHEDULE_PINGPONG, false}, "tanh.approx"},
+        {"examples/gemm_bias_gelu.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, false}, "tanh.approx"},
+        {"tests/specs/all_elementwise.cf", false, {64, 128, 4, 1, 0, CF_SCHEDULE_PINGPONG, false}, "ld.global"},
+        {"tests/specs/all_elementwise.cf", false, {64, 256, 4, 1, 0, CF_SCHEDULE_COOPERATIVE, false}, "ld.global"},
+        {"examples/gemm_bias_ln.cf", true, {64, 128, 6, 8, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, false}, "st.async"},
+        {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, false}, "st.async"},
+        {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, false}, "mapa"},
+        {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, false}, "shfl.sync.bfly"},
         /* through L2: (partial, epoch) pairs with coherent 64-bit loads and stores */
-        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL, false}, "ld.relaxed.gpu.global.v2.u64"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 6, 8, CF_REDUCE_GLOBAL, false}, "st.relaxed.gpu.global.v2.u64"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL, false}, "st.relaxed.gpu.global.u64"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL, false}, "ld.relaxed.gpu.global.u64"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL, false}, "atom.global.add"},
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "ld.relaxed.gpu.global.v2.u64"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "st.relaxed.gpu.global.v2.u64"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "st.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "ld.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "atom.global.add"},
         /* late finish: the parked tile comes back with ldmatrix beside the next accumulator */
-        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, false}, "ldmatrix.sync.aligned.m8n8.x4"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, false}, "ldmatrix.sync.aligned.m8n8.x4"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, false}, "cvt.f32.f16"},
+        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "ldmatrix.sync.aligned.m8n8.x4"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "ldmatrix.sync.aligned.m8n8.x4"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "cvt.f32.f16"},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         cf_graph *g = parse(cases[i].spec);
@@ -229,7 +232,7 @@ static void test_nvrtc(void)
         cf_graph *g = parse("examples/gemm_bias_ln.cf");
         cf_kernel *k = NULL;
         cf_error err;
-        cf_options opt = {128, 128, 5, 8, CF_REDUCE_GLOBAL, false};
+        cf_options opt = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false};
         setenv("CF_TRACE", "1", 1);
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "traced", &k, &err));
         CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
