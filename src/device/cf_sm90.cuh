@@ -57,10 +57,11 @@
  * K*2 and N*2 (row pitches) multiples of 16 bytes, i.e. K % 8 == 0 and N % 8 == 0, base pointers
  * 16-byte aligned, output ld*elem_size a multiple of 16. 
  *
- * Recommended (measured on H200, docs/perf-notes.md): pingpong CF_BM=128 CF_BN=128 CF_STAGES=6,
- * CF_CLUSTER_N=2 when K >= 2048 else 1 (plain GEMM at 0.99-1.06 of cuBLAS, fused bias+GELU 0.94-0.97
- * at K >= 1024).  Cooperative CF_PINGPONG=0 CF_BM=128 CF_BN=128 CF_STAGES=4 CF_CLUSTER_N=2 matches it
- * for plain GEMM but does not overlap the epilogue.
+ * What the host picks (measured on H200, docs/perf-notes.md v12): pingpong CF_BM=128 CF_BN=128
+ * CF_STAGES=6 CF_CLUSTER_N=1; for elementwise epilogues from K = 4096 cooperative CF_PINGPONG=0
+ * CF_BM=128 CF_BN=128 CF_STAGES=4 CF_CLUSTER_N=2 (cuBLAS's own shape: a third fewer operand bytes
+ * per FLOP, which the card's full clock needs; its epilogue is not overlapped, so at K <= 1024
+ * it loses 8-16 % to pingpong).
  * Epilogue helpers: cf_acc_row/col(_global), cf_*_in_bounds, cf_load_cols + cf_col_slot (batched
  * per-column vector loads: use them, per-register loads serialise), cf_quad_sum/max, cf_fmax/fmin
  * (NaN-propagating), cf_exp/exp2/tanh/rcp/rsqrt/sigmoid/silu/gelu_tanh/gelu_erf, conversions
