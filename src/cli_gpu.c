@@ -585,7 +585,7 @@ static void set_why(why *w, const cf_error *err)
 
 /* With CF_TRACE=1 the kernel carries clock64 stamps per (CTA, consumer warpgroup,
  * tile) (cf_sm90.cuh): one more launch, then where a CTA's cycles went. */
-enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 10 };
+enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 20, TR_CATS = 14 };
 static void print_trace(fused_ctx *f)
 {
     cf_error err;
@@ -600,7 +600,7 @@ static void print_trace(fused_ctx *f)
         return;
     }
 #define AT(c, w, j, e) tr[(((size_t)(c) * 2 + (w)) * (TR_TILES + 1) + (j)) * TR_EV + (e)]
-    double ml = 0, ep = 0, head = 0, tail = 0, total = 0, period = 0, cat[6] = {0};
+    double ml = 0, ep = 0, head = 0, tail = 0, total = 0, period = 0, cat[TR_CATS] = {0};
     double t_epi = 0, t_fin = 0, t_drain = 0, t_other = 0;   /* the tail, in order */
     int ctas = 0, tiles = 0;
     for (int c = 0; c < TR_CTAS; c++) {
@@ -628,7 +628,7 @@ static void print_trace(fused_ctx *f)
         tail += end - last_acc;
         /* the warpgroup with the last mainloop: its epilogue, the final late finish, the wait
          * for its stores, then the other warpgroup's lag */
-        const long long e3 = AT(c, last_w, last_j, 3), fin = AT(c, last_w, TR_TILES, 9);
+        const long long e3 = AT(c, last_w, last_j, 3), fin = AT(c, last_w, TR_TILES, 19);
         const long long end_w = AT(c, last_w, TR_TILES, 1);
         t_epi += e3 - last_acc;
         t_fin += fin - e3;
@@ -638,7 +638,7 @@ static void print_trace(fused_ctx *f)
         if (n0 + n1 > 1)
             period += (double)(last_acc - first_acc) / (n0 + n1 - 1);
         for (int w = 0; w < 2; w++)
-            for (int q = 0; q < 6; q++)
+            for (int q = 0; q < TR_CATS; q++)
                 cat[q] += (double)AT(c, w, TR_TILES, 3 + q);
         tiles += n0 + n1;
         ctas++;
@@ -652,6 +652,11 @@ static void print_trace(fused_ctx *f)
         printf("  trace, epilogue parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, re-polls %.1f), "
                "park wait %.2f, store waits %.2f, late finish %.2f\n", cat[0] / tiles / 1e3, cat[4] / tiles / 1e3,
                cat[5] / tiles, cat[1] / tiles / 1e3, cat[2] / tiles / 1e3, cat[3] / tiles / 1e3);
+        /* the sections Psi marks (CF_TRC_STEP in the generated source: loops, reductions, post, park) */
+        printf("  trace, epilogue's first part by section (kcycles per tile, thread 0, as marked in the source):");
+        for (int q = 6; q < TR_CATS; q++)
+            printf(" %.2f", cat[q] / tiles / 1e3);
+        printf("\n");
         printf("  trace, the tail (kcycles): last tile's epilogue %.2f, final late finish %.2f, store drain %.2f, "
                "other warpgroup's lag %.2f\n", t_epi / ctas / 1e3, t_fin / ctas / 1e3, t_drain / ctas / 1e3,
                t_other / ctas / 1e3);

@@ -152,6 +152,7 @@ typedef struct cg_ctx {
                                     statistics wait in cf_late for the late finish */
     const cf_ir_node *late_parked; /* the value the late stage gets from the park */
     bool in_late;        /* emitting the late stage (parked tile in, 8 registers at a time) */
+    int trc_sec;         /* CF_TRACE sections of the first part marked so far    */
     bool *at_store;      /* by node id: a GELU its 16-bit store computes (gelu_at_store) */
 } cg_ctx;
 
@@ -651,6 +652,15 @@ static int late_out_f16(const cg_ctx *c)
 
 /* Ends cf_epilogue after posting red's partials and parking the late stage's
  * value, and starts cf_epilogue_finish with the fold of the row's partials. */
+/* CF_TRACE: the cycles since the previous mark go to the next section of the epilogue's first
+ * part (stage loops, reductions, the post and park, in emission order; the eighth takes the rest). */
+static void trace_mark(cg_ctx *c, const char *what)
+{
+    line(c, "CF_TRC_STEP(t, trs, CF_TRC_SEC0 + %d);  /* trace section: %s */", c->trc_sec < 7 ? c->trc_sec : 7,
+         what);
+    c->trc_sec++;
+}
+
 static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
 {
     char id[96], id1[96], pid[96];
@@ -664,9 +674,11 @@ static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
         line(c, "cf_row_post<%s, %d>(args, t, red_%s);  /* quad shuffles, then post the partials for the row */",
              red_op(red->op), c->n_red, id);
     }
+    trace_mark(c, "post");
     ident(c->late_parked->ref, pid, sizeof pid);
     line(c, "cf_park_tile<%s>(t, T%d);  /* %s waits in shared memory while the next mainloop runs */",
          late_park_fmt(c) ? "CF_PARK_F16" : "CF_PARK_BF16", c->arr[c->late_parked->id], pid);
+    trace_mark(c, "park");
     c->indent--;
     line(c, "}");
     blank(c);
@@ -920,6 +932,8 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
     }
     c->indent--;
     line(c, "}");
+    if (!c->in_late && c->ir->n_stages[0] > 1)
+        trace_mark(c, "the loop above");
     /* Stores of this stage, from the values' arrays. */
     int tile_out = 0;
     for (int i = 0; i < ir->n_args; i++) {
@@ -967,6 +981,7 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         line(c, "%s(%sred_%s, raw_%s);  /* quad shuffles; the next stage shifts by this tile's %s */",
              c->merge_next == MERGE_VAR ? "cf_local_mean" : "cf_local_max", c->merge_next == MERGE_VAR ? "t, " : "",
              id, id, c->merge_next == MERGE_VAR ? "mean" : "max");
+        trace_mark(c, c->merge_next == MERGE_VAR ? "the tile's mean" : "the tile's max");
         c->merge_r1 = red;
         c->merge_index = c->n_red++;
     } else if (red && sp->post == c->late) {
@@ -980,11 +995,13 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
              c->merge_prev == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1,
              id, id1, c->merge_prev == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
         emit_mean_scale(c, red, id);
+        trace_mark(c, "exchange");
     } else if (red) {
         ident(red, id, sizeof id);
         line(c, "cf_row_reduce<%s, %d>(args, t, red_%s);  /* quad shuffles, then across the row's CTAs */",
              red_op(red->op), c->n_red++, id);
         emit_mean_scale(c, red, id);
+        trace_mark(c, "exchange");
     }
 }
 
@@ -1130,6 +1147,8 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     if (e.late)
         line(&e, "(void)late;");
     line(&e, "float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */");
+    if (ir->n_stages[0] > 1)
+        line(&e, "CF_TRC_START(trs);  /* CF_TRACE: clock at the start of each section below */");
     for (int k = 1; k < e.n_arrays[CLS_TILE]; k++)
         line(&e, "float T%d[CF_ACC_REGS];", k);
     for (int k = 0; k < e.n_arrays[CLS_ROW]; k++)

@@ -294,12 +294,17 @@ struct cf_tile {
 #define CF_TRC_FINISH 3   /* a late finish, whole */
 #define CF_TRC_LOADS 4    /* the gather's first round of loads until every epoch matched (no fold) */
 #define CF_TRC_SPINS 5    /* the gather's re-polls of a rank that had not posted yet (a count) */
-#define CF_TRC_N 6
+#define CF_TRC_SEC0 6     /* 6..13: sections of the epilogue's first part, as Psi marks them */
+#define CF_TRC_N 14
 __shared__ long long cf_tr_cat[2][CF_TRC_N];
 #define CF_TRC_COUNT(t, cat) do { if ((t).tid == 0) cf_tr_cat[(t).wg][cat] += 1; } while (0)
 #define CF_TRC_T0(v) const long long v = clock64()
 #define CF_TRC_ADD(t, cat, v) do { if ((t).tid == 0) cf_tr_cat[(t).wg][cat] += clock64() - (v); } while (0)
+#define CF_TRC_START(v) long long v = clock64()
+#define CF_TRC_STEP(t, v, cat) do { const long long n_ = clock64(); if ((t).tid == 0) cf_tr_cat[(t).wg][cat] += n_ - (v); (v) = n_; } while (0)
 #else
+#define CF_TRC_START(v) ((void)0)
+#define CF_TRC_STEP(t, v, cat) ((void)0)
 #define CF_TRC_T0(v) ((void)0)
 #define CF_TRC_ADD(t, cat, v) ((void)0)
 #define CF_TRC_COUNT(t, cat) ((void)0)
@@ -864,7 +869,8 @@ extern "C" __device__ const int cf_kernel_info[21] = {
  * [4] waiting for operands (full barriers) and [5] for wgmma groups (wait<1>).  Slot
  * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end, its tile count, [3..8] its
  * epilogue parts (cf_tr_cat: cycles of the gather, park, store waits, late finish, the gather's
- * loads, and a count of the gather's re-polls) and [9] the end of its last tile's late finish.
+ * loads, a count of the gather's re-polls, then [9..16] the sections Psi marks in the epilogue's
+ * first part) and [19] the end of its last tile's late finish.
  * [1] is not where the wait ends: ptxas emits BAR.SYNC.DEFER_BLOCKING, and the warp reads the
  * clock before the barrier completes; read [0] -> [2] as order wait + mainloop.
  * Compiled out unless CF_TRACE is defined (CF_TRACE=1 in the environment of the runtime). */
@@ -872,7 +878,7 @@ extern "C" __device__ const int cf_kernel_info[21] = {
 #define CF_TRACE_WAITS (CF_TRACE > 1)   /* CF_TRACE=2 also times the mainloop's waits (more registers) */
 #define CF_TRACE_CTAS 160
 #define CF_TRACE_TILES 31
-#define CF_TRACE_EV 10
+#define CF_TRACE_EV 20
 extern "C" { __device__ long long cf_trace[CF_TRACE_CTAS * 2 * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
 __device__ __forceinline__ void cf_trace_at(int w, int j, int ev, int tid, long long v) {
     if (tid == 0 && blockIdx.x < CF_TRACE_CTAS && j <= CF_TRACE_TILES)
@@ -1104,7 +1110,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         if (parked_ok) cf_epilogue_finish(args, parked, late);
 #endif
 #ifdef CF_TRACE
-        cf_trace_at(w, CF_TRACE_TILES, 9, t.tid, clock64());
+        cf_trace_at(w, CF_TRACE_TILES, 19, t.tid, clock64());
 #endif
         if (t.lane == 0) cf_bulk_wait0();   /* every warp's stores have read the staging buffer */
 #ifdef CF_TRACE

@@ -47,6 +47,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     (void)p;
     (void)pre;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
+    CF_TRC_START(trs);  /* CF_TRACE: clock at the start of each section below */
     /* ---- stage 0: 6 nodes, streamed one accumulator register at a time ---- */
     float red_mu_5[CF_ROWS];  /* mean over N: thread-local partials per row */
     #pragma unroll
@@ -68,10 +69,12 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_mu_5[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_mu_5[cf_acc_slot(r)], x_4);
         T0[r] = x_4;  /* carried to the next stage */
     }
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 0);  /* trace section: the loop above */
     cf_row_reduce<CF_RED_SUM, 0>(args, t, red_mu_5);  /* quad shuffles, then across the row's CTAs */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_mu_5[s] = red_mu_5[s] / (float)t.N;
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 1);  /* trace section: exchange */
     /* ---- stage 1 (PostOp of the reduction above): 5 nodes ---- */
     float red_var_10[CF_ROWS];  /* mean over N: thread-local partials per row */
     #pragma unroll
@@ -90,10 +93,12 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_var_10[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_var_10[cf_acc_slot(r)], v9);
         T0[r] = d_8;  /* carried to the next stage */
     }
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 2);  /* trace section: the loop above */
     cf_row_reduce<CF_RED_SUM, 1>(args, t, red_var_10);  /* quad shuffles, then across the row's CTAs */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_var_10[s] = red_var_10[s] / (float)t.N;
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 3);  /* trace section: exchange */
     /* ---- stage 2 (PostOp of the reduction above): 11 nodes ---- */
     float cv_gamma_17[CF_COLS];
     cf_load_cols(t, p.gamma, cv_gamma_17);
@@ -116,5 +121,6 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         const float Y_20 = (v18 + beta_19);
         T0[r] = Y_20;  /* kept for the store */
     }
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 4);  /* trace section: the loop above */
     cf_store_tile_bf16(args, t, 0, T0);  /* output Y: bf16 [M,N] */
 }

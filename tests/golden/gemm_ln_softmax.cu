@@ -66,6 +66,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     (void)pre;
     (void)late;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
+    CF_TRC_START(trs);  /* CF_TRACE: clock at the start of each section below */
     /* ---- stage 0: 4 nodes, streamed one accumulator register at a time ---- */
     float red_mu_3[CF_ROWS];  /* mean over N: thread-local partials per row */
     #pragma unroll
@@ -85,8 +86,10 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_mu_3[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_mu_3[cf_acc_slot(r)], x_2);
         T0[r] = x_2;  /* carried to the next stage */
     }
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 0);  /* trace section: the loop above */
     float raw_mu_3[CF_ROWS];  /* this tile's own sum, for the merged exchange after the next stage */
     cf_local_mean(t, red_mu_3, raw_mu_3);  /* quad shuffles; the next stage shifts by this tile's mean */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 1);  /* trace section: the tile's mean */
     /* ---- stage 1 (PostOp of the reduction above): 5 nodes ---- */
     float red_var_8[CF_ROWS];  /* mean over N: thread-local partials per row */
     #pragma unroll
@@ -105,11 +108,13 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_var_8[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_var_8[cf_acc_slot(r)], v7);
         T0[r] = d_6;  /* carried to the next stage */
     }
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 2);  /* trace section: the loop above */
     float corr_mu_3[CF_ROWS];
     cf_row_merge<CF_MERGE_VAR, 0, 1>(args, t, raw_mu_3, red_mu_3, red_var_8, corr_mu_3);  /* one exchange: mean and sum of squares */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_var_8[s] = red_var_8[s] / (float)t.N;
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 3);  /* trace section: exchange */
     /* ---- stage 2 (PostOp of the reduction above): 13 nodes ---- */
     float (&red_m_21)[CF_ROWS] = late.red_m_21;  /* max over N: partials, then this tile's own */
     #pragma unroll
@@ -140,8 +145,10 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_m_21[cf_acc_slot(r)] = cf_red_combine<CF_RED_MAX>(red_m_21[cf_acc_slot(r)], s_20);
         T0[r] = s_20;  /* carried to the next stage */
     }
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 4);  /* trace section: the loop above */
     float (&raw_m_21)[CF_ROWS] = late.raw_m_21;  /* this tile's own max, for the merged exchange */
     cf_local_max(red_m_21, raw_m_21);  /* quad shuffles; the next stage shifts by this tile's max */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 5);  /* trace section: the tile's max */
     /* ---- stage 3 (PostOp of the reduction above): 5 nodes ---- */
     float red_v26[CF_ROWS];  /* sum over N: thread-local partials per row */
     #pragma unroll
@@ -160,8 +167,11 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_v26[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v26[cf_acc_slot(r)], e_25);
         T0[r] = e_25;  /* carried to the next stage */
     }
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 6);  /* trace section: the loop above */
     cf_row_merge_post<2, 3>(args, t, raw_m_21, red_v26);  /* post (max, partial) pairs for the row */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 7);  /* trace section: post */
     cf_park_tile<CF_PARK_F16>(t, T0);  /* e_25 waits in shared memory while the next mainloop runs */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 7);  /* trace section: park */
 }
 
 /* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */

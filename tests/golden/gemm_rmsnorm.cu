@@ -51,6 +51,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     (void)pre;
     (void)late;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
+    CF_TRC_START(trs);  /* CF_TRACE: clock at the start of each section below */
     /* ---- stage 0: 3 nodes, streamed one accumulator register at a time ---- */
     float red_v2[CF_ROWS];  /* mean over N: thread-local partials per row */
     #pragma unroll
@@ -66,8 +67,11 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         if (col < t.N)  /* columns past N hold TMA's zero fill, not data */
             red_v2[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v2[cf_acc_slot(r)], v1);
     }
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 0);  /* trace section: the loop above */
     cf_row_post<CF_RED_SUM, 0>(args, t, red_v2);  /* quad shuffles, then post the partials for the row */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 1);  /* trace section: post */
     cf_park_tile<CF_PARK_BF16>(t, T0);  /* x_0 waits in shared memory while the next mainloop runs */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 2);  /* trace section: park */
 }
 
 /* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */

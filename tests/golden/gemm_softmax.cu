@@ -52,6 +52,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     (void)p;
     (void)pre;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
+    CF_TRC_START(trs);  /* CF_TRACE: clock at the start of each section below */
     /* ---- stage 0: 4 nodes, streamed one accumulator register at a time ---- */
     float red_m_3[CF_ROWS];  /* max over N: thread-local partials per row */
     #pragma unroll
@@ -69,7 +70,9 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_m_3[cf_acc_slot(r)] = cf_red_combine<CF_RED_MAX>(red_m_3[cf_acc_slot(r)], s_2);
         T0[r] = s_2;  /* carried to the next stage */
     }
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 0);  /* trace section: the loop above */
     cf_row_reduce<CF_RED_MAX, 0>(args, t, red_m_3);  /* quad shuffles, then across the row's CTAs */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 1);  /* trace section: exchange */
     /* ---- stage 1 (PostOp of the reduction above): 5 nodes ---- */
     float red_v8[CF_ROWS];  /* sum over N: thread-local partials per row */
     #pragma unroll
@@ -88,7 +91,9 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_v8[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v8[cf_acc_slot(r)], e_7);
         T0[r] = e_7;  /* carried to the next stage */
     }
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 2);  /* trace section: the loop above */
     cf_row_reduce<CF_RED_SUM, 1>(args, t, red_v8);  /* quad shuffles, then across the row's CTAs */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 3);  /* trace section: exchange */
     /* ---- stage 2 (PostOp of the reduction above): 4 nodes ---- */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
@@ -100,5 +105,6 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         const float Y_11 = (e_9 * (1.0f / v10));
         T0[r] = Y_11;  /* kept for the store */
     }
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 4);  /* trace section: the loop above */
     cf_store_tile_bf16(args, t, 0, T0);  /* output Y: bf16 [M,N] */
 }
