@@ -787,8 +787,14 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
             printf("  %-22s not available (%s)\n", "unfused: cuBLAS + rows", no_unfused.text);
         }
         printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
-        if (k && getenv("CF_TRACE"))
-            print_trace(&f);
+        cf_resources tr_r;
+        if (k && getenv("CF_TRACE") && cf_kernel_resources(k, &tr_r, NULL) == CF_OK) {
+            /* the trace reads a CTA's tiles as alternating warpgroups' */
+            if (tr_r.schedule == CF_SCHEDULE_PINGPONG)
+                print_trace(&f);
+            else
+                printf("  trace: pingpong kernels only (this one is cooperative; --schedule pingpong)\n");
+        }
         /* columns: spec shape fused cublas floor unfused (ms), then fused/cuBLAS and unfused/cuBLAS
          * (medians of per-turn ratios); "-" for a path not available */
         printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\t%s\t%s\n", o->spec, o->shape_text, fused_col, t_cublas,
