@@ -213,10 +213,13 @@ typedef struct cf_options {
                             no cluster; the kernel launches cooperatively)     */
     int schedule;        /* how the two consumer warpgroups share the work: 0
                             auto, CF_SCHEDULE_PINGPONG (each its own tile, one's
-                            epilogue under the other's mainloop) or
+                            epilogue under the other's mainloop),
                             CF_SCHEDULE_COOPERATIVE (both on one 2*block_m x
                             block_n tile: fewer operand bytes per FLOP, the
-                            epilogue not hidden; elementwise epilogues only)   */
+                            epilogue not hidden; elementwise epilogues only) or
+                            CF_SCHEDULE_FINISHER (PingPong, and a fourth
+                            warpgroup finishes the tiles that finish late;
+                            PingPong where no tile finishes late)              */
     bool sync_finish;    /* with CF_REDUCE_GLOBAL, a tile normally posts its row
                             partials, parks in shared memory and is finished
                             after the next mainloop (a late finish, where the
@@ -225,7 +228,7 @@ typedef struct cf_options {
 } cf_options;
 
 enum { CF_REDUCE_AUTO = 0, CF_REDUCE_PEER = 1, CF_REDUCE_LEADER = 2, CF_REDUCE_GLOBAL = 3 };
-enum { CF_SCHEDULE_AUTO = 0, CF_SCHEDULE_PINGPONG = 1, CF_SCHEDULE_COOPERATIVE = 2 };
+enum { CF_SCHEDULE_AUTO = 0, CF_SCHEDULE_PINGPONG = 1, CF_SCHEDULE_COOPERATIVE = 2, CF_SCHEDULE_FINISHER = 3 };
 
 /* A good kernel shape for g at this GEMM size (all fields filled); n <= 0
  * when the size is not known yet.  Graphs with row reductions need all of a
@@ -255,7 +258,7 @@ typedef struct cf_resources {
     int static_smem_bytes;    /* static shared memory (the reduction exchange)     */
     int cluster_n;
     int block_m, block_n, stages;
-    int schedule;             /* CF_SCHEDULE_PINGPONG or CF_SCHEDULE_COOPERATIVE    */
+    int schedule;             /* CF_SCHEDULE_PINGPONG, _COOPERATIVE or _FINISHER   */
     int resident_ctas;        /* CTAs the GPU holds at once (0 before the first launch) */
     int row_ctas;             /* CTAs that share a row block (cluster_n unless reductions
                                  go through L2, which needs no cluster)           */

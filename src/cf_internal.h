@@ -280,6 +280,7 @@ typedef struct cf_cg_options {
     bool sync_finish;    /* no late finish: every tile waits for its row's partials
                             before the next mainloop                            */
     bool cooperative;    /* both consumer warpgroups on one 2*bm x bn tile      */
+    bool finisher;       /* a fourth warpgroup finishes late tiles (when they are) */
 } cf_cg_options;
 
 /* CF_ERR_UNSUPPORTED when the IR uses what the code generator cannot emit yet. */
@@ -290,6 +291,8 @@ void cf_cg_epi_layout(const cf_ir *ir, size_t *offsets, size_t *size, size_t *al
 /* Whether Ψ finishes the tiles of this IR late with these options (the park
  * fits, the last stage qualifies, few enough exchanges; docs/design.md). */
 bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt);
+/* Whether the kernel has a finisher warpgroup (opt->finisher, and tiles finish late). */
+bool cf_cg_has_finisher(const cf_ir *ir, const cf_cg_options *opt);
 /* Whether the ring of `stages` (tile_m x 64 and 64 x bn operand blocks) and staging of
  * stg_chunks 64-column chunks of bm rows per warpgroup fit the 227 KB opt-in shared memory
  * (the kernel's own #error check, computed on the host).  tile_m is bm, or 2 bm cooperative. */

@@ -43,11 +43,13 @@ static const char kernel_opts_usage[] =
     "  --block-m 64|128    rows of a consumer warpgroup's tile\n"
     "  --block-n 64|128|192|256\n"
     "  --stages S          shared-memory pipeline depth\n"
-    "  --schedule pingpong|cooperative\n"
+    "  --schedule pingpong|cooperative|finisher\n"
     "                      the two consumer warpgroups on tiles of their own, one's\n"
-    "                      epilogue under the other's mainloop, or both on one tile\n"
+    "                      epilogue under the other's mainloop; or both on one tile\n"
     "                      of 2 x block-m rows (elementwise epilogues; the default\n"
-    "                      from K = 4096, with --cluster 2)\n"
+    "                      from K = 4096, with --cluster 2); or pingpong with a\n"
+    "                      fourth warpgroup that finishes the tiles that finish late\n"
+    "                      (reductions through L2; chosen where it keeps up)\n"
     "  --cluster C         CTAs along N that share a row block (1, 2, 4, 8, 16; 32, 64\n"
     "                      with --reduce-mode global): a thread-block cluster for\n"
     "                      DSMEM, plain co-resident CTAs for global\n"
@@ -247,8 +249,11 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
             o->kopt.stages = (int)x;
         } else if (strcmp(a, "--cluster") == 0 && parse_int(v, 1, 64, &x)) {
             o->kopt.cluster_n = (int)x;
-        } else if (strcmp(a, "--schedule") == 0 && (strcmp(v, "pingpong") == 0 || strcmp(v, "cooperative") == 0)) {
-            o->kopt.schedule = strcmp(v, "pingpong") == 0 ? CF_SCHEDULE_PINGPONG : CF_SCHEDULE_COOPERATIVE;
+        } else if (strcmp(a, "--schedule") == 0 && (strcmp(v, "pingpong") == 0 || strcmp(v, "cooperative") == 0 ||
+                                                    strcmp(v, "finisher") == 0)) {
+            o->kopt.schedule = strcmp(v, "pingpong") == 0      ? CF_SCHEDULE_PINGPONG
+                               : strcmp(v, "cooperative") == 0 ? CF_SCHEDULE_COOPERATIVE
+                                                               : CF_SCHEDULE_FINISHER;
         } else if (strcmp(a, "--reduce-mode") == 0 &&
                    (strcmp(v, "peer") == 0 || strcmp(v, "leader") == 0 || strcmp(v, "global") == 0)) {
             o->kopt.reduce_mode = strcmp(v, "peer") == 0     ? CF_REDUCE_PEER
@@ -341,7 +346,9 @@ const char *cli_layout_text(const cf_resources *r, char *buf, size_t n)
 {
     static const char *const how[] = {"", "DSMEM peer-to-peer", "DSMEM via rank 0", "L2"};
     int len = snprintf(buf, n, "%s, cluster %dx1",
-                       r->schedule == CF_SCHEDULE_COOPERATIVE ? "cooperative (one tile of 2 x block_m rows)" : "pingpong",
+                       r->schedule == CF_SCHEDULE_COOPERATIVE ? "cooperative (one tile of 2 x block_m rows)"
+                       : r->schedule == CF_SCHEDULE_FINISHER  ? "pingpong + a finisher warpgroup"
+                                                              : "pingpong",
                        r->cluster_n);
     if (r->reduce_mode && r->row_ctas > 1 && len > 0 && (size_t)len < n)
         snprintf(buf + len, n - (size_t)len, ", row reductions over %d CTAs through %s%s", r->row_ctas,

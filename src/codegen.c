@@ -548,9 +548,9 @@ static void emit_mean_scale(cg_ctx *c, const cf_ir_node *red, const char *id)
 
 bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks)
 {
-    /* cf_sm90.cuh's CF_SMEM_BYTES: 1024 + 16 stages + 64 + stages x stage + both warpgroups'
+    /* cf_sm90.cuh's CF_SMEM_BYTES: 1024 + 16 stages + 96 + stages x stage + both warpgroups'
      * staging buffers (stg_chunks x bm rows x 128 bytes each) <= 227 KB less the static 128 bytes */
-    long need = 1024 + 16L * stages + 64 + (long)stages * (tile_m + bn) * 128 + 2L * stg_chunks * bm * 128;
+    long need = 1024 + 16L * stages + 96 + (long)stages * (tile_m + bn) * 128 + 2L * stg_chunks * bm * 128;
     return need <= 232448 - 128;
 }
 
@@ -853,6 +853,13 @@ int cf_cg_gelu_stores(const cf_ir *ir)
     return n;
 }
 
+/* A finisher warpgroup takes the late finishes when asked for and when there are any; its
+ * consumers get 192 registers, which epilogues with more than two reductions outgrow. */
+bool cf_cg_has_finisher(const cf_ir *ir, const cf_cg_options *opt)
+{
+    return opt->finisher && ir->n_stages[0] - 1 <= 2 && cf_cg_finishes_late(ir, opt);
+}
+
 bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt)
 {
     cf_error err;
@@ -1056,6 +1063,8 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
              tile_m / opt->cluster_n);
     if (e.late)
         line(&c, "#define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */");
+    if (cf_cg_has_finisher(ir, opt))
+        line(&c, "#define CF_FINISHER 1  /* ... by a fourth warpgroup, while the consumer runs that mainloop */");
     if (ir->n_stages[0] > 1) {
         line(&c, "#define CF_HAS_REDUCE 1");
         line(&c, "#define CF_NUM_RED %d", ir->n_stages[0] - 1);

@@ -91,6 +91,15 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
         if (cf_lower(g, &ir, &err) == CF_OK) {
             if (o.cluster_n > 1 && cf_cg_finishes_late(ir, &cg))
                 o.stages = 5;
+            /* A finisher warpgroup frees the consumers of the late finish, if it keeps up: per
+             * tile it takes ~3k cycles plus ~2.4k per round of 8 ranks' L2 loads, against a
+             * tile's mainloop of ~8.3 K cycles (perf-notes v12 §4: at N = 1024, K = 1024
+             * softmax 1.27 -> 1.18 and LN 1.31 -> 1.28; at N = 2048, K <= 1024, where it
+             * did not keep up, 4-14 % slower). */
+            const int rounds = (o.cluster_n + 7) / 8;
+            cg.finisher = true;
+            if (o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) && 3000.0 + 2400.0 * rounds <= 0.8 * 8.3 * (double)k)
+                o.schedule = CF_SCHEDULE_FINISHER;
             /* Four or more reductions (LN+softmax) spill ~500 bytes per thread; up to
              * K = 2048 a stage fewer, 32 KB more L1 for the spills, is faster (perf-notes
              * v11: 2.61 -> 2.52, 2.22 -> 2.07, 1.99 -> 1.96 of cuBLAS); at K = 4096 not. */
@@ -111,6 +120,10 @@ void cf_options_fill(cf_options *o, cf_options def)
     /* a schedule given against the default's takes that schedule's own cluster */
     if (o->schedule && o->schedule != def.schedule && def.reduce_mode != CF_REDUCE_GLOBAL)
         def.cluster_n = o->schedule == CF_SCHEDULE_COOPERATIVE ? 2 : 1;
+    /* the finisher was chosen for the default late finish and its stages */
+    if (def.schedule == CF_SCHEDULE_FINISHER && (o->sync_finish || o->stages || o->block_m || o->block_n || o->cluster_n ||
+                                                 (o->reduce_mode && o->reduce_mode != CF_REDUCE_GLOBAL)))
+        def.schedule = CF_SCHEDULE_PINGPONG;
     if (!o->schedule)
         o->schedule = def.schedule;
     /* def is for a graph with reductions when its mode is global.  The DSMEM
@@ -198,7 +211,7 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
                        o->block_m, o->block_n);
     else if (o->stages < 2 || o->stages > 12)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "stages %d: must be 2..12", o->stages);
-    else if (o->schedule < CF_SCHEDULE_AUTO || o->schedule > CF_SCHEDULE_COOPERATIVE)
+    else if (o->schedule < CF_SCHEDULE_AUTO || o->schedule > CF_SCHEDULE_FINISHER)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "schedule %d: unknown", o->schedule);
     else if (o->schedule == CF_SCHEDULE_COOPERATIVE && reduces)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
@@ -217,7 +230,8 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
                             .cluster_n = global ? 1 : o->cluster_n, .row_ctas = o->cluster_n,
                             .red_leader = o->reduce_mode == CF_REDUCE_LEADER, .red_global = global,
                             .sync_finish = o->sync_finish,
-                            .cooperative = o->schedule == CF_SCHEDULE_COOPERATIVE};
+                            .cooperative = o->schedule == CF_SCHEDULE_COOPERATIVE,
+                            .finisher = o->schedule == CF_SCHEDULE_FINISHER};
         st = cf_codegen(k->ir, &cg, title, &k->src, err);
     }
     if (st != CF_OK) {
@@ -302,7 +316,9 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
     r->stages = k->info[INFO_STAGES];
     r->resident_ctas = k->max_clusters * k->info[INFO_CLUSTER_N];
     r->row_ctas = k->info[INFO_ROW_CTAS];
-    r->schedule = k->info[INFO_PINGPONG] ? CF_SCHEDULE_PINGPONG : CF_SCHEDULE_COOPERATIVE;
+    r->schedule = !k->info[INFO_PINGPONG] ? CF_SCHEDULE_COOPERATIVE
+                  : k->info[INFO_THREADS] > 384 ? CF_SCHEDULE_FINISHER
+                                                : CF_SCHEDULE_PINGPONG;
     r->reduce_mode = !k->info[INFO_NUM_RED] ? 0 : k->info[INFO_RED_GLOBAL] ? CF_REDUCE_GLOBAL
                                                                           : k->opt.reduce_mode;
     r->late_finish = k->info[INFO_LATE_FINISH] != 0;

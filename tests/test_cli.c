@@ -87,8 +87,27 @@ int main(int argc, char **argv)
     CHECK_CONTAINS(buf, "6 stages, pingpong, cluster 1x1");
     CHECK_EQ_INT(0, cf("explain --shape M=64,N=64,K=64 --schedule cooperative examples/gemm.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "4 stages, cooperative (one tile of 2 x block_m rows), cluster 2x1");
+    /* a finisher warpgroup where it keeps up with the mainloop (one round of 8 ranks at K = 1024,
+     * more at K = 4096), not at K = 512, and not with a given --sync-finish or depth */
     CHECK_EQ_INT(0, cf("explain --shape M=8192,N=4096,K=4096 examples/gemm_rmsnorm.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "pingpong, cluster 1x1, row reductions");
+    CHECK_CONTAINS(buf, "pingpong + a finisher warpgroup, cluster 1x1, row reductions over 32 CTAs through L2, "
+                        "tiles finished late, 512 threads");
+    CHECK_EQ_INT(0, cf("explain --shape M=16384,N=1024,K=1024 examples/gemm_bias_ln.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "pingpong + a finisher warpgroup");
+    CHECK_EQ_INT(0, cf("explain --shape M=16384,N=2048,K=1024 examples/gemm_bias_ln.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "5 stages, pingpong, cluster 1x1, row reductions over 16 CTAs through L2, tiles finished late, "
+                        "384 threads");
+    CHECK_EQ_INT(0, cf("explain --shape M=16384,N=1024,K=1024 --sync-finish examples/gemm_bias_ln.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "6 stages, pingpong, cluster 1x1, row reductions over 8 CTAs through L2, 384 threads");
+    CHECK_EQ_INT(0, cf("explain --shape M=16384,N=1024,K=1024 examples/gemm_ln_softmax.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "4 stages, pingpong, cluster 1x1");
+    /* asked for where no tile finishes late: PingPong */
+    CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 --schedule finisher --sync-finish examples/gemm_softmax.cf",
+                       buf, sizeof buf));
+    CHECK_CONTAINS(buf, "pingpong, cluster 1x1, row reductions over 16 CTAs through L2, 384 threads");
+    CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 --schedule finisher examples/gemm_softmax.cf", buf,
+                       sizeof buf));
+    CHECK_CONTAINS(buf, "pingpong + a finisher warpgroup, cluster 1x1, row reductions over 16 CTAs through L2");
     CHECK_EQ_INT(0, cf("explain --schedule cooperative examples/gemm_rmsnorm.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "fused kernel: none (schedule cooperative: epilogues with row reductions need the pingpong");
     CHECK_EQ_INT(2, cf("explain --schedule zigzag examples/gemm.cf", buf, sizeof buf));

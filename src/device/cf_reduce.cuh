@@ -346,7 +346,7 @@ __device__ __forceinline__ void cf_post_rows(const cf_tile &t, unsigned long lon
  * the fold of the row held in this thread's slot s in a[s], b[s]. */
 template <int KIND, int WORDS>
 __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned long long *slots, float (&a)[CF_ROWS],
-                                               float (&b)[CF_ROWS])
+                                               float (&b)[CF_ROWS], float (&own)[CF_ROWS])
 {
     CF_TRC_T0(tr0);
     const unsigned long long tag = (unsigned long long)t.epoch << 32;
@@ -363,6 +363,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
     const int ri = t.lane % RW;
     const unsigned long long *mine = slots + WORDS * (64 * (ri >> 4) + 16 * t.warp + (ri & 15));
     cf_fold f = cf_fold_start<KIND>();
+    float own_w0 = 0.0f;   /* this CTA's own first word of the row (CF_FINISHER rebuilds its stats) */
 #pragma unroll 1
     for (int c0 = 0; c0 < PER_LANE; c0 += CHUNK) {
         unsigned long long v0[CHUNK], v1[CHUNK];
@@ -390,6 +391,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
                 }
             }
             const bool here = q < CF_ROW_CTAS;
+            if (CF_FINISHER && q == t.rank) own_w0 = __uint_as_float((unsigned)v0[c]);
             if (c == CHUNK - 1 && c0 == 0) CF_TRC_ADD(t, CF_TRC_LOADS, tr0);   /* the first round's loads */
             nq[c] = here ? (float)cf_tile_cols(t, q) : 0.0f;
             w0[c] = here ? __uint_as_float((unsigned)v0[c]) : KIND == CF_MERGE_SOFTMAX ? __int_as_float(0xff800000) : 0.0f;
@@ -410,6 +412,10 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
         const cf_fold o = {__shfl_xor_sync(0xffffffffu, f.n, 16), __shfl_xor_sync(0xffffffffu, f.a, 16),
                            __shfl_xor_sync(0xffffffffu, f.b, 16)};
         f = cf_fold_join<KIND>(f, o);
+        if (CF_FINISHER) {   /* one of the two lanes loaded this CTA's rank */
+            const float other = __shfl_xor_sync(0xffffffffu, own_w0, 16);
+            if ((t.rank % LPR) != t.lane / RW) own_w0 = other;
+        }
     }
 #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s) {   /* slot s is warp row 16 (s >> 1) + 8 (s & 1) + lane / 4 */
@@ -417,6 +423,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
         a[s] = __shfl_sync(0xffffffffu, f.a, src);
         if (WORDS == 2)
             b[s] = __shfl_sync(0xffffffffu, f.b, src);
+        own[s] = CF_FINISHER ? __shfl_sync(0xffffffffu, own_w0, src) : 0.0f;
     }
     CF_TRC_ADD(t, CF_TRC_GATHER, tr0);
 }
@@ -424,8 +431,9 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
 template <int OP, int RED>
 __device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args, const cf_tile &t, float (&part)[CF_ROWS])
 {
+    float own[CF_ROWS];
     cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
-    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
+    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part, own);
 }
 
 /* A merged exchange in two halves: post the (raw, part) pairs, then (at once, or after the
@@ -440,11 +448,22 @@ __device__ __forceinline__ void cf_row_merge_post(const cf_gemm_args &args, cons
 }
 template <int KIND, int R1, int R2>
 __device__ __forceinline__ void cf_row_merge_finish(const cf_gemm_args &args, const cf_tile &t,
-                                                    const float (&raw)[CF_ROWS], float (&stat)[CF_ROWS],
+                                                    const float (&raw_kept)[CF_ROWS], float (&stat)[CF_ROWS],
                                                     float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
 {
-    float a[CF_ROWS];
-    cf_gather_rows<KIND, 2>(t, cf_xchg_slots<R1, 2>(args, t), a, part);
+    float a[CF_ROWS], raw[CF_ROWS];
+    cf_gather_rows<KIND, 2>(t, cf_xchg_slots<R1, 2>(args, t), a, part, raw);
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        if (!CF_FINISHER) {
+            raw[s] = raw_kept[s];
+        } else if (KIND == CF_MERGE_VAR) {   /* the finisher rebuilds the tile's own statistic from */
+            const int n = cf_tile_cols(t, t.rank);   /* its posted raw word, as cf_local_mean made it */
+            stat[s] = raw[s] * (n > 0 ? 1.0f / (float)n : 0.0f);
+        } else {                             /* ... and as cf_local_max made it */
+            stat[s] = cf_shift_of(raw[s]);
+        }
+    }
 #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s) {
         if (KIND == CF_MERGE_VAR)
@@ -472,7 +491,8 @@ template <int OP, int RED> __device__ __forceinline__ void cf_row_post(const cf_
 template <int OP, int RED> __device__ __forceinline__ void cf_row_finish(const cf_gemm_args &args, const cf_tile &t,
                                                                          float (&part)[CF_ROWS])
 {
-    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
+    float own[CF_ROWS];
+    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part, own);
 }
 #endif
 

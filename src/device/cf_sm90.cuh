@@ -68,7 +68,7 @@
  * cf_pack_bf16x2/f16x2, stores cf_store_tile_{bf16,f16,f32} (TMA).
  *
  * Named barriers: 0 = __syncthreads, 1..2 pingpong order, 3..4 per-WG epilogue (t.bar_id, 128
- * threads).  Ids CF_BAR_USER_FIRST (5) .. 15 are free for generated code.
+ * threads).  Id 5 is the finisher's (CF_FINISHER); CF_BAR_USER_FIRST (6) .. 15 are free for generated code.
  */
 #ifndef CF_SM90_CUH
 #define CF_SM90_CUH
@@ -128,15 +128,22 @@
 #ifndef CF_MULTICAST
 #define CF_MULTICAST (CF_CLUSTER_N > 1)
 #endif
+/* CF_FINISHER (with CF_LATE_FINISH): a fourth warpgroup finishes the parked tiles, so a consumer
+ * goes from parking one tile straight to its next mainloop.  512 threads: the register file is
+ * split 24 / 192 / 192 / 104 (producer, consumers, finisher). */
+#ifndef CF_FINISHER
+#define CF_FINISHER 0
+#endif
 #ifndef CF_REG_PRODUCER
-#define CF_REG_PRODUCER 40
+#define CF_REG_PRODUCER (CF_FINISHER ? 24 : 40)
 #endif
 #ifndef CF_REG_CONSUMER
-#define CF_REG_CONSUMER 232
+#define CF_REG_CONSUMER (CF_FINISHER ? 192 : 232)
 #endif
+#define CF_REG_FINISHER 104
 
 #define CF_BK 64                                   /* K elements per stage (one 128-B swizzle row) */
-#define CF_NUM_THREADS 384
+#define CF_NUM_THREADS (CF_FINISHER ? 512 : 384)
 #if CF_PINGPONG
 #define CF_TILE_M CF_BM                            /* rows of a scheduler tile */
 #else
@@ -157,7 +164,7 @@
  * (64 bf16/f16 columns or 32 f32 columns) x CF_BM rows, 128B-swizzled (the TMA store layout).
  * A bf16 tile has CF_BN/64 chunks; with fewer staging chunks the store runs in several passes. */
 #define CF_STG_CHUNK_BYTES (CF_BM * 128)
-#define CF_SMEM_FIXED (1024 + 2 * 8 * CF_STAGES + 64)   /* alignment slack + mbarriers */
+#define CF_SMEM_FIXED (1024 + 2 * 8 * CF_STAGES + 96)   /* alignment slack + mbarriers */
 #ifndef CF_STG_CHUNKS
 #if (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * (CF_BN / 64) * CF_STG_CHUNK_BYTES) <= CF_SMEM_LIMIT
 #define CF_STG_CHUNKS (CF_BN / 64)
@@ -174,7 +181,8 @@
 
 #define CF_BAR_ORDER0 1
 #define CF_BAR_EPI0 3
-#define CF_BAR_USER_FIRST 5
+#define CF_BAR_FIN 5                               /* the finisher warpgroup's own (128 threads) */
+#define CF_BAR_USER_FIRST 6
 
 #if CF_BM % 64 != 0 || CF_BM < 64 || CF_TILE_M > 256
 #error "CF_BM must be a multiple of 64 and the A box (CF_TILE_M rows) at most 256"
@@ -283,6 +291,8 @@ struct cf_tile {
     unsigned epoch;    /* CF_RED_GLOBAL: this launch's tag for exchanged partials */
     int bar_id;        /* named barrier of this WG (128 threads) */
     unsigned stg;      /* shared-window address of this WG's staging buffer (CF_STG_BYTES, 1024-aligned) */
+    unsigned fin_bar;  /* CF_FINISHER: this WG's mbarriers, parked (+0) and staging free (+8) */
+    int parks;         /* CF_FINISHER: tiles this WG has parked before this one */
 };
 
 /* CF_TRACE: cycles thread 0 of each consumer warpgroup spends in parts of the epilogue,
@@ -792,12 +802,19 @@ template <int F16> __device__ __forceinline__ void cf_unpark8(const cf_tile &t, 
 /* Parks v (16-bit) once the previous tile's TMA store has read the buffer. */
 template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t, const float (&v)[CF_ACC_REGS]) {
     CF_TRC_T0(tr0);
+#if CF_FINISHER
+    cf_mbar_wait(t.fin_bar + 8, (unsigned)(t.parks & 1) ^ 1u);   /* the finisher's store has read it */
+#else
     if (t.tid == 0) cf_bulk_wait_read<0>();
     cf_named_bar_sync(t.bar_id, 128);
+#endif
     CF_TRC_ADD(t, CF_TRC_PARK, tr0);
 #pragma unroll
     for (int g = 0; g < CF_ACC_REGS / 8; ++g)
         cf_stmatrix8<F16>(cf_group_addr(t, g), v + 8 * g);
+#if CF_FINISHER
+    cf_mbar_arrive(t.fin_bar);   /* release: the finisher's ldmatrix sees the tile */
+#endif
 }
 /* Writes finished group g (the output's 16-bit type) where it was parked. */
 template <int F16> __device__ __forceinline__ void cf_restage8(const cf_tile &t, int g, const float (&y)[8]) {
@@ -910,6 +927,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
     const unsigned stg0 = base + CF_STAGES * CF_STAGE_BYTES;
     const unsigned bar_full = stg0 + 2 * CF_STG_BYTES;
     const unsigned bar_empty = bar_full + 8 * CF_STAGES;
+    const unsigned bar_fin = bar_empty + 8 * CF_STAGES;   /* CF_FINISHER: per consumer WG, parked / free */
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
@@ -938,6 +956,12 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             /* one arrival per consumer warp (of every CTA of the cluster with multicast) */
             cf_mbar_init(bar_empty + 8 * s, (CF_PINGPONG ? 4 : 8) * (CF_MULTICAST ? CF_CLUSTER_N : 1));
         }
+#if CF_FINISHER
+        for (int w = 0; w < 2; ++w) {
+            cf_mbar_init(bar_fin + 16 * w, 128);   /* every consumer thread has parked its part */
+            cf_mbar_init(bar_fin + 16 * w + 8, 1); /* the finisher's store has read the buffer */
+        }
+#endif
 #if CF_HAS_REDUCE
         cf_reduce_init();
 #endif
@@ -986,6 +1010,40 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             }
         }
         __syncwarp();
+#if CF_FINISHER
+    } else if (wg == 3) {
+        /* ---------------- finisher warpgroup ----------------
+         * Runs Psi's cf_epilogue_finish on each parked tile, in the order the consumers park them
+         * (pingpong: WG0, WG1, WG0, ...), as if it were the warpgroup that parked it: same thread
+         * to fragment mapping, that warpgroup's staging buffer, its own named barrier. */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(CF_REG_FINISHER));
+        cf_tile t;
+        t.M = M; t.N = N;
+        t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
+        t.rank = rank; t.bar_id = CF_BAR_FIN;
+        t.epoch = cf_ld_relaxed_u32(&args.xsync[0]);
+        t.parks = 0;
+        unsigned parity[2] = {0u, 0u};
+#pragma unroll 1
+        for (int i = 0; i < my_n; ++i) {
+            const int w = i & 1;
+            int tm, tn;
+            cf_sched_tile(cid + i * nclusters, tiles_m, groups_n, rank, tm, tn);
+            t.wg = w; t.tile_m = tm; t.tile_n = tn;
+            t.m0 = tm * CF_TILE_M; t.n0 = tn * CF_BN;
+            t.stg = stg0 + w * CF_STG_BYTES;
+            t.fin_bar = bar_fin + 16 * w;
+            cf_mbar_wait(t.fin_bar, parity[w]);
+            parity[w] ^= 1u;
+            cf_late late;   /* rebuilt from the tile's own posted words (cf_reduce.cuh) */
+            cf_epilogue_finish(args, t, late);
+            if (t.tid == 0) {
+                cf_bulk_wait_read<0>();
+                cf_mbar_arrive(t.fin_bar + 8);
+            }
+        }
+        if (t.tid == 0) cf_bulk_wait0();
+#endif
     } else {
         /* ---------------- consumer warpgroups ---------------- */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CF_REG_CONSUMER));
@@ -1002,6 +1060,8 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         t.epoch = 0;
 #endif
         t.stg = stg0 + w * CF_STG_BYTES;
+        t.fin_bar = bar_fin + 16 * w;
+        t.parks = 0;
 #if CF_PINGPONG
         const int istart = w, istep = 2;
         const unsigned a_off = 0;
@@ -1014,8 +1074,10 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
 #if CF_LATE_FINISH
         cf_late late;
+#if !CF_FINISHER
         cf_tile parked = t;     /* the tile waiting for its finish, if parked_ok */
         bool parked_ok = false;
+#endif
 #endif
 #pragma unroll 1
         for (int i = istart; i < my_n; i += istep) {
@@ -1091,7 +1153,10 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.tile_m = tm; t.tile_n = tn;
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
             t.n0 = tn * CF_BN;
-#if CF_LATE_FINISH
+#if CF_LATE_FINISH && CF_FINISHER
+            cf_epilogue(args, t, acc, pre, late);   /* parks the tile for the finisher */
+            t.parks++;
+#elif CF_LATE_FINISH
             /* the previous tile's row partials arrived during this mainloop */
             {
                 CF_TRC_T0(trf);
@@ -1106,7 +1171,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
             CF_TR(w, i / istep, 3, t.tid);
         }
-#if CF_LATE_FINISH
+#if CF_LATE_FINISH && !CF_FINISHER
         if (parked_ok) cf_epilogue_finish(args, parked, late);
 #endif
 #ifdef CF_TRACE
