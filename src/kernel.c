@@ -91,14 +91,17 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
         if (cf_lower(g, &ir, &err) == CF_OK) {
             if (o.cluster_n > 1 && cf_cg_finishes_late(ir, &cg))
                 o.stages = 5;
-            /* A finisher warpgroup frees the consumers of the late finish, if it keeps up: per
-             * tile it takes ~3k cycles plus ~2.4k per round of 8 ranks' L2 loads, against a
-             * tile's mainloop of ~8.3 K cycles (perf-notes v12 §4: at N = 1024, K = 1024
-             * softmax 1.27 -> 1.18 and LN 1.31 -> 1.28; at N = 2048, K <= 1024, where it
-             * did not keep up, 4-14 % slower). */
-            const int rounds = (o.cluster_n + 7) / 8;
+            /* A finisher warpgroup pays where a consumer's epilogue (first part and late finish,
+             * ~3.2k cycles per reduction + ~2.4k per round of 8 ranks' L2 loads) outlasts the
+             * other warpgroup's mainloop (~8.3 K cycles a tile), and only if the finisher keeps
+             * up: ~3k + 2.4k per round a tile.  Fitted to perf-notes v12 §4: at 16384x1024x1024
+             * softmax 1.27 -> 1.18 and LN 1.31 -> 1.28, RMSNorm (epilogue hidden) and K = 4096
+             * unchanged, N = 2048 at K <= 1024 (not kept up) 4-14 % slower. */
+            const int rounds = (o.cluster_n + 7) / 8, reductions = ir->n_stages[0] - 1;
+            const double mainloop = 8.3 * (double)k;
             cg.finisher = true;
-            if (o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) && 3000.0 + 2400.0 * rounds <= 0.8 * 8.3 * (double)k)
+            if (o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) && 3000.0 + 2400.0 * rounds <= 0.8 * mainloop &&
+                3200.0 * reductions + 2400.0 * rounds > 0.9 * mainloop)
                 o.schedule = CF_SCHEDULE_FINISHER;
             /* Four or more reductions (LN+softmax) spill ~500 bytes per thread; up to
              * K = 2048 a stage fewer, 32 KB more L1 for the spills, is faster (perf-notes

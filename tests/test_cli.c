@@ -87,11 +87,18 @@ int main(int argc, char **argv)
     CHECK_CONTAINS(buf, "6 stages, pingpong, cluster 1x1");
     CHECK_EQ_INT(0, cf("explain --shape M=64,N=64,K=64 --schedule cooperative examples/gemm.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "4 stages, cooperative (one tile of 2 x block_m rows), cluster 2x1");
-    /* a finisher warpgroup where it keeps up with the mainloop (one round of 8 ranks at K = 1024,
-     * more at K = 4096), not at K = 512, and not with a given --sync-finish or depth */
+    /* a finisher warpgroup where the epilogue outlasts the mainloop and the finisher keeps up
+     * (LN, softmax: two reductions, one round of 8 ranks at K = 1024); not where the epilogue
+     * is hidden (RMSNorm there, K = 4096), not at N = 2048 with K <= 1024, not with a given
+     * --sync-finish or depth */
     CHECK_EQ_INT(0, cf("explain --shape M=8192,N=4096,K=4096 examples/gemm_rmsnorm.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "pingpong + a finisher warpgroup, cluster 1x1, row reductions over 32 CTAs through L2, "
-                        "tiles finished late, 512 threads");
+    CHECK_CONTAINS(buf, "5 stages, pingpong, cluster 1x1, row reductions over 32 CTAs through L2, "
+                        "tiles finished late, 384 threads");
+    CHECK_EQ_INT(0, cf("explain --shape M=16384,N=1024,K=1024 examples/gemm_rmsnorm.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "5 stages, pingpong, cluster 1x1");
+    CHECK_EQ_INT(0, cf("explain --shape M=16384,N=1024,K=1024 examples/gemm_softmax.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "5 stages, pingpong + a finisher warpgroup, cluster 1x1, row reductions over 8 CTAs "
+                        "through L2, tiles finished late, 512 threads");
     CHECK_EQ_INT(0, cf("explain --shape M=16384,N=1024,K=1024 examples/gemm_bias_ln.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "pingpong + a finisher warpgroup");
     CHECK_EQ_INT(0, cf("explain --shape M=16384,N=2048,K=1024 examples/gemm_bias_ln.cf", buf, sizeof buf));
