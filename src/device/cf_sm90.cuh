@@ -35,7 +35,8 @@
  * EXECUTION MODEL
  * ===================================================================================
  * 384 threads = WG0 producer (one thread issues TMA; setmaxnreg.dec CF_REG_PRODUCER) + WG1, WG2
- * consumers (setmaxnreg.inc CF_REG_CONSUMER).  K is walked in blocks of 64 (CF_BK) through a ring
+ * consumers (setmaxnreg.inc CF_REG_CONSUMER); with CF_FINISHER 512, WG3 finishing the tiles the
+ * consumers park (late finish).  K is walked in blocks of 64 (CF_BK) through a ring
  * of CF_STAGES smem stages with full/empty mbarriers.
  *   CF_PINGPONG=1 (default): each consumer WG owns a different CF_BM x CF_BN tile; the CTA's tile
  *     stream alternates WG0, WG1, WG0, ...; mainloops are ordered by named barriers so one WG's
