@@ -77,44 +77,46 @@ int main(int argc, char **argv)
     /* explain says when the store computes a GELU in 16-bit math */
     CHECK_EQ_INT(0, cf("explain examples/gemm_bias_gelu.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "GELU of 1 output computed by its store in packed 16-bit math");
-    /* the schedule: cooperative 256x128 over a 2-CTA cluster for elementwise epilogues from K = 4096
-     * (4 stages of 48 KB fit), pingpong below and for reductions; cooperative + reductions is an error */
-    CHECK_EQ_INT(0, cf("explain --shape M=8192,N=4096,K=4096 examples/gemm_bias_gelu.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "4 stages, cooperative (one tile of 2 x block_m rows), cluster 2x1");
-    CHECK_EQ_INT(0, cf("explain --shape M=8192,N=4096,K=2048 examples/gemm_bias_gelu.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "6 stages, pingpong, cluster 1x1");
-    CHECK_EQ_INT(0, cf("explain --shape M=8192,N=4096,K=4096 --schedule pingpong examples/gemm.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "6 stages, pingpong, cluster 1x1");
-    CHECK_EQ_INT(0, cf("explain --shape M=64,N=64,K=64 --schedule cooperative examples/gemm.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "4 stages, cooperative (one tile of 2 x block_m rows), cluster 2x1");
-    /* a finisher warpgroup where the epilogue outlasts the mainloop and the finisher keeps up
-     * (LN, softmax: two reductions, one round of 8 ranks at K = 1024); not where the epilogue
-     * is hidden (RMSNorm there, K = 4096), not at N = 2048 with K <= 1024, not with a given
-     * --sync-finish or depth */
-    CHECK_EQ_INT(0, cf("explain --shape M=8192,N=4096,K=4096 examples/gemm_rmsnorm.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "5 stages, pingpong, cluster 1x1, row reductions over 32 CTAs through L2, "
-                        "tiles finished late, 384 threads");
-    CHECK_EQ_INT(0, cf("explain --shape M=16384,N=1024,K=1024 examples/gemm_rmsnorm.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "5 stages, pingpong, cluster 1x1");
-    CHECK_EQ_INT(0, cf("explain --shape M=16384,N=1024,K=1024 examples/gemm_softmax.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "5 stages, pingpong + a finisher warpgroup, cluster 1x1, row reductions over 8 CTAs "
-                        "through L2, tiles finished late, 512 threads");
-    CHECK_EQ_INT(0, cf("explain --shape M=16384,N=1024,K=1024 examples/gemm_bias_ln.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "pingpong + a finisher warpgroup");
-    CHECK_EQ_INT(0, cf("explain --shape M=16384,N=2048,K=1024 examples/gemm_bias_ln.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "5 stages, pingpong, cluster 1x1, row reductions over 16 CTAs through L2, tiles finished late, "
-                        "384 threads");
-    CHECK_EQ_INT(0, cf("explain --shape M=16384,N=1024,K=1024 --sync-finish examples/gemm_bias_ln.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "6 stages, pingpong, cluster 1x1, row reductions over 8 CTAs through L2, 384 threads");
-    CHECK_EQ_INT(0, cf("explain --shape M=16384,N=1024,K=1024 examples/gemm_ln_softmax.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "4 stages, pingpong, cluster 1x1");
-    /* asked for where no tile finishes late: PingPong */
-    CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 --schedule finisher --sync-finish examples/gemm_softmax.cf",
-                       buf, sizeof buf));
-    CHECK_CONTAINS(buf, "pingpong, cluster 1x1, row reductions over 16 CTAs through L2, 384 threads");
-    CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 --schedule finisher examples/gemm_softmax.cf", buf,
-                       sizeof buf));
-    CHECK_CONTAINS(buf, "pingpong + a finisher warpgroup, cluster 1x1, row reductions over 16 CTAs through L2");
+    /* The schedule explain reports (kernel options -> the fused kernel line):
+     * - cooperative 256x128 over a 2-CTA cluster for elementwise epilogues from K = 4096 (4 stages
+     *   of 48 KB fit), pingpong below;
+     * - a finisher warpgroup where the epilogue outlasts the mainloop and the finisher keeps up
+     *   (LN, softmax: two reductions, one round of 8 ranks at K = 1024); not where the epilogue
+     *   is hidden (RMSNorm there, K = 4096), not at N = 2048 with K <= 1024, not with a given
+     *   --sync-finish, and PingPong when asked for where no tile finishes late. */
+    static const struct {
+        const char *args, *want;
+    } schedules[] = {
+        {"--shape M=8192,N=4096,K=4096 examples/gemm_bias_gelu.cf",
+         "4 stages, cooperative (one tile of 2 x block_m rows), cluster 2x1"},
+        {"--shape M=8192,N=4096,K=2048 examples/gemm_bias_gelu.cf", "6 stages, pingpong, cluster 1x1"},
+        {"--shape M=8192,N=4096,K=4096 --schedule pingpong examples/gemm.cf", "6 stages, pingpong, cluster 1x1"},
+        {"--shape M=64,N=64,K=64 --schedule cooperative examples/gemm.cf",
+         "4 stages, cooperative (one tile of 2 x block_m rows), cluster 2x1"},
+        {"--shape M=8192,N=4096,K=4096 examples/gemm_rmsnorm.cf",
+         "5 stages, pingpong, cluster 1x1, row reductions over 32 CTAs through L2, tiles finished late, 384 threads"},
+        {"--shape M=16384,N=1024,K=1024 examples/gemm_rmsnorm.cf", "5 stages, pingpong, cluster 1x1"},
+        {"--shape M=16384,N=1024,K=1024 examples/gemm_softmax.cf",
+         "5 stages, pingpong + a finisher warpgroup, cluster 1x1, row reductions over 8 CTAs through L2, "
+         "tiles finished late, 512 threads"},
+        {"--shape M=16384,N=1024,K=1024 examples/gemm_bias_ln.cf", "pingpong + a finisher warpgroup"},
+        {"--shape M=16384,N=2048,K=1024 examples/gemm_bias_ln.cf",
+         "5 stages, pingpong, cluster 1x1, row reductions over 16 CTAs through L2, tiles finished late, 384 threads"},
+        {"--shape M=16384,N=1024,K=1024 --sync-finish examples/gemm_bias_ln.cf",
+         "6 stages, pingpong, cluster 1x1, row reductions over 8 CTAs through L2, 384 threads"},
+        {"--shape M=16384,N=1024,K=1024 examples/gemm_ln_softmax.cf", "4 stages, pingpong, cluster 1x1"},
+        {"--shape M=4096,N=2048,K=512 --schedule finisher --sync-finish examples/gemm_softmax.cf",
+         "pingpong, cluster 1x1, row reductions over 16 CTAs through L2, 384 threads"},
+        {"--shape M=4096,N=2048,K=512 --schedule finisher examples/gemm_softmax.cf",
+         "pingpong + a finisher warpgroup, cluster 1x1, row reductions over 16 CTAs through L2"},
+    };
+    for (size_t i = 0; i < sizeof schedules / sizeof schedules[0]; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "explain %s", schedules[i].args);
+        CHECK_EQ_INT(0, cf(cmd, buf, sizeof buf));
+        CHECK_CONTAINS(buf, schedules[i].want);
+    }
+    /* cooperative + reductions is an error */
     CHECK_EQ_INT(0, cf("explain --schedule cooperative examples/gemm_rmsnorm.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "fused kernel: none (schedule cooperative: epilogues with row reductions need the pingpong");
     CHECK_EQ_INT(2, cf("explain --schedule zigzag examples/gemm.cf", buf, sizeof buf));
