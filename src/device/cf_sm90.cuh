@@ -131,7 +131,7 @@
 #endif
 /* CF_FINISHER (with CF_LATE_FINISH): a fourth warpgroup finishes the parked tiles, so a consumer
  * goes from parking one tile straight to its next mainloop.  512 threads: the register file is
- * split 24 / 192 / 192 / 104 (producer, consumers, finisher). */
+ * split 24 / 184 / 184 / 120 (producer, consumers, finisher; 104 for the finisher spilled LN's gather). */
 #ifndef CF_FINISHER
 #define CF_FINISHER 0
 #endif
@@ -139,9 +139,11 @@
 #define CF_REG_PRODUCER (CF_FINISHER ? 24 : 40)
 #endif
 #ifndef CF_REG_CONSUMER
-#define CF_REG_CONSUMER (CF_FINISHER ? 192 : 232)
+#define CF_REG_CONSUMER (CF_FINISHER ? 184 : 232)
 #endif
-#define CF_REG_FINISHER 104
+#ifndef CF_REG_FINISHER
+#define CF_REG_FINISHER 120
+#endif
 
 #define CF_BK 64                                   /* K elements per stage (one 128-B swizzle row) */
 #define CF_NUM_THREADS (CF_FINISHER ? 512 : 384)
