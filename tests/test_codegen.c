@@ -182,13 +182,13 @@ static void test_nvrtc(void)
         {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "ldmatrix.sync.aligned.m8n8.x4"},
         {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "ldmatrix.sync.aligned.m8n8.x4"},
         {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "cvt.f32.f16"},
-        /* a finisher warpgroup (512 threads) takes the late finish: 104 registers, the parked tile
+        /* a finisher warpgroup (512 threads) takes the late finish: 120 registers, the parked tile
          * handed over by mbarriers; the traced kernel of bench/trace.sh compiles too (below) */
         {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false},
-         "setmaxnreg.dec.sync.aligned.u32 104"},
+         "setmaxnreg.dec.sync.aligned.u32 120"},
         {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false},
-         "setmaxnreg.inc.sync.aligned.u32 192"},
-        {"examples/gemm_bias_ln.cf", false, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false},
+         "setmaxnreg.inc.sync.aligned.u32 184"},
+        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false},
          "mbarrier.try_wait.parity"},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
