@@ -124,8 +124,9 @@ void cf_options_fill(cf_options *o, cf_options def)
     if (o->schedule && o->schedule != def.schedule && def.reduce_mode != CF_REDUCE_GLOBAL)
         def.cluster_n = o->schedule == CF_SCHEDULE_COOPERATIVE ? 2 : 1;
     /* the finisher was chosen for the default late finish and its stages */
-    if (def.schedule == CF_SCHEDULE_FINISHER && (o->sync_finish || o->stages || o->block_m || o->block_n || o->cluster_n ||
-                                                 (o->reduce_mode && o->reduce_mode != CF_REDUCE_GLOBAL)))
+    const bool shape_given = o->stages || o->block_m || o->block_n || o->cluster_n;
+    if (def.schedule == CF_SCHEDULE_FINISHER &&
+        (o->sync_finish || shape_given || (o->reduce_mode && o->reduce_mode != CF_REDUCE_GLOBAL)))
         def.schedule = CF_SCHEDULE_PINGPONG;
     if (!o->schedule)
         o->schedule = def.schedule;
