@@ -761,15 +761,16 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
         printf("bench %s at %s (median of %d, L2 flushed; vs cuBLAS: median of per-turn ratios)\n", o->spec,
                o->shape_text, o->iters);
         printf("  %-22s %9s %9s %9s %10s %10s\n", "implementation", "ms", "TFLOP/s", "GB/s", "vs cuBLAS", "vs floor");
+        cf_resources r;
+        const bool have_r = k && cf_kernel_resources(k, &r, NULL) == CF_OK;
         if (k) {
             printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n",
                    cf_kernel_wide(k, N) ? "comfuse (wide rows)" : "comfuse fused", t_fused, flops / t_fused / 1e9,
                    bytes / t_fused / 1e6, r_fused, t_fused / floor_ms);
             snprintf(fused_col, sizeof fused_col, "%.5f", t_fused);
             snprintf(fused_r, sizeof fused_r, "%.4f", r_fused);
-            cf_resources r;
             char lay[128];
-            if (cf_kernel_resources(k, &r, NULL) == CF_OK)
+            if (have_r)
                 printf("  %-22s %dx%d tiles, %d stages, %s, %d regs, %d+%d B smem, %d CTAs resident\n",
                        "  fused kernel:", r.block_m, r.block_n, r.stages, cli_layout_text(&r, lay, sizeof lay),
                        r.registers, r.smem_bytes, r.static_smem_bytes, r.resident_ctas);
@@ -787,10 +788,9 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
             printf("  %-22s not available (%s)\n", "unfused: cuBLAS + rows", no_unfused.text);
         }
         printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
-        cf_resources tr_r;
-        if (k && getenv("CF_TRACE") && cf_kernel_resources(k, &tr_r, NULL) == CF_OK) {
-            /* the trace reads a CTA's tiles as alternating warpgroups' */
-            if (tr_r.schedule == CF_SCHEDULE_PINGPONG)
+        if (have_r && getenv("CF_TRACE")) {
+            /* the trace reads a CTA's tiles as alternating warpgroups' (with a finisher too) */
+            if (r.schedule != CF_SCHEDULE_COOPERATIVE)
                 print_trace(&f);
             else
                 printf("  trace: pingpong kernels only (this one is cooperative; --schedule pingpong)\n");

@@ -214,12 +214,17 @@ template <int OP> __device__ __forceinline__ void cf_row_reduce_local(float (&pa
         part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 2));
     }
 }
+/* 1 / (this tile's valid columns): its own mean is sum * this, here and in the finisher. */
+__device__ __forceinline__ float cf_own_cols_inv(const cf_tile &t)
+{
+    const int n = cf_tile_cols(t, t.rank);
+    return n > 0 ? 1.0f / (float)n : 0.0f;
+}
 /* The tile's own mean (raw keeps its sum for the exchange). */
 __device__ __forceinline__ void cf_local_mean(const cf_tile &t, float (&stat)[CF_ROWS], float (&raw)[CF_ROWS])
 {
     cf_row_reduce_local<CF_RED_SUM>(stat);
-    const int n = cf_tile_cols(t, t.rank);
-    const float inv = n > 0 ? 1.0f / (float)n : 0.0f;   /* once, not a division per row */
+    const float inv = cf_own_cols_inv(t);   /* once, not a division per row */
 #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s) {
         raw[s] = stat[s];
@@ -346,7 +351,7 @@ __device__ __forceinline__ void cf_post_rows(const cf_tile &t, unsigned long lon
  * the fold of the row held in this thread's slot s in a[s], b[s]. */
 template <int KIND, int WORDS>
 __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned long long *slots, float (&a)[CF_ROWS],
-                                               float (&b)[CF_ROWS], float (&own)[CF_ROWS])
+                                               float (&b)[CF_ROWS], float *own = nullptr)
 {
     CF_TRC_T0(tr0);
     const unsigned long long tag = (unsigned long long)t.epoch << 32;
@@ -363,7 +368,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
     const int ri = t.lane % RW;
     const unsigned long long *mine = slots + WORDS * (64 * (ri >> 4) + 16 * t.warp + (ri & 15));
     cf_fold f = cf_fold_start<KIND>();
-    float own_w0 = 0.0f;   /* this CTA's own first word of the row (CF_FINISHER rebuilds its stats) */
+    float own_w0 = 0.0f;   /* this CTA's own first word of the row, if asked for (a finisher's stats) */
 #pragma unroll 1
     for (int c0 = 0; c0 < PER_LANE; c0 += CHUNK) {
         unsigned long long v0[CHUNK], v1[CHUNK];
@@ -391,7 +396,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
                 }
             }
             const bool here = q < CF_ROW_CTAS;
-            if (CF_FINISHER && q == t.rank) own_w0 = __uint_as_float((unsigned)v0[c]);
+            if (CF_FINISHER && own && q == t.rank) own_w0 = __uint_as_float((unsigned)v0[c]);
             if (c == CHUNK - 1 && c0 == 0) CF_TRC_ADD(t, CF_TRC_LOADS, tr0);   /* the first round's loads */
             nq[c] = here ? (float)cf_tile_cols(t, q) : 0.0f;
             w0[c] = here ? __uint_as_float((unsigned)v0[c]) : KIND == CF_MERGE_SOFTMAX ? __int_as_float(0xff800000) : 0.0f;
@@ -412,7 +417,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
         const cf_fold o = {__shfl_xor_sync(0xffffffffu, f.n, 16), __shfl_xor_sync(0xffffffffu, f.a, 16),
                            __shfl_xor_sync(0xffffffffu, f.b, 16)};
         f = cf_fold_join<KIND>(f, o);
-        if (CF_FINISHER) {   /* one of the two lanes loaded this CTA's rank */
+        if (CF_FINISHER && own) {   /* one of the two lanes loaded this CTA's rank */
             const float other = __shfl_xor_sync(0xffffffffu, own_w0, 16);
             if ((t.rank % LPR) != t.lane / RW) own_w0 = other;
         }
@@ -423,7 +428,8 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
         a[s] = __shfl_sync(0xffffffffu, f.a, src);
         if (WORDS == 2)
             b[s] = __shfl_sync(0xffffffffu, f.b, src);
-        own[s] = CF_FINISHER ? __shfl_sync(0xffffffffu, own_w0, src) : 0.0f;
+        if (CF_FINISHER && own)
+            own[s] = __shfl_sync(0xffffffffu, own_w0, src);
     }
     CF_TRC_ADD(t, CF_TRC_GATHER, tr0);
 }
@@ -431,9 +437,8 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
 template <int OP, int RED>
 __device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args, const cf_tile &t, float (&part)[CF_ROWS])
 {
-    float own[CF_ROWS];
     cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
-    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part, own);
+    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
 
 /* A merged exchange in two halves: post the (raw, part) pairs, then (at once, or after the
@@ -458,8 +463,7 @@ __device__ __forceinline__ void cf_row_merge_finish(const cf_gemm_args &args, co
         if (!CF_FINISHER) {
             raw[s] = raw_kept[s];
         } else if (KIND == CF_MERGE_VAR) {   /* the finisher rebuilds the tile's own statistic from */
-            const int n = cf_tile_cols(t, t.rank);   /* its posted raw word, as cf_local_mean made it */
-            stat[s] = raw[s] * (n > 0 ? 1.0f / (float)n : 0.0f);
+            stat[s] = raw[s] * cf_own_cols_inv(t);   /* its posted raw word, as cf_local_mean made it */
         } else {                             /* ... and as cf_local_max made it */
             stat[s] = cf_shift_of(raw[s]);
         }
@@ -491,8 +495,7 @@ template <int OP, int RED> __device__ __forceinline__ void cf_row_post(const cf_
 template <int OP, int RED> __device__ __forceinline__ void cf_row_finish(const cf_gemm_args &args, const cf_tile &t,
                                                                          float (&part)[CF_ROWS])
 {
-    float own[CF_ROWS];
-    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part, own);
+    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
 #endif
 

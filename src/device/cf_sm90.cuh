@@ -923,6 +923,21 @@ __device__ __forceinline__ void cf_sched_tile(int ct, int tiles_m, int groups_n,
     tn = (loc / gsz) * CF_ROW_CTAS + rank;
 }
 
+/* A warpgroup's cf_tile: the fields that stay fixed through the kernel (the tile loop sets the rest). */
+__device__ __forceinline__ cf_tile cf_wg_tile(const cf_gemm_args &args, int M, int N, int tid, int rank, int bar_id) {
+    cf_tile t;
+    t.M = M; t.N = N;
+    t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
+    t.rank = rank; t.bar_id = bar_id;
+    t.parks = 0;
+#if CF_RED_GLOBAL && CF_ROW_CTAS > 1
+    t.epoch = cf_ld_relaxed_u32(&args.xsync[0]);   /* bumped only after every CTA has read it */
+#else
+    t.epoch = 0;
+#endif
+    return t;
+}
+
 extern "C" __global__ void __launch_bounds__(CF_NUM_THREADS, 1)
 cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
     extern __shared__ unsigned char cf_smem_raw[];
@@ -1020,13 +1035,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
          * (pingpong: WG0, WG1, WG0, ...), as if it were the warpgroup that parked it: same thread
          * to fragment mapping, that warpgroup's staging buffer, its own named barrier. */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(CF_REG_FINISHER));
-        cf_tile t;
-        t.M = M; t.N = N;
-        t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
-        t.rank = rank; t.bar_id = CF_BAR_FIN;
-        t.epoch = cf_ld_relaxed_u32(&args.xsync[0]);
-        t.parks = 0;
-        unsigned parity[2] = {0u, 0u};
+        cf_tile t = cf_wg_tile(args, M, N, tid, rank, CF_BAR_FIN);
 #pragma unroll 1
         for (int i = 0; i < my_n; ++i) {
             const int w = i & 1;
@@ -1036,8 +1045,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.m0 = tm * CF_TILE_M; t.n0 = tn * CF_BN;
             t.stg = stg0 + w * CF_STG_BYTES;
             t.fin_bar = bar_fin + 16 * w;
-            cf_mbar_wait(t.fin_bar, parity[w]);
-            parity[w] ^= 1u;
+            cf_mbar_wait(t.fin_bar, (unsigned)(i >> 1) & 1u);   /* that warpgroup's (i / 2)-th park */
             cf_late late;   /* rebuilt from the tile's own posted words (cf_reduce.cuh) */
             cf_epilogue_finish(args, t, late);
             if (t.tid == 0) {
@@ -1053,18 +1061,10 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         const int w = wg - 1;
         float acc[CF_ACC_REGS];
         cf_pre pre;
-        cf_tile t;
-        t.M = M; t.N = N;
-        t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
-        t.wg = w; t.rank = rank; t.bar_id = CF_BAR_EPI0 + w;
-#if CF_RED_GLOBAL && CF_ROW_CTAS > 1
-        t.epoch = cf_ld_relaxed_u32(&args.xsync[0]);   /* bumped only after every CTA has read it */
-#else
-        t.epoch = 0;
-#endif
+        cf_tile t = cf_wg_tile(args, M, N, tid, rank, CF_BAR_EPI0 + w);
+        t.wg = w;
         t.stg = stg0 + w * CF_STG_BYTES;
         t.fin_bar = bar_fin + 16 * w;
-        t.parks = 0;
 #if CF_PINGPONG
         const int istart = w, istep = 2;
         const unsigned a_off = 0;
@@ -1157,8 +1157,8 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
             t.n0 = tn * CF_BN;
 #if CF_LATE_FINISH && CF_FINISHER
+            t.parks = i / istep;
             cf_epilogue(args, t, acc, pre, late);   /* parks the tile for the finisher */
-            t.parks++;
 #elif CF_LATE_FINISH
             /* the previous tile's row partials arrived during this mainloop */
             {
