@@ -31,7 +31,7 @@ done | xargs -P "$(nproc)" -I{} sh -c '{} >/dev/null 2>&1'
 ratio() {   # tree spec shape opts...
     local bin=$1/build/comfuse spec=$2 shape=$3
     shift 3
-    timeout 120 "$bin" bench --iters "${AB_ITERS:-100}" --shape "$shape" "$@" "$spec" 2>&1 |
+    timeout 40 "$bin" bench --iters "${AB_ITERS:-100}" --shape "$shape" "$@" "$spec" 2>&1 |
         awk -F'\t' '/^BENCH/ { printf "%.3f", $8; found = 1 } END { if (!found) printf "err" }'
 }
 median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }

@@ -152,6 +152,10 @@ typedef struct cg_ctx {
                                     statistics wait in cf_late for the late finish */
     const cf_ir_node *late_parked; /* the value the late stage gets from the park */
     bool in_late;        /* emitting the late stage (parked tile in, 8 registers at a time) */
+    const cf_ir_spec *mid;       /* the stage after the first merged exchange when the finisher
+                                    warpgroup runs it and the next (CF_MID), else NULL */
+    const cf_ir_node *mid_parked; /* that stage's value from the park (the shifted one) */
+    int in_mid;          /* emitting the mid part: 1 its first pass, 2 its second */
     int trc_sec;         /* CF_TRACE sections of the first part marked so far    */
     bool *at_store;      /* by node id: a GELU its 16-bit store computes (gelu_at_store) */
 } cg_ctx;
@@ -290,6 +294,14 @@ static int cls_of(cf_shape s)
 static const char *slot_ref(cg_ctx *c, const cf_ir_node *n, char *buf, size_t len)
 {
     int k = c->arr[n->id];
+    if (c->in_mid && cls_of(n->shape) == CLS_TILE) {
+        /* the mid part reads its parked group pk; a later stage's bypass is the value itself */
+        if (n->kind == CF_IR_PLACEHOLDER && n == c->mid_parked)
+            snprintf(buf, len, "pk[r %% 8]");
+        else
+            ident(n->kind == CF_IR_PLACEHOLDER ? n->ref : n, buf, len);
+        return buf;
+    }
     if (c->in_late && cls_of(n->shape) == CLS_TILE) {
         /* the late stage reads the parked group pk and writes the restaged group y8 */
         snprintf(buf, len, "%s[r %% 8]", n->kind == CF_IR_PLACEHOLDER ? "pk" : "y8");
@@ -319,7 +331,7 @@ static void emit_placeholder(cg_ctx *c, const cf_ir_node *n)
         line(c, "const float %s = %s %s corr_%s[cf_acc_slot(r)];  /* bypass: %s, corrected to the row's %s */", id,
              slot_ref(c, n, where, sizeof where), shift->op == CF_OP_RMAX ? "*" : "+", ident(shift, by, sizeof by),
              ident(n->ref, ref, sizeof ref), cf_op_name(shift->op));
-        if (c->pass[n->id])
+        if (c->pass[n->id] && !c->in_mid)
             line(c, "%s = %s;", where, id);
     } else if (n->is_stat)
         line(c, "const float %s = red_%s[cf_acc_slot(r)];  /* statistic of the previous stage */",
@@ -332,6 +344,8 @@ static void emit_placeholder(cg_ctx *c, const cf_ir_node *n)
 static void emit_reduce(cg_ctx *c, const cf_ir_node *n)
 {
     char id[96], a0[96];
+    if (c->in_mid == 2 && n == c->mid->terminal)
+        return; /* the mid part's second pass recomputes this stage; its reduction was the first's */
     ident(n, id, sizeof id);
     line(c, "if (col < t.N)  /* columns past N hold TMA's zero fill, not data */");
     line(c, "    red_%s[cf_acc_slot(r)] = cf_red_combine<%s>(red_%s[cf_acc_slot(r)], %s);", id, red_op(n->op), id,
@@ -650,8 +664,6 @@ static int late_out_f16(const cg_ctx *c)
     return 0;
 }
 
-/* Ends cf_epilogue after posting red's partials and parking the late stage's
- * value, and starts cf_epilogue_finish with the fold of the row's partials. */
 /* CF_TRACE: the cycles since the previous mark go to the next section of the epilogue's first
  * part (stage loops, reductions, the post and park, in emission order; the eighth takes the rest). */
 static void trace_mark(cg_ctx *c, const char *what)
@@ -661,28 +673,14 @@ static void trace_mark(cg_ctx *c, const char *what)
     c->trc_sec++;
 }
 
-static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
+/* Opens cf_epilogue_finish with the fold of red's row partials (posted by part 1, or by the
+ * finisher's mid part). */
+static void emit_finish_open(cg_ctx *c, const cf_ir_node *red)
 {
-    char id[96], id1[96], pid[96];
+    char id[96], id1[96];
     const int merge = c->merge_prev;
     ident(red, id, sizeof id);
-    if (merge) {
-        ident(c->merge_r1, id1, sizeof id1);
-        line(c, "cf_row_merge_post<%d, %d>(args, t, raw_%s, red_%s);  /* post (%s, partial) pairs for the row */",
-             c->merge_index, c->n_red, id1, id, merge == MERGE_VAR ? "sum" : "max");
-    } else {
-        line(c, "cf_row_post<%s, %d>(args, t, red_%s);  /* quad shuffles, then post the partials for the row */",
-             red_op(red->op), c->n_red, id);
-    }
-    trace_mark(c, "post");
-    ident(c->late_parked->ref, pid, sizeof pid);
-    line(c, "cf_park_tile<%s>(t, T%d);  /* %s waits in shared memory while the next mainloop runs */",
-         late_park_fmt(c) ? "CF_PARK_F16" : "CF_PARK_BF16", c->arr[c->late_parked->id], pid);
-    trace_mark(c, "park");
-    c->indent--;
-    line(c, "}");
-    blank(c);
-    line(c, "/* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */");
+    line(c, "/* Part %d, after this warpgroup's next mainloop: the row's partials have arrived. */", c->mid ? 3 : 2);
     line(c, "__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, "
             "cf_late &late)");
     line(c, "{");
@@ -692,6 +690,7 @@ static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
     line(c, "(void)late;");
     line(c, "float red_%s[CF_ROWS];", id);
     if (merge) {
+        ident(c->merge_r1, id1, sizeof id1);
         line(c, "float corr_%s[CF_ROWS];", id1);
         line(c, "cf_row_merge_finish<%s, %d, %d>(args, t, late.raw_%s, late.red_%s, red_%s, corr_%s);  /* %s */",
              merge == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1, id, id1,
@@ -701,6 +700,213 @@ static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
              cf_op_name(red->op));
     }
     emit_mean_scale(c, red, id);
+}
+
+/* Posts red's row partials (a merged pair when merge_prev), then parks `parked` (the storage
+ * of the value the next part reads) and closes the current part. */
+static void emit_post_park(cg_ctx *c, const cf_ir_node *red, const cf_ir_node *parked, bool f16, const char *until)
+{
+    char id[96], id1[96], pid[96];
+    ident(red, id, sizeof id);
+    if (c->merge_prev) {
+        ident(c->merge_r1, id1, sizeof id1);
+        line(c, "cf_row_merge_post<%d, %d>(args, t, raw_%s, red_%s);  /* post (%s, partial) pairs for the row */",
+             c->merge_index, c->n_red, id1, id, c->merge_prev == MERGE_VAR ? "sum" : "max");
+    } else {
+        line(c, "cf_row_post<%s, %d>(args, t, red_%s);  /* quad shuffles, then post the partials for the row */",
+             red_op(red->op), c->n_red, id);
+    }
+    trace_mark(c, "post");
+    ident(parked->ref, pid, sizeof pid);
+    line(c, "cf_park_tile<%s>(t, T%d);  /* %s waits in shared memory %s */", f16 ? "CF_PARK_F16" : "CF_PARK_BF16",
+         c->arr[parked->id], pid, until);
+    trace_mark(c, "park");
+    c->indent--;
+    line(c, "}");
+    blank(c);
+}
+
+/* Ends cf_epilogue after posting red's partials and parking the late stage's
+ * value, and starts cf_epilogue_finish with the fold of the row's partials. */
+static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
+{
+    emit_post_park(c, red, c->late_parked, late_park_fmt(c), "while the next mainloop runs");
+    emit_finish_open(c, red);
+}
+
+/* ---- the mid part (CF_MID) --------------------------------------------------
+ * With two merged exchanges (LayerNorm then Softmax) the first one's wait is the
+ * consumer's: its late finish takes only the second.  A finisher warpgroup can
+ * take the stages between them instead: the consumer posts the first exchange's
+ * pairs and parks its shifted value (x - tile mean, bf16) and runs its next
+ * mainloop; meanwhile the finisher folds the row's pairs (long arrived), runs the
+ * next stage over the parked tile for the tile's own statistic, runs it again
+ * with the stage after it (not kept: 64 registers more than the finisher has),
+ * restages that stage's value in place (exp(z - tile max), f16) and posts the
+ * second exchange's pairs; then the consumer finishes the tile late, as usual.
+ * Stages: s0 (merged with s1), s1, mid = s2 (merged with s3), s3, late = s4. */
+static const cf_ir_spec *find_mid(cg_ctx *c)
+{
+    const cf_ir *ir = c->ir;
+    if (!c->opt->finisher || !c->late || ir->n_stages[0] != 5 || !c->merge_of[0] || !c->merge_of[2])
+        return NULL;
+    const cf_ir_spec *s0 = ir->epi[0], *s1 = s0->post, *s2 = s1->post, *s3 = s2->post;
+    if (s3->post != c->late || c->late_parked->ref->stage < s2->depth)
+        return NULL;
+    const cf_ir_node *parked = NULL;
+    for (const cf_ir_spec *sp = s0; sp != c->late; sp = sp->post)
+        for (int i = 0; i < sp->n_nodes; i++) {
+            const cf_ir_node *n = sp->nodes[i];
+            if (n->kind == CF_IR_STORE)
+                return NULL; /* every store is the late stage's */
+            if (sp->depth < 2)
+                continue;
+            if (cls_of(n->shape) == CLS_SCALAR && c->arr[n->id] == n->id && n->kind != CF_IR_PLACEHOLDER)
+                return NULL; /* no scalar storage in the finisher's loops */
+            if (n->kind != CF_IR_PLACEHOLDER)
+                continue;
+            if (n->is_stat) {
+                if (n->ref != (sp == s2 ? s1 : s2)->terminal)
+                    return NULL;
+            } else if (cls_of(n->shape) != CLS_TILE) {
+                return NULL;
+            } else if (sp == s2) {
+                /* the first exchange's shifted value, the only one s2 takes */
+                if (parked || c->shifted_by[n->ref->id] != s0->terminal)
+                    return NULL;
+                parked = n;
+            } else if (n->ref->stage != s2->depth) {
+                return NULL;
+            }
+        }
+    if (!parked)
+        return NULL;
+    c->mid_parked = parked;
+    return s2;
+}
+
+/* The column-vector loads of stage sp's loop (f32 [N] inputs, all the thread's columns). */
+static void emit_col_loads(cg_ctx *c, const cf_ir_spec *sp)
+{
+    char id[96];
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N && c->ir->args[n->arg].dtype == CF_F32) {
+            ident(n, id, sizeof id);
+            line(c, "float cv_%s[CF_COLS];", id);
+            line(c, "cf_load_cols(t, p.%s, cv_%s);", c->ir->args[n->arg].name, id);
+        }
+    }
+}
+
+static void emit_nodes(cg_ctx *c, const cf_ir_spec *sp)
+{
+    for (int i = 0; i < sp->n_nodes; i++)
+        if (!c->at_store[sp->nodes[i]->id])
+            emit_rules[sp->nodes[i]->kind](c, sp->nodes[i]);
+}
+
+static void emit_red_init(cg_ctx *c, const cf_ir_node *red)
+{
+    char id[96];
+    ident(red, id, sizeof id);
+    line(c, "float red_%s[CF_ROWS];  /* %s over N: thread-local partials per row */", id, cf_op_name(red->op));
+    line(c, "#pragma unroll");
+    line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+    line(c, "    red_%s[s] = cf_red_identity<%s>();", id, red_op(red->op));
+}
+
+/* Ends cf_epilogue after s1 (red): posts the first exchange's pairs, parks s2's value for the
+ * finisher, and opens cf_epilogue_mid with the fold of the row's pairs. */
+static void emit_mid_split(cg_ctx *c, const cf_ir_node *red)
+{
+    char id[96], id1[96];
+    emit_post_park(c, red, c->mid_parked, false, "for the finisher warpgroup");
+    ident(red, id, sizeof id);
+    ident(c->merge_r1, id1, sizeof id1);
+    line(c, "/* Part 2, by the finisher warpgroup while the consumer runs its next mainloop: the row's");
+    line(c, " * pairs (arrived by now), then the next two stages over the parked tile, to the next post. */");
+    line(c, "__device__ __forceinline__ void cf_epilogue_mid(const cf_gemm_args &args, const cf_tile &t)");
+    line(c, "{");
+    c->indent++;
+    line(c, "const cf_epi_params &p = args.epi;");
+    line(c, "(void)p;");
+    line(c, "float raw_%s[CF_ROWS], red_%s[CF_ROWS], red_%s[CF_ROWS], corr_%s[CF_ROWS];  /* the tile's own %s: "
+            "rebuilt from its posted pair */", id1, id1, id, id1, c->merge_prev == MERGE_VAR ? "mean" : "max");
+    line(c, "cf_row_merge_finish<%s, %d, %d>(args, t, raw_%s, red_%s, red_%s, corr_%s);  /* %s */",
+         c->merge_prev == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1, id,
+         id1, c->merge_prev == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
+    emit_mean_scale(c, red, id);
+}
+
+/* The mid part's stages s2 and s3, then the second exchange's post; opens cf_epilogue_finish. */
+static void emit_mid(cg_ctx *c, const cf_ir_spec *s2)
+{
+    const cf_ir_spec *s3 = s2->post;
+    const cf_ir_node *r2 = s2->terminal, *r3 = s3->terminal;
+    char id[96], pid[96], vid[96];
+    ident(c->mid_parked->ref, pid, sizeof pid);
+    /* pass 1: s2 for the tile's own statistic */
+    line(c, "/* ---- stage %d (PostOp of the reduction above): %d nodes; pass 1 over the parked %s: this "
+            "tile's %s ---- */", s2->depth, s2->n_nodes, pid, cf_op_name(r2->op));
+    emit_red_init(c, r2);
+    emit_col_loads(c, s2);
+    line(c, "float pk[8];  /* one 8-register group of the parked %s */", pid);
+    line(c, "#pragma unroll");
+    line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
+    c->indent++;
+    line(c, "const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);");
+    line(c, "(void)row;");
+    line(c, "(void)col;");
+    line(c, "if (r %% 8 == 0)");
+    line(c, "    cf_unpark8<CF_PARK_BF16>(t, r / 8, pk);");
+    c->in_mid = 1;
+    emit_nodes(c, s2);
+    c->indent--;
+    line(c, "}");
+    ident(r2, id, sizeof id);
+    line(c, "float raw_%s[CF_ROWS];  /* this tile's own %s, for the merged exchange */", id,
+         c->merge_of[s2->depth] == MERGE_VAR ? "sum" : "max");
+    line(c, "%s(%sred_%s, raw_%s);  /* quad shuffles; the next stage shifts by this tile's %s */",
+         c->merge_of[s2->depth] == MERGE_VAR ? "cf_local_mean" : "cf_local_max",
+         c->merge_of[s2->depth] == MERGE_VAR ? "t, " : "", id, id,
+         c->merge_of[s2->depth] == MERGE_VAR ? "mean" : "max");
+    c->merge_r1 = r2;
+    c->merge_index = c->n_red++;
+    /* pass 2: s2 again, then s3; the late stage's value restaged in place */
+    line(c, "/* ---- stages %d and %d (PostOp of the reduction above): pass 2, stage %d recomputed from the "
+            "parked tile ---- */", s2->depth, s3->depth, s2->depth);
+    emit_red_init(c, r3);
+    emit_col_loads(c, s3);
+    line(c, "float y8[8];  /* %s, restaged in place of the parked group */",
+         ident(c->late_parked->ref, vid, sizeof vid));
+    line(c, "#pragma unroll");
+    line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
+    c->indent++;
+    line(c, "const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);");
+    line(c, "(void)row;");
+    line(c, "(void)col;");
+    line(c, "if (r %% 8 == 0)");
+    line(c, "    cf_unpark8<CF_PARK_BF16>(t, r / 8, pk);");
+    c->in_mid = 2;
+    emit_nodes(c, s2);
+    emit_nodes(c, s3);
+    c->in_mid = 0;
+    line(c, "y8[r %% 8] = %s;", vid);
+    line(c, "if (r %% 8 == 7)");
+    line(c, "    cf_restage8<%s>(t, r / 8, y8);", late_park_fmt(c) ? "CF_PARK_F16" : "CF_PARK_BF16");
+    c->indent--;
+    line(c, "}");
+    c->merge_prev = c->merge_of[s2->depth];
+    ident(r3, id, sizeof id);
+    char id1[96];
+    ident(c->merge_r1, id1, sizeof id1);
+    line(c, "cf_row_merge_post<%d, %d>(args, t, raw_%s, red_%s);  /* post (%s, partial) pairs for the row */",
+         c->merge_index, c->n_red, id1, id, c->merge_prev == MERGE_VAR ? "sum" : "max");
+    c->indent--;
+    line(c, "}");
+    blank(c);
+    emit_finish_open(c, r3);
 }
 
 /* cf_epilogue_preload, before each tile's mainloop: the f32 row vectors of an
@@ -841,6 +1047,7 @@ static bool plan_epilogue(cg_ctx *e)
             e->shifted_by[shifted->id] = sp->terminal;
     }
     e->late = find_late(e);
+    e->mid = find_mid(e);
     return true;
 }
 
@@ -857,7 +1064,12 @@ int cf_cg_gelu_stores(const cf_ir *ir)
  * consumers get 192 registers, which epilogues with more than two reductions outgrow. */
 bool cf_cg_has_finisher(const cf_ir *ir, const cf_cg_options *opt)
 {
-    return opt->finisher && ir->n_stages[0] - 1 <= 2 && cf_cg_finishes_late(ir, opt);
+    if (!opt->finisher || cf_cg_check(ir, &(cf_error){0}) != CF_OK)
+        return false;
+    cg_ctx e = {.ir = ir, .opt = opt};
+    bool fin = plan_epilogue(&e) && e.late && (ir->n_stages[0] - 1 <= 2 || e.mid);
+    plan_free(&e);
+    return fin;
 }
 
 bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt)
@@ -991,6 +1203,8 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         trace_mark(c, c->merge_next == MERGE_VAR ? "the tile's mean" : "the tile's max");
         c->merge_r1 = red;
         c->merge_index = c->n_red++;
+    } else if (red && c->mid && sp->post == c->mid) {
+        emit_mid_split(c, red);
     } else if (red && sp->post == c->late) {
         emit_late_split(c, red);
     } else if (red && c->merge_prev) {
@@ -1063,7 +1277,10 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
              tile_m / opt->cluster_n);
     if (e.late)
         line(&c, "#define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */");
-    if (cf_cg_has_finisher(ir, opt))
+    if (e.mid)
+        line(&c, "#define CF_FINISHER 1  /* a fourth warpgroup runs the middle stages (cf_epilogue_mid) */\n"
+                 "#define CF_MID 1  /* ... while the consumer runs its next mainloop, then finishes the tile late */");
+    else if (cf_cg_has_finisher(ir, opt))
         line(&c, "#define CF_FINISHER 1  /* ... by a fourth warpgroup, while the consumer runs that mainloop */");
     if (ir->n_stages[0] > 1) {
         line(&c, "#define CF_HAS_REDUCE 1");
@@ -1166,6 +1383,11 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
         e.merge_prev = sp->depth > 0 ? e.merge_of[sp->depth - 1] : MERGE_NONE;
         e.merge_next = e.merge_of[sp->depth];
         e.in_late = sp == e.late;
+        if (sp == e.mid) {
+            emit_mid(&e, sp);
+            sp = sp->post; /* the mid part emits the stage after it too */
+            continue;
+        }
         emit_stage(&e, sp);
     }
     plan_free(&e);

@@ -190,6 +190,9 @@ static void test_nvrtc(void)
          "setmaxnreg.inc.sync.aligned.u32 184"},
         {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false},
          "mbarrier.try_wait.parity"},
+        /* LN+softmax: the finisher runs the stages between the two exchanges (CF_MID) */
+        {"examples/gemm_ln_softmax.cf", false, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false},
+         "ex2.approx.ftz.f32"},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         cf_graph *g = parse(cases[i].spec);
@@ -374,10 +377,11 @@ static void test_late_finish(void)
         /* RMSNorm (one exchange): x itself, only multiplied afterwards */
         {"x = X @ W\noutput Y: bf16 = x * rsqrt(mean(x * x) + 1e-6)\n", "cf_park_tile<CF_PARK_BF16>(t, T0)",
          "cf_row_post<CF_RED_SUM, 0>", 0},
-        /* LN then softmax: only the last (softmax) exchange finishes late */
+        /* LN then softmax at 8 CTAs a row: the default takes the finisher's mid part (CF_MID), so
+         * the consumer parks x - tile mean (bf16) after the first post; the mid posts the second */
         {"x = X @ W\nd = x - mean(x)\nz = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\n"
          "output Y: bf16 = e / sum(e)\n",
-         "cf_park_tile<CF_PARK_F16>(t, T0)", "cf_row_merge_post<2, 3>", 0},
+         "cf_park_tile<CF_PARK_BF16>(t, T0)", "cf_row_merge_post<2, 3>", 0},
         /* the same at 16 CTAs per row: two rounds of pairs, still merged, still late */
         {"x = X @ W\nd = x - mean(x)\nz = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\n"
          "output Y: bf16 = e / sum(e)\n",
@@ -625,6 +629,82 @@ static void test_gelu_at_store(void)
     CHECK(e_packed < 1.15 * e_compile);
 }
 
+/* The mid part (CF_MID): with two merged exchanges (LN then softmax) and a finisher, the
+ * consumer posts the first exchange and parks x - tile mean; the finisher folds it, runs the
+ * next stage twice over the parked tile (its tile max, then the exps), restages the exps in
+ * place and posts the second exchange; the consumer finishes after its next mainloop.  Chains
+ * that do not fit the pattern keep one PingPong kernel without a finisher. */
+static const char *after(const char *text, const char *what)
+{
+    const char *p = text ? strstr(text, what) : NULL;
+    if (!p)
+        fprintf(stderr, "mid part: missing \"%s\"\n", what);
+    CHECK(p != NULL);
+    return p ? p + strlen(what) : text;
+}
+
+static void test_mid_part(void)
+{
+    static const char *lnsm = "input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\nd = x - mean(x)\n"
+                              "z = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\noutput Y: bf16 = e / sum(e)\n";
+    cf_graph *g = NULL;
+    cf_error err;
+    CHECK_EQ_INT(CF_OK, cf_spec_parse(lnsm, strlen(lnsm), "mid.cf", &g, &err));
+    cf_options fin = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false};
+    cf_kernel *k = NULL;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &fin, "mid", &k, &err));
+    const char *text = k ? cf_kernel_source(k) : NULL;
+    /* in order: the consumer's post and park, the mid part, the late finish */
+    const char *p = after(text, "#define CF_MID 1");
+    p = after(p, "cf_row_merge_post<0, 1>(args, t, raw_");
+    p = after(p, "cf_park_tile<CF_PARK_BF16>(t, T0);");
+    p = after(p, "void cf_epilogue_mid(const cf_gemm_args &args, const cf_tile &t)");
+    p = after(p, "cf_row_merge_finish<CF_MERGE_VAR, 0, 1>");
+    p = after(p, "cf_unpark8<CF_PARK_BF16>");
+    p = after(p, "cf_local_max(");
+    p = after(p, "cf_unpark8<CF_PARK_BF16>");
+    p = after(p, "op_exp(");
+    p = after(p, "cf_restage8<CF_PARK_F16>(t, r / 8, y8);");
+    p = after(p, "cf_row_merge_post<2, 3>(args, t, raw_");
+    p = after(p, "void cf_epilogue_finish(");
+    p = after(p, "cf_row_merge_finish<CF_MERGE_SOFTMAX, 2, 3>");
+    p = after(p, "cf_unpark8<CF_PARK_F16>");
+    after(p, "cf_store_staged(args, t, 0);");
+    CHECK(text && !strstr(text, "cf_row_merge<"));   /* no exchange waited for in the first part */
+    cf_kernel_free(k);
+    /* PingPong: the first exchange is waited for in the first part, as before */
+    cf_options pp = fin;
+    pp.schedule = CF_SCHEDULE_PINGPONG;
+    k = NULL;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &pp, "pingpong", &k, &err));
+    text = k ? cf_kernel_source(k) : NULL;
+    CHECK_CONTAINS(text, "cf_row_merge<CF_MERGE_VAR, 0, 1>");
+    CHECK(text && !strstr(text, "CF_MID") && !strstr(text, "CF_FINISHER"));
+    cf_kernel_free(k);
+    /* 32 CTAs a row: no merges, no late finish, so no finisher either */
+    cf_options wide = fin;
+    wide.cluster_n = 32;
+    k = NULL;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &wide, "wide", &k, &err));
+    text = k ? cf_kernel_source(k) : NULL;
+    CHECK(text && !strstr(text, "CF_FINISHER") && !strstr(text, "CF_LATE_FINISH"));
+    cf_kernel_free(k);
+    cf_graph_free(g);
+    /* the stage between the exchanges takes a second value (x) from the first part: no mid
+     * part (the finisher would need two parked tiles), and four reductions get no finisher */
+    static const char *two = "input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\nd = x - mean(x)\n"
+                             "z = d * rsqrt(mean(d * d) + 1e-5) + x\ne = exp(z - max(z))\n"
+                             "output Y: bf16 = e / sum(e)\n";
+    g = NULL;
+    CHECK_EQ_INT(CF_OK, cf_spec_parse(two, strlen(two), "two.cf", &g, &err));
+    k = NULL;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &fin, "two", &k, &err));
+    text = k ? cf_kernel_source(k) : NULL;
+    CHECK(text && !strstr(text, "CF_MID") && !strstr(text, "CF_FINISHER"));
+    cf_kernel_free(k);
+    cf_graph_free(g);
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -636,6 +716,7 @@ int main(void)
     test_merged_exchanges();
     test_default_options();
     test_late_finish();
+    test_mid_part();
     test_gelu_at_store();
     return tu_finish("test_codegen");
 }

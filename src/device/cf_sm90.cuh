@@ -135,6 +135,12 @@
 #ifndef CF_FINISHER
 #define CF_FINISHER 0
 #endif
+/* CF_MID (with CF_FINISHER): the finisher runs Psi's cf_epilogue_mid on each parked tile instead
+ * (the stages between two exchanges, ending in the second one's post, restaged in place), and
+ * the consumer finishes its tile late as without a finisher, once the finisher is done with it. */
+#ifndef CF_MID
+#define CF_MID 0
+#endif
 #ifndef CF_REG_PRODUCER
 #define CF_REG_PRODUCER (CF_FINISHER ? 24 : 40)
 #endif
@@ -805,7 +811,7 @@ template <int F16> __device__ __forceinline__ void cf_unpark8(const cf_tile &t, 
 /* Parks v (16-bit) once the previous tile's TMA store has read the buffer. */
 template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t, const float (&v)[CF_ACC_REGS]) {
     CF_TRC_T0(tr0);
-#if CF_FINISHER
+#if CF_FINISHER && !CF_MID
     cf_mbar_wait(t.fin_bar + 8, (unsigned)(t.parks & 1) ^ 1u);   /* the finisher's store has read it */
 #else
     if (t.tid == 0) cf_bulk_wait_read<0>();
@@ -852,6 +858,16 @@ struct cf_late;
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
                                             const cf_pre &pre, cf_late &late);
 __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late);
+#if CF_MID
+__device__ __forceinline__ void cf_epilogue_mid(const cf_gemm_args &args, const cf_tile &t);
+#endif
+/* A consumer's late finish of its parked tile (with CF_MID, once the finisher's mid part is done). */
+__device__ __forceinline__ void cf_finish_parked(const cf_gemm_args &args, const cf_tile &parked, cf_late &late) {
+#if CF_MID
+    cf_mbar_wait(parked.fin_bar + 8, (unsigned)(parked.parks & 1));
+#endif
+    cf_epilogue_finish(args, parked, late);
+}
 #else
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
                                             const cf_pre &pre);
@@ -977,7 +993,9 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #if CF_FINISHER
         for (int w = 0; w < 2; ++w) {
             cf_mbar_init(bar_fin + 16 * w, 128);   /* every consumer thread has parked its part */
-            cf_mbar_init(bar_fin + 16 * w + 8, 1); /* the finisher's store has read the buffer */
+            /* the finisher's store has read the buffer; with CF_MID, every finisher thread has
+             * restaged its part of the tile */
+            cf_mbar_init(bar_fin + 16 * w + 8, CF_MID ? 128 : 1);
         }
 #endif
 #if CF_HAS_REDUCE
@@ -1046,12 +1064,17 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.stg = stg0 + w * CF_STG_BYTES;
             t.fin_bar = bar_fin + 16 * w;
             cf_mbar_wait(t.fin_bar, (unsigned)(i >> 1) & 1u);   /* that warpgroup's (i / 2)-th park */
+#if CF_MID
+            cf_epilogue_mid(args, t);
+            cf_mbar_arrive(t.fin_bar + 8);   /* release: the consumer's late finish sees the tile */
+#else
             cf_late late;   /* rebuilt from the tile's own posted words (cf_reduce.cuh) */
             cf_epilogue_finish(args, t, late);
             if (t.tid == 0) {
                 cf_bulk_wait_read<0>();
                 cf_mbar_arrive(t.fin_bar + 8);
             }
+#endif
         }
         if (t.tid == 0) cf_bulk_wait0();
 #endif
@@ -1077,7 +1100,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
 #if CF_LATE_FINISH
         cf_late late;
-#if !CF_FINISHER
+#if !CF_FINISHER || CF_MID
         cf_tile parked = t;     /* the tile waiting for its finish, if parked_ok */
         bool parked_ok = false;
 #endif
@@ -1156,14 +1179,14 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.tile_m = tm; t.tile_n = tn;
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
             t.n0 = tn * CF_BN;
-#if CF_LATE_FINISH && CF_FINISHER
             t.parks = i / istep;
+#if CF_LATE_FINISH && CF_FINISHER && !CF_MID
             cf_epilogue(args, t, acc, pre, late);   /* parks the tile for the finisher */
 #elif CF_LATE_FINISH
             /* the previous tile's row partials arrived during this mainloop */
             {
                 CF_TRC_T0(trf);
-                if (parked_ok) cf_epilogue_finish(args, parked, late);
+                if (parked_ok) cf_finish_parked(args, parked, late);
                 CF_TRC_ADD(t, CF_TRC_FINISH, trf);
             }
             cf_epilogue(args, t, acc, pre, late);
@@ -1174,8 +1197,8 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
             CF_TR(w, i / istep, 3, t.tid);
         }
-#if CF_LATE_FINISH && !CF_FINISHER
-        if (parked_ok) cf_epilogue_finish(args, parked, late);
+#if CF_LATE_FINISH && (!CF_FINISHER || CF_MID)
+        if (parked_ok) cf_finish_parked(args, parked, late);
 #endif
 #ifdef CF_TRACE
         cf_trace_at(w, CF_TRACE_TILES, 19, t.tid, clock64());
