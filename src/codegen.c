@@ -161,6 +161,7 @@ typedef struct cg_ctx {
 } cg_ctx;
 
 enum { MERGE_NONE, MERGE_VAR, MERGE_SOFTMAX };
+enum { PARK_NONE = -1, PARK_BF16, PARK_F16 }; /* a parked tile's 16-bit type (CF_PARK_* in cf_sm90.cuh) */
 
 __attribute__((format(printf, 2, 3)))
 static void line(cg_ctx *c, const char *fmt, ...)
@@ -295,11 +296,12 @@ static const char *slot_ref(cg_ctx *c, const cf_ir_node *n, char *buf, size_t le
 {
     int k = c->arr[n->id];
     if (c->in_mid && cls_of(n->shape) == CLS_TILE) {
-        /* the mid part reads its parked group pk; a later stage's bypass is the value itself */
-        if (n->kind == CF_IR_PLACEHOLDER && n == c->mid_parked)
+        /* only bypasses read storage there: the parked group pk, or the value itself,
+         * computed earlier in the same loop */
+        if (n == c->mid_parked)
             snprintf(buf, len, "pk[r %% 8]");
         else
-            ident(n->kind == CF_IR_PLACEHOLDER ? n->ref : n, buf, len);
+            ident(n->ref, buf, len);
         return buf;
     }
     if (c->in_late && cls_of(n->shape) == CLS_TILE) {
@@ -673,6 +675,113 @@ static void trace_mark(cg_ctx *c, const char *what)
     c->trc_sec++;
 }
 
+/* ---- pieces every part's stage loops share ------------------------------- */
+
+static bool preloaded(const cf_ir *ir, const cf_ir_spec *sp, const cf_ir_node *n);
+
+/* red's thread-local partials, at the identity: a local array, or the cf_late field the
+ * late finish reads them from. */
+static void emit_red_init(cg_ctx *c, const cf_ir_node *red, bool in_late_struct)
+{
+    char id[96];
+    ident(red, id, sizeof id);
+    if (in_late_struct)
+        line(c, "float (&red_%s)[CF_ROWS] = late.red_%s;  /* %s over N: partials, then this tile's own */", id, id,
+             cf_op_name(red->op));
+    else
+        line(c, "float red_%s[CF_ROWS];  /* %s over N: thread-local partials per row */", id, cf_op_name(red->op));
+    line(c, "#pragma unroll");
+    line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+    line(c, "    red_%s[s] = cf_red_identity<%s>();", id, red_op(red->op));
+}
+
+/* f32 row vectors of stage sp: every column this thread touches, loaded at once before the
+ * loop (independent loads; one latency instead of one per register), or taken from cf_pre. */
+static void emit_col_loads(cg_ctx *c, const cf_ir_spec *sp)
+{
+    char id[96];
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (preloaded(c->ir, sp, n)) {
+            ident(n, id, sizeof id);
+            line(c, "const float (&cv_%s)[CF_COLS] = pre.cv_%s;  /* loaded before the mainloop */", id, id);
+        } else if (n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N && c->ir->args[n->arg].dtype == CF_F32) {
+            ident(n, id, sizeof id);
+            line(c, "float cv_%s[CF_COLS];", id);
+            line(c, "cf_load_cols(t, p.%s, cv_%s);", c->ir->args[n->arg].name, id);
+        }
+    }
+}
+
+/* Opens the unrolled loop over the accumulator registers; a parked tile (park_fmt: PARK_*)
+ * comes back into pk one 8-register group at a time. */
+static void emit_loop_open(cg_ctx *c, int park_fmt)
+{
+    line(c, "#pragma unroll");
+    line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
+    c->indent++;
+    line(c, "const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);");
+    line(c, "(void)row;");
+    line(c, "(void)col;");
+    if (park_fmt != PARK_NONE) {
+        line(c, "if (r %% 8 == 0)");
+        line(c, "    cf_unpark8<%s>(t, r / 8, pk);", park_fmt == PARK_F16 ? "CF_PARK_F16" : "CF_PARK_BF16");
+    }
+}
+
+static void emit_nodes(cg_ctx *c, const cf_ir_spec *sp)
+{
+    for (int i = 0; i < sp->n_nodes; i++)
+        if (!c->at_store[sp->nodes[i]->id])
+            emit_rules[sp->nodes[i]->kind](c, sp->nodes[i]);
+}
+
+/* The tile's own statistic of red, which starts merged exchange `merge` (MERGE_*): quad
+ * shuffles into raw_<red> (in cf_late when the late finish needs it). */
+static void emit_tile_stat(cg_ctx *c, const cf_ir_node *red, int merge, bool in_late_struct)
+{
+    char id[96];
+    ident(red, id, sizeof id);
+    if (in_late_struct)
+        line(c, "float (&raw_%s)[CF_ROWS] = late.raw_%s;  /* this tile's own %s, for the merged exchange */", id, id,
+             merge == MERGE_VAR ? "sum" : "max");
+    else
+        line(c, "float raw_%s[CF_ROWS];  /* this tile's own %s, for the merged exchange after the next stage */",
+             id, merge == MERGE_VAR ? "sum" : "max");
+    line(c, "%s(%sred_%s, raw_%s);  /* quad shuffles; the next stage shifts by this tile's %s */",
+         merge == MERGE_VAR ? "cf_local_mean" : "cf_local_max", merge == MERGE_VAR ? "t, " : "", id, id,
+         merge == MERGE_VAR ? "mean" : "max");
+    c->merge_r1 = red;
+    c->merge_index = c->n_red++;
+}
+
+/* Posts red's row partials: a merged pair when merge_prev, else one word per row. */
+static void emit_post(cg_ctx *c, const cf_ir_node *red)
+{
+    char id[96], id1[96];
+    ident(red, id, sizeof id);
+    if (c->merge_prev) {
+        ident(c->merge_r1, id1, sizeof id1);
+        line(c, "cf_row_merge_post<%d, %d>(args, t, raw_%s, red_%s);  /* post (%s, partial) pairs for the row */",
+             c->merge_index, c->n_red, id1, id, c->merge_prev == MERGE_VAR ? "sum" : "max");
+    } else {
+        line(c, "cf_row_post<%s, %d>(args, t, red_%s);  /* quad shuffles, then post the partials for the row */",
+             red_op(red->op), c->n_red, id);
+    }
+}
+
+/* Folds the row's pairs of the merged exchange that ends with red; `own` prefixes the tile's
+ * own statistics ("late." for cf_late's, "" for locals). */
+static void emit_merge_finish(cg_ctx *c, const cf_ir_node *red, const char *own)
+{
+    char id[96], id1[96];
+    ident(red, id, sizeof id);
+    ident(c->merge_r1, id1, sizeof id1);
+    line(c, "cf_row_merge_finish<%s, %d, %d>(args, t, %sraw_%s, %sred_%s, red_%s, corr_%s);  /* %s */",
+         c->merge_prev == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, own, id1, own,
+         id1, id, id1, c->merge_prev == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
+}
+
 /* Opens cf_epilogue_finish with the fold of red's row partials (posted by part 1, or by the
  * finisher's mid part). */
 static void emit_finish_open(cg_ctx *c, const cf_ir_node *red)
@@ -692,9 +801,7 @@ static void emit_finish_open(cg_ctx *c, const cf_ir_node *red)
     if (merge) {
         ident(c->merge_r1, id1, sizeof id1);
         line(c, "float corr_%s[CF_ROWS];", id1);
-        line(c, "cf_row_merge_finish<%s, %d, %d>(args, t, late.raw_%s, late.red_%s, red_%s, corr_%s);  /* %s */",
-             merge == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1, id, id1,
-             merge == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
+        emit_merge_finish(c, red, "late.");
     } else {
         line(c, "cf_row_finish<%s, %d>(args, t, red_%s);  /* the row's %s */", red_op(red->op), c->n_red++, id,
              cf_op_name(red->op));
@@ -706,16 +813,8 @@ static void emit_finish_open(cg_ctx *c, const cf_ir_node *red)
  * of the value the next part reads) and closes the current part. */
 static void emit_post_park(cg_ctx *c, const cf_ir_node *red, const cf_ir_node *parked, bool f16, const char *until)
 {
-    char id[96], id1[96], pid[96];
-    ident(red, id, sizeof id);
-    if (c->merge_prev) {
-        ident(c->merge_r1, id1, sizeof id1);
-        line(c, "cf_row_merge_post<%d, %d>(args, t, raw_%s, red_%s);  /* post (%s, partial) pairs for the row */",
-             c->merge_index, c->n_red, id1, id, c->merge_prev == MERGE_VAR ? "sum" : "max");
-    } else {
-        line(c, "cf_row_post<%s, %d>(args, t, red_%s);  /* quad shuffles, then post the partials for the row */",
-             red_op(red->op), c->n_red, id);
-    }
+    char pid[96];
+    emit_post(c, red);
     trace_mark(c, "post");
     ident(parked->ref, pid, sizeof pid);
     line(c, "cf_park_tile<%s>(t, T%d);  /* %s waits in shared memory %s */", f16 ? "CF_PARK_F16" : "CF_PARK_BF16",
@@ -785,37 +884,6 @@ static const cf_ir_spec *find_mid(cg_ctx *c)
     return s2;
 }
 
-/* The column-vector loads of stage sp's loop (f32 [N] inputs, all the thread's columns). */
-static void emit_col_loads(cg_ctx *c, const cf_ir_spec *sp)
-{
-    char id[96];
-    for (int i = 0; i < sp->n_nodes; i++) {
-        const cf_ir_node *n = sp->nodes[i];
-        if (n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N && c->ir->args[n->arg].dtype == CF_F32) {
-            ident(n, id, sizeof id);
-            line(c, "float cv_%s[CF_COLS];", id);
-            line(c, "cf_load_cols(t, p.%s, cv_%s);", c->ir->args[n->arg].name, id);
-        }
-    }
-}
-
-static void emit_nodes(cg_ctx *c, const cf_ir_spec *sp)
-{
-    for (int i = 0; i < sp->n_nodes; i++)
-        if (!c->at_store[sp->nodes[i]->id])
-            emit_rules[sp->nodes[i]->kind](c, sp->nodes[i]);
-}
-
-static void emit_red_init(cg_ctx *c, const cf_ir_node *red)
-{
-    char id[96];
-    ident(red, id, sizeof id);
-    line(c, "float red_%s[CF_ROWS];  /* %s over N: thread-local partials per row */", id, cf_op_name(red->op));
-    line(c, "#pragma unroll");
-    line(c, "for (int s = 0; s < CF_ROWS; ++s)");
-    line(c, "    red_%s[s] = cf_red_identity<%s>();", id, red_op(red->op));
-}
-
 /* Ends cf_epilogue after s1 (red): posts the first exchange's pairs, parks s2's value for the
  * finisher, and opens cf_epilogue_mid with the fold of the row's pairs. */
 static void emit_mid_split(cg_ctx *c, const cf_ir_node *red)
@@ -833,9 +901,7 @@ static void emit_mid_split(cg_ctx *c, const cf_ir_node *red)
     line(c, "(void)p;");
     line(c, "float raw_%s[CF_ROWS], red_%s[CF_ROWS], red_%s[CF_ROWS], corr_%s[CF_ROWS];  /* the tile's own %s: "
             "rebuilt from its posted pair */", id1, id1, id, id1, c->merge_prev == MERGE_VAR ? "mean" : "max");
-    line(c, "cf_row_merge_finish<%s, %d, %d>(args, t, raw_%s, red_%s, red_%s, corr_%s);  /* %s */",
-         c->merge_prev == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1, id,
-         id1, c->merge_prev == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
+    emit_merge_finish(c, red, "");
     emit_mean_scale(c, red, id);
 }
 
@@ -843,51 +909,28 @@ static void emit_mid_split(cg_ctx *c, const cf_ir_node *red)
 static void emit_mid(cg_ctx *c, const cf_ir_spec *s2)
 {
     const cf_ir_spec *s3 = s2->post;
-    const cf_ir_node *r2 = s2->terminal, *r3 = s3->terminal;
-    char id[96], pid[96], vid[96];
+    char pid[96], vid[96];
     ident(c->mid_parked->ref, pid, sizeof pid);
     /* pass 1: s2 for the tile's own statistic */
     line(c, "/* ---- stage %d (PostOp of the reduction above): %d nodes; pass 1 over the parked %s: this "
-            "tile's %s ---- */", s2->depth, s2->n_nodes, pid, cf_op_name(r2->op));
-    emit_red_init(c, r2);
+            "tile's %s ---- */", s2->depth, s2->n_nodes, pid, cf_op_name(s2->terminal->op));
+    emit_red_init(c, s2->terminal, false);
     emit_col_loads(c, s2);
     line(c, "float pk[8];  /* one 8-register group of the parked %s */", pid);
-    line(c, "#pragma unroll");
-    line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
-    c->indent++;
-    line(c, "const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);");
-    line(c, "(void)row;");
-    line(c, "(void)col;");
-    line(c, "if (r %% 8 == 0)");
-    line(c, "    cf_unpark8<CF_PARK_BF16>(t, r / 8, pk);");
+    emit_loop_open(c, PARK_BF16);
     c->in_mid = 1;
     emit_nodes(c, s2);
     c->indent--;
     line(c, "}");
-    ident(r2, id, sizeof id);
-    line(c, "float raw_%s[CF_ROWS];  /* this tile's own %s, for the merged exchange */", id,
-         c->merge_of[s2->depth] == MERGE_VAR ? "sum" : "max");
-    line(c, "%s(%sred_%s, raw_%s);  /* quad shuffles; the next stage shifts by this tile's %s */",
-         c->merge_of[s2->depth] == MERGE_VAR ? "cf_local_mean" : "cf_local_max",
-         c->merge_of[s2->depth] == MERGE_VAR ? "t, " : "", id, id,
-         c->merge_of[s2->depth] == MERGE_VAR ? "mean" : "max");
-    c->merge_r1 = r2;
-    c->merge_index = c->n_red++;
+    emit_tile_stat(c, s2->terminal, c->merge_of[s2->depth], false);
     /* pass 2: s2 again, then s3; the late stage's value restaged in place */
     line(c, "/* ---- stages %d and %d (PostOp of the reduction above): pass 2, stage %d recomputed from the "
             "parked tile ---- */", s2->depth, s3->depth, s2->depth);
-    emit_red_init(c, r3);
+    emit_red_init(c, s3->terminal, false);
     emit_col_loads(c, s3);
     line(c, "float y8[8];  /* %s, restaged in place of the parked group */",
          ident(c->late_parked->ref, vid, sizeof vid));
-    line(c, "#pragma unroll");
-    line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
-    c->indent++;
-    line(c, "const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);");
-    line(c, "(void)row;");
-    line(c, "(void)col;");
-    line(c, "if (r %% 8 == 0)");
-    line(c, "    cf_unpark8<CF_PARK_BF16>(t, r / 8, pk);");
+    emit_loop_open(c, PARK_BF16);
     c->in_mid = 2;
     emit_nodes(c, s2);
     emit_nodes(c, s3);
@@ -898,15 +941,11 @@ static void emit_mid(cg_ctx *c, const cf_ir_spec *s2)
     c->indent--;
     line(c, "}");
     c->merge_prev = c->merge_of[s2->depth];
-    ident(r3, id, sizeof id);
-    char id1[96];
-    ident(c->merge_r1, id1, sizeof id1);
-    line(c, "cf_row_merge_post<%d, %d>(args, t, raw_%s, red_%s);  /* post (%s, partial) pairs for the row */",
-         c->merge_index, c->n_red, id1, id, c->merge_prev == MERGE_VAR ? "sum" : "max");
+    emit_post(c, s3->terminal);
     c->indent--;
     line(c, "}");
     blank(c);
-    emit_finish_open(c, r3);
+    emit_finish_open(c, s3->terminal);
 }
 
 /* cf_epilogue_preload, before each tile's mainloop: the f32 row vectors of an
@@ -1097,47 +1136,14 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         if (cls_of(n->shape) == CLS_SCALAR && c->arr[n->id] == n->id && n->kind != CF_IR_PLACEHOLDER)
             line(c, "float S_%d;", n->id);
     }
-    if (red) {
-        ident(red, id, sizeof id);
-        if (red == c->late_r1)
-            line(c, "float (&red_%s)[CF_ROWS] = late.red_%s;  /* %s over N: partials, then this tile's own */", id,
-                 id, cf_op_name(red->op));
-        else
-            line(c, "float red_%s[CF_ROWS];  /* %s over N: thread-local partials per row */", id,
-                 cf_op_name(red->op));
-        line(c, "#pragma unroll");
-        line(c, "for (int s = 0; s < CF_ROWS; ++s)");
-        line(c, "    red_%s[s] = cf_red_identity<%s>();", id, red_op(red->op));
-    }
-    /* f32 row vectors: every column this thread touches, loaded at once before
-     * the loop (independent loads; one latency instead of one per register). */
-    for (int i = 0; i < sp->n_nodes; i++) {
-        const cf_ir_node *n = sp->nodes[i];
-        if (preloaded(ir, sp, n)) {
-            ident(n, id, sizeof id);
-            line(c, "const float (&cv_%s)[CF_COLS] = pre.cv_%s;  /* loaded before the mainloop */", id, id);
-        } else if (n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N && ir->args[n->arg].dtype == CF_F32) {
-            ident(n, id, sizeof id);
-            line(c, "float cv_%s[CF_COLS];", id);
-            line(c, "cf_load_cols(t, p.%s, cv_%s);", ir->args[n->arg].name, id);
-        }
-    }
+    if (red)
+        emit_red_init(c, red, red == c->late_r1);
+    emit_col_loads(c, sp);
     if (c->in_late)
         line(c, "float pk[8], y8[8];  /* one 8-register group: parked %s in, output out */",
              ident(c->late_parked->ref, id, sizeof id));
-    line(c, "#pragma unroll");
-    line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
-    c->indent++;
-    line(c, "const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);");
-    line(c, "(void)row;");
-    line(c, "(void)col;");
-    if (c->in_late) {
-        line(c, "if (r %% 8 == 0)");
-        line(c, "    cf_unpark8<%s>(t, r / 8, pk);", late_park_fmt(c) ? "CF_PARK_F16" : "CF_PARK_BF16");
-    }
-    for (int i = 0; i < sp->n_nodes; i++)
-        if (!c->at_store[sp->nodes[i]->id])
-            emit_rules[sp->nodes[i]->kind](c, sp->nodes[i]);
+    emit_loop_open(c, c->in_late ? late_park_fmt(c) : PARK_NONE);
+    emit_nodes(c, sp);
     for (int i = 0; i < sp->n_nodes; i++) {
         const cf_ir_node *n = sp->nodes[i];
         if (c->arr[n->id] < 0 || c->pass[n->id] || n->kind == CF_IR_ACC || n->kind == CF_IR_PLACEHOLDER)
@@ -1190,19 +1196,8 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         tile_out += tile;
     }
     if (red && c->merge_next) {
-        ident(red, id, sizeof id);
-        if (red == c->late_r1)
-            line(c, "float (&raw_%s)[CF_ROWS] = late.raw_%s;  /* this tile's own %s, for the merged exchange */", id,
-                 id, c->merge_next == MERGE_VAR ? "sum" : "max");
-        else
-            line(c, "float raw_%s[CF_ROWS];  /* this tile's own %s, for the merged exchange after the next stage */",
-                 id, c->merge_next == MERGE_VAR ? "sum" : "max");
-        line(c, "%s(%sred_%s, raw_%s);  /* quad shuffles; the next stage shifts by this tile's %s */",
-             c->merge_next == MERGE_VAR ? "cf_local_mean" : "cf_local_max", c->merge_next == MERGE_VAR ? "t, " : "",
-             id, id, c->merge_next == MERGE_VAR ? "mean" : "max");
+        emit_tile_stat(c, red, c->merge_next, red == c->late_r1);
         trace_mark(c, c->merge_next == MERGE_VAR ? "the tile's mean" : "the tile's max");
-        c->merge_r1 = red;
-        c->merge_index = c->n_red++;
     } else if (red && c->mid && sp->post == c->mid) {
         emit_mid_split(c, red);
     } else if (red && sp->post == c->late) {
