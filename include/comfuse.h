@@ -225,6 +225,11 @@ typedef struct cf_options {
                             after the next mainloop (a late finish, where the
                             epilogue allows it and the stages leave room);
                             true: every tile waits for its row at once        */
+    int pair_tiles;      /* 0 auto, 1 yes, -1 no.  With a late finish through L2 after the epilogue's only
+                            exchange: each CTA takes two adjacent column tiles of a
+                            row block (one per warpgroup) and posts their combined
+                            row partials, so a row has half the ranks to gather;
+                            cluster_n then counts CTAs of two tiles each       */
 } cf_options;
 
 enum { CF_REDUCE_AUTO = 0, CF_REDUCE_PEER = 1, CF_REDUCE_LEADER = 2, CF_REDUCE_GLOBAL = 3 };
@@ -264,6 +269,7 @@ typedef struct cf_resources {
                                  go through L2, which needs no cluster)           */
     int reduce_mode;          /* CF_REDUCE_*, 0 without row reductions             */
     bool late_finish;         /* tiles finish after the next mainloop (sync_finish) */
+    bool pair_tiles;          /* each CTA takes two column tiles of a row block (cf_options) */
     int gelu_at_store;        /* 16-bit outputs whose GELU the store computes on packed
                                  pairs in the output's type (bf16: rel. error ~2.8e-3) */
     bool cache_hit;

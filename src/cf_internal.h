@@ -281,6 +281,8 @@ typedef struct cf_cg_options {
                             before the next mainloop                            */
     bool cooperative;    /* both consumer warpgroups on one 2*bm x bn tile      */
     bool finisher;       /* a fourth warpgroup finishes late tiles (when they are) */
+    bool pair_tiles;     /* each CTA takes two adjacent column tiles of a row block, one per
+                            warpgroup, and posts their combined partials (cf_cg_can_pair) */
 } cf_cg_options;
 
 /* CF_ERR_UNSUPPORTED when the IR uses what the code generator cannot emit yet. */
@@ -291,6 +293,12 @@ void cf_cg_epi_layout(const cf_ir *ir, size_t *offsets, size_t *size, size_t *al
 /* Whether Ψ finishes the tiles of this IR late with these options (the park
  * fits, the last stage qualifies, few enough exchanges; docs/design.md). */
 bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt);
+/* Whether the pair of column tiles per CTA (opt->pair_tiles) applies: tiles finish late on
+ * their own consumer (no finisher), through L2, after the epilogue's only exchange. */
+bool cf_cg_can_pair(const cf_ir *ir, const cf_cg_options *opt);
+/* Rounds of L2 loads a tile's gathers take over all its exchanges through L2 (a lane loads
+ * 8 ranks' pairs or 16 ranks' words a round; cf_reduce.cuh's cf_gather_shape). */
+int cf_cg_gather_rounds(const cf_ir *ir, const cf_cg_options *opt);
 /* Whether the kernel has a finisher warpgroup (opt->finisher, and tiles finish late). */
 bool cf_cg_has_finisher(const cf_ir *ir, const cf_cg_options *opt);
 /* Whether the ring of `stages` (tile_m x 64 and 64 x bn operand blocks) and staging of

@@ -59,7 +59,12 @@ static const char kernel_opts_usage[] =
     "  --sync-finish       through L2, finish every tile before the next mainloop\n"
     "                      (default: post the row partials, park the tile in shared\n"
     "                      memory and finish it after the next mainloop; needs the\n"
-    "                      stages to leave room, 5 at 128x128)\n";
+    "                      stages to leave room, 5 at 128x128)\n"
+    "  --pair-tiles on|off with a late finish after the epilogue's only exchange:\n"
+    "                      each CTA takes two adjacent column tiles of a row block\n"
+    "                      (one per warpgroup) and posts one row partial for both,\n"
+    "                      so --cluster counts CTAs of two tiles (default: on where\n"
+    "                      it applies and no tile shape is given)\n";
 
 static const char emit_usage[] =
     "usage: comfuse emit [kernel options] SPEC.cf\n"
@@ -254,6 +259,8 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
             o->kopt.schedule = strcmp(v, "pingpong") == 0      ? CF_SCHEDULE_PINGPONG
                                : strcmp(v, "cooperative") == 0 ? CF_SCHEDULE_COOPERATIVE
                                                                : CF_SCHEDULE_FINISHER;
+        } else if (strcmp(a, "--pair-tiles") == 0 && v && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0)) {
+            o->kopt.pair_tiles = strcmp(v, "on") == 0 ? 1 : -1;
         } else if (strcmp(a, "--reduce-mode") == 0 &&
                    (strcmp(v, "peer") == 0 || strcmp(v, "leader") == 0 || strcmp(v, "global") == 0)) {
             o->kopt.reduce_mode = strcmp(v, "peer") == 0     ? CF_REDUCE_PEER
@@ -351,8 +358,9 @@ const char *cli_layout_text(const cf_resources *r, char *buf, size_t n)
                                                               : "pingpong",
                        r->cluster_n);
     if (r->reduce_mode && r->row_ctas > 1 && len > 0 && (size_t)len < n)
-        snprintf(buf + len, n - (size_t)len, ", row reductions over %d CTAs through %s%s", r->row_ctas,
-                 how[r->reduce_mode], r->late_finish ? ", tiles finished late" : "");
+        snprintf(buf + len, n - (size_t)len, ", row reductions over %d CTAs%s through %s%s", r->row_ctas,
+                 r->pair_tiles ? " of two column tiles each" : "", how[r->reduce_mode],
+                 r->late_finish ? ", tiles finished late" : "");
     return buf;
 }
 

@@ -584,7 +584,12 @@ bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks)
  * output's own rounding). */
 static bool late_fits_smem(const cf_cg_options *o)
 {
-    return cf_cg_smem_fits(o->bm, o->bm, o->bn, o->stages, o->bn / 64);   /* whole-tile staging, pingpong */
+    /* whole-tile staging, pingpong; a pair of tiles also hands WG0's words over (two
+     * mbarriers and 8 bytes a row, cf_sm90.cuh's CF_SMEM_FIXED) */
+    const long pair = o->pair_tiles ? 16 + 8L * o->bm : 0;
+    return cf_cg_smem_fits(o->bm, o->bm, o->bn, o->stages, o->bn / 64) &&
+           1024 + 16L * o->stages + 96 + pair + (long)o->stages * (o->bm + o->bn) * 128 + 2L * o->bn * o->bm * 2 <=
+               232448 - 128;
 }
 
 static const cf_ir_spec *find_late(cg_ctx *c)
@@ -762,8 +767,9 @@ static void emit_post(cg_ctx *c, const cf_ir_node *red)
     ident(red, id, sizeof id);
     if (c->merge_prev) {
         ident(c->merge_r1, id1, sizeof id1);
-        line(c, "cf_row_merge_post<%d, %d>(args, t, raw_%s, red_%s);  /* post (%s, partial) pairs for the row */",
-             c->merge_index, c->n_red, id1, id, c->merge_prev == MERGE_VAR ? "sum" : "max");
+        line(c, "cf_row_merge_post<%s, %d, %d>(args, t, raw_%s, red_%s);  /* post (%s, partial) pairs for the row */",
+             c->merge_prev == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red, id1, id,
+             c->merge_prev == MERGE_VAR ? "sum" : "max");
     } else {
         line(c, "cf_row_post<%s, %d>(args, t, red_%s);  /* quad shuffles, then post the partials for the row */",
              red_op(red->op), c->n_red, id);
@@ -1111,6 +1117,41 @@ bool cf_cg_has_finisher(const cf_ir *ir, const cf_cg_options *opt)
     return fin;
 }
 
+bool cf_cg_can_pair(const cf_ir *ir, const cf_cg_options *opt)
+{
+    cf_cg_options o = *opt;
+    o.pair_tiles = true;
+    if (o.finisher || o.cooperative || !o.red_global || cf_cg_check(ir, &(cf_error){0}) != CF_OK)
+        return false;
+    cg_ctx e = {.ir = ir, .opt = &o};
+    /* the late exchange is the only one: WG0's words wait a mainloop for WG1's */
+    const int reductions = ir->n_stages[0] - 1;
+    bool pair = plan_epilogue(&e) && e.late && !e.mid && (reductions == 1 || (reductions == 2 && e.late_r1));
+    plan_free(&e);
+    return pair;
+}
+
+int cf_cg_gather_rounds(const cf_ir *ir, const cf_cg_options *opt)
+{
+    if (!opt->red_global || opt->row_ctas < 2 || cf_cg_check(ir, &(cf_error){0}) != CF_OK)
+        return 0;
+    cg_ctx e = {.ir = ir, .opt = opt};
+    if (!plan_epilogue(&e))
+        return 0;
+    const int lanes_per_row = 32 / (16 * (opt->bm / 64));
+    const int per_lane = (opt->row_ctas + lanes_per_row - 1) / lanes_per_row;
+    int rounds = 0;
+    for (const cf_ir_spec *sp = ir->epi[0]; sp && sp->post; sp = sp->post) {
+        if (e.merge_of[sp->depth])
+            continue; /* its pair goes with the next stage's reduction */
+        const bool pairs = sp->depth > 0 && e.merge_of[sp->depth - 1];
+        const int round = !pairs && per_lane <= 16 ? 16 : 8;
+        rounds += (per_lane + round - 1) / round;
+    }
+    plan_free(&e);
+    return rounds;
+}
+
 bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt)
 {
     cf_error err;
@@ -1244,6 +1285,12 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     cg_ctx e = {.ir = ir, .opt = opt, .sb = &epi};
     if (!plan_epilogue(&e))
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating code");
+    if (opt->pair_tiles && !cf_cg_can_pair(ir, opt)) {
+        plan_free(&e);
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                         "pair_tiles: needs a late finish through L2 on the consumer warpgroups (pingpong, "
+                         "no --sync-finish, 2 or more CTAs a row) after the epilogue's only exchange");
+    }
     const cf_ir_arg *A = &ir->args[0];
     int n_out = 0;
     for (int i = 0; i < ir->n_args; i++)
@@ -1272,6 +1319,8 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
              tile_m / opt->cluster_n);
     if (e.late)
         line(&c, "#define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */");
+    if (opt->pair_tiles)
+        line(&c, "#define CF_PAIR_TILES 1  /* a CTA's two warpgroups: adjacent column tiles, one post per row */");
     if (e.mid)
         line(&c, "#define CF_FINISHER 1  /* a fourth warpgroup runs the middle stages (cf_epilogue_mid) */\n"
                  "#define CF_MID 1  /* ... while the consumer runs its next mainloop, then finishes the tile late */");

@@ -91,6 +91,15 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
         if (cf_lower(g, &ir, &err) == CF_OK) {
             if (o.cluster_n > 1 && cf_cg_finishes_late(ir, &cg))
                 o.stages = 5;
+            /* Two column tiles per CTA halve the ranks a row gathers, where the late exchange
+             * is the only one; it pays where that saves a round of L2 loads (8 pairs or 16
+             * words a lane).  perf-notes v14: LN and softmax 5-7 % faster at 16 CTAs a row,
+             * 3-4 % at 32; RMSNorm within 1 % at 8 and 16; slower than the finisher at 8. */
+            cf_cg_options pair = cg;
+            pair.row_ctas = o.cluster_n / 2;
+            pair.pair_tiles = true;
+            bool paired = o.cluster_n >= 4 && cf_cg_can_pair(ir, &pair) &&
+                          cf_cg_gather_rounds(ir, &pair) < cf_cg_gather_rounds(ir, &cg);
             /* A finisher warpgroup pays where a consumer's epilogue (first part and late finish,
              * ~3.2k cycles per reduction + ~2.4k per round of 8 ranks' L2 loads) outlasts the
              * other warpgroup's mainloop (~8.3 K cycles a tile), and only if the finisher keeps
@@ -101,8 +110,15 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
             const double mainloop = 8.3 * (double)k;
             cg.finisher = true;
             if (o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) && 3000.0 + 2400.0 * rounds <= 0.8 * mainloop &&
-                3200.0 * reductions + 2400.0 * rounds > 0.9 * mainloop)
+                3200.0 * reductions + 2400.0 * rounds > 0.9 * mainloop) {
                 o.schedule = CF_SCHEDULE_FINISHER;
+                paired = false;
+            }
+            if (paired) {
+                o.pair_tiles = 1;
+                o.cluster_n /= 2;
+                o.stages = 5;
+            }
             /* Four or more reductions (LN+softmax) spill ~500 bytes per thread; up to
              * K = 2048 a stage fewer, 32 KB more L1 for the spills, is faster (perf-notes
              * v11: 2.61 -> 2.52, 2.22 -> 2.07, 1.99 -> 1.96 of cuBLAS); at K = 4096 not. */
@@ -128,6 +144,20 @@ void cf_options_fill(cf_options *o, cf_options def)
     if (def.schedule == CF_SCHEDULE_FINISHER &&
         (o->sync_finish || shape_given || (o->reduce_mode && o->reduce_mode != CF_REDUCE_GLOBAL)))
         def.schedule = CF_SCHEDULE_PINGPONG;
+    /* the pair was chosen for the default's late finish, row group and schedule */
+    if (!o->pair_tiles)
+        o->pair_tiles = def.pair_tiles == 1 && !o->sync_finish && !shape_given &&
+                                (!o->reduce_mode || o->reduce_mode == CF_REDUCE_GLOBAL) &&
+                                (!o->schedule || o->schedule == CF_SCHEDULE_PINGPONG)
+                            ? 1
+                            : -1;
+    if (def.pair_tiles == 1 && o->pair_tiles != 1 && def.cluster_n < 64)
+        def.cluster_n *= 2;   /* a CTA per tile again */
+    else if (def.pair_tiles != 1 && o->pair_tiles == 1 && def.cluster_n > 1) {
+        def.cluster_n /= 2;
+        if (def.schedule == CF_SCHEDULE_FINISHER)
+            def.schedule = CF_SCHEDULE_PINGPONG;   /* the pair's warpgroups finish their own tiles */
+    }
     if (!o->schedule)
         o->schedule = def.schedule;
     /* def is for a graph with reductions when its mode is global.  The DSMEM
@@ -233,7 +263,7 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
         cf_cg_options cg = {.bm = o->block_m, .bn = o->block_n, .stages = o->stages,
                             .cluster_n = global ? 1 : o->cluster_n, .row_ctas = o->cluster_n,
                             .red_leader = o->reduce_mode == CF_REDUCE_LEADER, .red_global = global,
-                            .sync_finish = o->sync_finish,
+                            .sync_finish = o->sync_finish, .pair_tiles = o->pair_tiles == 1,
                             .cooperative = o->schedule == CF_SCHEDULE_COOPERATIVE,
                             .finisher = o->schedule == CF_SCHEDULE_FINISHER};
         st = cf_codegen(k->ir, &cg, title, &k->src, err);
@@ -326,6 +356,7 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
     r->reduce_mode = !k->info[INFO_NUM_RED] ? 0 : k->info[INFO_RED_GLOBAL] ? CF_REDUCE_GLOBAL
                                                                           : k->opt.reduce_mode;
     r->late_finish = k->info[INFO_LATE_FINISH] != 0;
+    r->pair_tiles = k->opt.pair_tiles == 1;
     r->gelu_at_store = cf_cg_gelu_stores(k->ir);
     r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;
     r->compile_ms = k->cubin.compile_ms;
@@ -419,7 +450,7 @@ static int64_t dim_of(const cf_launch_args *a, cf_dim d) { return d >= 0 ? a->di
 bool cf_kernel_wide(const cf_kernel *k, int64_t n)
 {
     return k && k->compiled && k->ir->n_stages[0] > 1 &&
-           n > (int64_t)k->info[INFO_BN] * k->info[INFO_ROW_CTAS];
+           n > (int64_t)k->info[INFO_BN] * k->info[INFO_ROW_CTAS] * (k->opt.pair_tiles == 1 ? 2 : 1);
 }
 
 /* The GEMM of the wide path: the same X and W, C = X @ W kept in f32. */
@@ -571,7 +602,8 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     int cl = k->info[INFO_CLUSTER_N], rc = k->info[INFO_ROW_CTAS];
     int64_t tiles_m = (M + k->info[INFO_TILE_M] - 1) / k->info[INFO_TILE_M];
     int64_t tiles_n = (N + bn - 1) / bn;
-    int64_t group_tiles = tiles_m * ((tiles_n + rc - 1) / rc);
+    const int64_t per_group = (int64_t)rc * (k->opt.pair_tiles == 1 ? 2 : 1);   /* column tiles of a row group */
+    int64_t group_tiles = tiles_m * ((tiles_n + per_group - 1) / per_group);
     int64_t groups = (int64_t)k->max_clusters * cl / rc;
     if (groups < 1)
         return cf_errorf(err, CF_ERR_CUDA, (cf_loc){0},

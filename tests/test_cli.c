@@ -69,7 +69,7 @@ int main(int argc, char **argv)
     CHECK_CONTAINS(buf, "fused kernel (no --shape: default options): tile 128x128");
     CHECK_CONTAINS(buf, "static (reduction exchange)");
     CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 examples/gemm_bias_ln.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "cluster 1x1, row reductions over 16 CTAs through L2");
+    CHECK_CONTAINS(buf, "cluster 1x1, row reductions over 8 CTAs of two column tiles each through L2");
     CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 --reduce-mode leader examples/gemm_bias_ln.cf", buf,
                        sizeof buf));
     CHECK_CONTAINS(buf, "4 stages, pingpong, cluster 16x1, row reductions over 16 CTAs through DSMEM via rank 0");
@@ -94,14 +94,24 @@ int main(int argc, char **argv)
         {"--shape M=64,N=64,K=64 --schedule cooperative examples/gemm.cf",
          "4 stages, cooperative (one tile of 2 x block_m rows), cluster 2x1"},
         {"--shape M=8192,N=4096,K=4096 examples/gemm_rmsnorm.cf",
-         "5 stages, pingpong, cluster 1x1, row reductions over 32 CTAs through L2, tiles finished late, 384 threads"},
+         "5 stages, pingpong, cluster 1x1, row reductions over 16 CTAs of two column tiles each through L2, "
+         "tiles finished late, 384 threads"},
+        {"--shape M=16384,N=2048,K=1024 examples/gemm_rmsnorm.cf",   /* one round of 16 words either way */
+         "5 stages, pingpong, cluster 1x1, row reductions over 16 CTAs through L2, tiles finished late"},
+        {"--shape M=16384,N=2048,K=1024 --pair-tiles off examples/gemm_bias_ln.cf",
+         "5 stages, pingpong, cluster 1x1, row reductions over 16 CTAs through L2, tiles finished late"},
+        {"--shape M=16384,N=1024,K=1024 --pair-tiles on examples/gemm_rmsnorm.cf",
+         "row reductions over 4 CTAs of two column tiles each through L2"},
+        {"--shape M=16384,N=1024,K=1024 --pair-tiles on examples/gemm_bias_ln.cf",   /* not the finisher's */
+         "5 stages, pingpong, cluster 1x1, row reductions over 4 CTAs of two column tiles each through L2"},
         {"--shape M=16384,N=1024,K=1024 examples/gemm_rmsnorm.cf", "5 stages, pingpong, cluster 1x1"},
         {"--shape M=16384,N=1024,K=1024 examples/gemm_softmax.cf",
          "5 stages, pingpong + a finisher warpgroup, cluster 1x1, row reductions over 8 CTAs through L2, "
          "tiles finished late, 512 threads"},
         {"--shape M=16384,N=1024,K=1024 examples/gemm_bias_ln.cf", "pingpong + a finisher warpgroup"},
         {"--shape M=16384,N=2048,K=1024 examples/gemm_bias_ln.cf",
-         "5 stages, pingpong, cluster 1x1, row reductions over 16 CTAs through L2, tiles finished late, 384 threads"},
+         "5 stages, pingpong, cluster 1x1, row reductions over 8 CTAs of two column tiles each through L2, "
+         "tiles finished late, 384 threads"},
         {"--shape M=16384,N=1024,K=1024 --sync-finish examples/gemm_bias_ln.cf",
          "6 stages, pingpong, cluster 1x1, row reductions over 8 CTAs through L2, 384 threads"},
         {"--shape M=16384,N=1024,K=1024 examples/gemm_ln_softmax.cf", "4 stages, pingpong + a finisher warpgroup"},

@@ -162,36 +162,44 @@ static void test_nvrtc(void)
         cf_options opt;
         const char *ptx_needs; /* an instruction this configuration must use */
     } cases[] = {
-        {"examples/gemm.cf", true, {128, 128, 6, 2, 0, CF_SCHEDULE_PINGPONG, false}, "multicast::cluster"},
-        {"examples/gemm.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, false}, "multicast::cluster"},
-        {"examples/gemm_bias_gelu.cf", true, {128, 128, 6, 1, 0, CF_SCHEDULE_PINGPONG, false}, "tanh.approx"},
-        {"examples/gemm_bias_gelu.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, false}, "tanh.approx"},
-        {"tests/specs/all_elementwise.cf", false, {64, 128, 4, 1, 0, CF_SCHEDULE_PINGPONG, false}, "ld.global"},
-        {"tests/specs/all_elementwise.cf", false, {64, 256, 4, 1, 0, CF_SCHEDULE_COOPERATIVE, false}, "ld.global"},
-        {"examples/gemm_bias_ln.cf", true, {64, 128, 6, 8, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, false}, "st.async"},
-        {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, false}, "st.async"},
-        {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, false}, "mapa"},
-        {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, false}, "shfl.sync.bfly"},
+        {"examples/gemm.cf", true, {128, 128, 6, 2, 0, CF_SCHEDULE_PINGPONG, false, 0}, "multicast::cluster"},
+        {"examples/gemm.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, false, 0}, "multicast::cluster"},
+        {"examples/gemm_bias_gelu.cf", true, {128, 128, 6, 1, 0, CF_SCHEDULE_PINGPONG, false, 0}, "tanh.approx"},
+        {"examples/gemm_bias_gelu.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, false, 0}, "tanh.approx"},
+        {"tests/specs/all_elementwise.cf", false, {64, 128, 4, 1, 0, CF_SCHEDULE_PINGPONG, false, 0}, "ld.global"},
+        {"tests/specs/all_elementwise.cf", false, {64, 256, 4, 1, 0, CF_SCHEDULE_COOPERATIVE, false, 0}, "ld.global"},
+        {"examples/gemm_bias_ln.cf", true, {64, 128, 6, 8, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, false, 0}, "st.async"},
+        {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, false, 0}, "st.async"},
+        {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, false, 0}, "mapa"},
+        {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, false, 0}, "shfl.sync.bfly"},
         /* through L2: (partial, epoch) pairs with coherent 64-bit loads and stores */
-        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "ld.relaxed.gpu.global.v2.u64"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "st.relaxed.gpu.global.v2.u64"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "st.relaxed.gpu.global.u64"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "ld.relaxed.gpu.global.u64"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "atom.global.add"},
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "ld.relaxed.gpu.global.v2.u64"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "st.relaxed.gpu.global.v2.u64"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "st.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "ld.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "atom.global.add"},
         /* late finish: the parked tile comes back with ldmatrix beside the next accumulator */
-        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "ldmatrix.sync.aligned.m8n8.x4"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "ldmatrix.sync.aligned.m8n8.x4"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false}, "cvt.f32.f16"},
+        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "ldmatrix.sync.aligned.m8n8.x4"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "ldmatrix.sync.aligned.m8n8.x4"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "cvt.f32.f16"},
         /* a finisher warpgroup (512 threads) takes the late finish: 120 registers, the parked tile
          * handed over by mbarriers; the traced kernel of bench/trace.sh compiles too (below) */
-        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false},
+        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 0},
          "setmaxnreg.dec.sync.aligned.u32 120"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 0},
          "setmaxnreg.inc.sync.aligned.u32 184"},
-        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false},
+        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 0},
          "mbarrier.try_wait.parity"},
+        /* two column tiles per CTA: WG0 hands its row words to WG1 through shared memory, WG1
+         * posts one merged word (pair) per row for both */
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 1},
+         "st.shared.v2.f32"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 1},
+         "ld.shared.v2.f32"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 1},
+         "mbarrier.arrive"},
         /* LN+softmax: the finisher runs the stages between the two exchanges (CF_MID) */
-        {"examples/gemm_ln_softmax.cf", false, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false},
+        {"examples/gemm_ln_softmax.cf", false, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 0},
          "ex2.approx.ftz.f32"},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
@@ -244,7 +252,7 @@ static void test_nvrtc(void)
         cf_graph *g = parse("examples/gemm_bias_ln.cf");
         cf_kernel *k = NULL;
         cf_error err;
-        cf_options opt = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false};
+        cf_options opt = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0};
         setenv("CF_TRACE", "1", 1);
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "traced", &k, &err));
         CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
@@ -370,10 +378,10 @@ static void test_late_finish(void)
     } cases[] = {
         /* LayerNorm (merged): x - tile mean, bf16 */
         {"input b: f32[N]\nx = X @ W + b\nd = x - mean(x)\noutput Y: bf16 = d * rsqrt(mean(d * d) + 1e-5)\n",
-         "cf_park_tile<CF_PARK_BF16>(t, T0)", "cf_row_merge_post<0, 1>", 0},
+         "cf_park_tile<CF_PARK_BF16>(t, T0)", "cf_row_merge_post<CF_MERGE_VAR, 0, 1>", 0},
         /* softmax (merged): exp(z - tile max) in [0, 1], f16; output f16 restaged as f16 */
         {"s = X @ W\ne = exp(s - max(s))\noutput Y: f16 = e / sum(e)\n", "cf_park_tile<CF_PARK_F16>(t, T0)",
-         "cf_row_merge_post<0, 1>", 0},
+         "cf_row_merge_post<CF_MERGE_SOFTMAX, 0, 1>", 0},
         /* RMSNorm (one exchange): x itself, only multiplied afterwards */
         {"x = X @ W\noutput Y: bf16 = x * rsqrt(mean(x * x) + 1e-6)\n", "cf_park_tile<CF_PARK_BF16>(t, T0)",
          "cf_row_post<CF_RED_SUM, 0>", 0},
@@ -381,11 +389,11 @@ static void test_late_finish(void)
          * the consumer parks x - tile mean (bf16) after the first post; the mid posts the second */
         {"x = X @ W\nd = x - mean(x)\nz = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\n"
          "output Y: bf16 = e / sum(e)\n",
-         "cf_park_tile<CF_PARK_BF16>(t, T0)", "cf_row_merge_post<2, 3>", 0},
+         "cf_park_tile<CF_PARK_BF16>(t, T0)", "cf_row_merge_post<CF_MERGE_SOFTMAX, 2, 3>", 0},
         /* the same at 16 CTAs per row: two rounds of pairs, still merged, still late */
         {"x = X @ W\nd = x - mean(x)\nz = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\n"
          "output Y: bf16 = e / sum(e)\n",
-         "cf_park_tile<CF_PARK_F16>(t, T0)", "cf_row_merge_post<2, 3>", 2048},
+         "cf_park_tile<CF_PARK_F16>(t, T0)", "cf_row_merge_post<CF_MERGE_SOFTMAX, 2, 3>", 2048},
         /* at 32 CTAs per row: no merges, four exchanges, three of them waited for anyway, so
          * the tile finishes at once and keeps its sixth stage */
         {"x = X @ W\nd = x - mean(x)\nz = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\n"
@@ -467,7 +475,20 @@ static void test_default_options(void)
     cf_options sync = {.sync_finish = true};
     cf_options_fill(&sync, cf_options_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(6, sync.stages);
-    CHECK_EQ_INT(32, cf_options_for(ln, 8192, 4096, 4096).cluster_n);
+    CHECK_EQ_INT(0, o.pair_tiles); /* the finisher's shape (8 CTAs: one round of pairs either way) */
+    /* two column tiles per CTA where that saves a round of the gather: 16 CTAs of pairs are
+     * two rounds, 8 one */
+    o = cf_options_for(ln, 16384, 2048, 1024);
+    CHECK_EQ_INT(1, o.pair_tiles);
+    CHECK_EQ_INT(8, o.cluster_n);
+    cf_options unpaired = {.pair_tiles = -1};
+    cf_options_fill(&unpaired, o);
+    CHECK_EQ_INT(16, unpaired.cluster_n);
+    cf_options given = {.cluster_n = 16};   /* a row group given: a CTA per tile, as asked */
+    cf_options_fill(&given, o);
+    CHECK_EQ_INT(-1, given.pair_tiles);
+    CHECK_EQ_INT(16, cf_options_for(ln, 8192, 4096, 4096).cluster_n);
+    CHECK_EQ_INT(1, cf_options_for(ln, 8192, 4096, 4096).pair_tiles);
     CHECK_EQ_INT(64, cf_options_for(ln, 64, 30000, 256).cluster_n); /* wider rows: the wide path */
     CHECK_EQ_INT(1, cf_options_for(gelu, 16384, 1024, 1024).cluster_n);
     cf_graph *lns = parse("examples/gemm_ln_softmax.cf");   /* 4 reductions: a stage fewer up to K = 2048 */
@@ -643,6 +664,37 @@ static const char *after(const char *text, const char *what)
     return p ? p + strlen(what) : text;
 }
 
+/* Two column tiles per CTA (pair_tiles): only where a late finish follows the epilogue's only
+ * exchange, and the error says what it needs; the row group then counts CTAs of two tiles. */
+static void test_pair_tiles(void)
+{
+    cf_graph *ln = parse("examples/gemm_bias_ln.cf"), *lns = parse("examples/gemm_ln_softmax.cf");
+    cf_error err;
+    cf_kernel *k = NULL;
+    cf_options o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 1};
+    CHECK_EQ_INT(CF_OK, ln ? cf_kernel_build(ln, &o, "pair", &k, &err) : CF_ERR_INTERNAL);
+    const char *text = k ? cf_kernel_source(k) : NULL;
+    CHECK_CONTAINS(text, "#define CF_PAIR_TILES 1");
+    CHECK_CONTAINS(text, "#define CF_ROW_CTAS 8");
+    cf_kernel_free(k);
+    const struct {
+        cf_graph *g;
+        cf_options o;
+    } bad[] = {
+        {ln, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 1}},   /* the finisher finishes */
+        {ln, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, true, 1}},    /* nothing finishes late */
+        {lns, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 1}},  /* two exchanges */
+    };
+    for (int i = 0; i < CF_ARRAY_LEN(bad); i++) {
+        k = NULL;
+        CHECK_EQ_INT(CF_ERR_INVALID_ARG, bad[i].g ? cf_kernel_build(bad[i].g, &bad[i].o, "bad", &k, &err) : CF_ERR_INTERNAL);
+        CHECK_CONTAINS(err.msg, "pair_tiles: needs a late finish");
+        CHECK(k == NULL);
+    }
+    cf_graph_free(ln);
+    cf_graph_free(lns);
+}
+
 static void test_mid_part(void)
 {
     static const char *lnsm = "input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\nd = x - mean(x)\n"
@@ -650,13 +702,13 @@ static void test_mid_part(void)
     cf_graph *g = NULL;
     cf_error err;
     CHECK_EQ_INT(CF_OK, cf_spec_parse(lnsm, strlen(lnsm), "mid.cf", &g, &err));
-    cf_options fin = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false};
+    cf_options fin = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 0};
     cf_kernel *k = NULL;
     CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &fin, "mid", &k, &err));
     const char *text = k ? cf_kernel_source(k) : NULL;
     /* in order: the consumer's post and park, the mid part, the late finish */
     const char *p = after(text, "#define CF_MID 1");
-    p = after(p, "cf_row_merge_post<0, 1>(args, t, raw_");
+    p = after(p, "cf_row_merge_post<CF_MERGE_VAR, 0, 1>(args, t, raw_");
     p = after(p, "cf_park_tile<CF_PARK_BF16>(t, T0);");
     p = after(p, "void cf_epilogue_mid(const cf_gemm_args &args, const cf_tile &t)");
     p = after(p, "cf_row_merge_finish<CF_MERGE_VAR, 0, 1>");
@@ -665,7 +717,7 @@ static void test_mid_part(void)
     p = after(p, "cf_unpark8<CF_PARK_BF16>");
     p = after(p, "op_exp(");
     p = after(p, "cf_restage8<CF_PARK_F16>(t, r / 8, y8);");
-    p = after(p, "cf_row_merge_post<2, 3>(args, t, raw_");
+    p = after(p, "cf_row_merge_post<CF_MERGE_SOFTMAX, 2, 3>(args, t, raw_");
     p = after(p, "void cf_epilogue_finish(");
     p = after(p, "cf_row_merge_finish<CF_MERGE_SOFTMAX, 2, 3>");
     p = after(p, "cf_unpark8<CF_PARK_F16>");
@@ -717,6 +769,7 @@ int main(void)
     test_default_options();
     test_late_finish();
     test_mid_part();
+    test_pair_tiles();
     test_gelu_at_store();
     return tu_finish("test_codegen");
 }

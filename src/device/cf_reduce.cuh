@@ -199,9 +199,11 @@ __device__ __forceinline__ void cf_reduce_init()
  * folded in rank order -- Chan et al.'s pairwise update for the variance (accurate when
  * |mean| >> std), the online-softmax rescaling for the exp sums.  The values the next
  * stage carries on are corrected per row with corr: d + corr, e * corr. */
-__device__ __forceinline__ int cf_tile_cols(const cf_tile &t, int q)  /* valid columns of rank q's tile */
+/* Valid columns of what rank q of the row group posts: its tile, or with CF_PAIR_TILES its two. */
+__device__ __forceinline__ int cf_tile_cols(const cf_tile &t, int q)
 {
-    return cf_imax(0, cf_imin(CF_BN, t.N - (t.n0 + (q - t.rank) * CF_BN)));
+    const int first = t.n0 + ((q - t.rank) * CF_GROUP_TILES - (CF_PAIR_TILES ? t.wg : 0)) * CF_BN;
+    return cf_imax(0, cf_imin(CF_GROUP_TILES * CF_BN, t.N - first));
 }
 /* A stable shift for exp: a tile (or row) whose max is -inf shifts by 0. */
 __device__ __forceinline__ float cf_shift_of(float m) { return m == __int_as_float(0xff800000) ? 0.0f : m; }
@@ -217,7 +219,7 @@ template <int OP> __device__ __forceinline__ void cf_row_reduce_local(float (&pa
 /* 1 / (this tile's valid columns): its own mean is sum * this, here and in the finisher. */
 __device__ __forceinline__ float cf_own_cols_inv(const cf_tile &t)
 {
-    const int n = cf_tile_cols(t, t.rank);
+    const int n = cf_imax(0, cf_imin(CF_BN, t.N - t.n0));
     return n > 0 ? 1.0f / (float)n : 0.0f;
 }
 /* The tile's own mean (raw keeps its sum for the exchange). */
@@ -441,15 +443,79 @@ __device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args, 
     cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
 
+#if CF_PAIR_TILES
+/* A CTA's two tiles of a row block (WG0 columns 2 rank, WG1 2 rank + 1) post one word (pair) per
+ * row, so a row has half the ranks to gather: WG0 hands its quad-reduced words to WG1 through
+ * shared memory and returns false; WG1 folds them into its own (w0, w1) and returns true.  WG1
+ * runs its first part a mainloop after WG0's, so the words wait for it, not it for them. */
+template <int KIND>
+__device__ __forceinline__ bool cf_pair_merge(const cf_tile &t, float (&w0)[CF_ROWS], float (&w1)[CF_ROWS])
+{
+    const unsigned full = t.pair_bar, empty = t.pair_bar + 8, words = t.pair_bar + 16;
+    const unsigned n = (unsigned)t.parks;   /* this warpgroup's tiles before this one */
+    if (t.wg == 0) {
+        if (n > 0) cf_mbar_wait(empty, (n - 1) & 1u);   /* WG1 has read the previous tile's */
+        if ((t.lane & 3) == 0) {
+#pragma unroll
+            for (int s = 0; s < CF_ROWS; ++s)
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(words + 8 * cf_slot_row(t, s)), "f"(w0[s]),
+                             "f"(w1[s]) : "memory");
+        }
+        cf_mbar_arrive(full);
+        return false;
+    }
+    cf_mbar_wait(full, n & 1u);
+    float o0[CF_ROWS], o1[CF_ROWS];
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s)
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(o0[s]), "=f"(o1[s]) : "r"(words + 8 * cf_slot_row(t, s))
+                     : "memory");
+    cf_mbar_arrive(empty);
+    const float n0 = (float)cf_imax(0, cf_imin(CF_BN, t.N - (t.n0 - CF_BN)));   /* WG0's tile, to the left */
+    const float n1 = (float)cf_imax(0, cf_imin(CF_BN, t.N - t.n0));
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        if (KIND == CF_MERGE_VAR) {   /* (sum, sum of squares about the tile's mean): Chan et al. */
+            if (n1 > 0.0f && n0 > 0.0f) {
+                const float d = __fdividef(w0[s], n1) - __fdividef(o0[s], n0);
+                w1[s] = o1[s] + w1[s] + d * d * __fdividef(n0 * n1, n0 + n1);
+                w0[s] = o0[s] + w0[s];
+            } else if (n1 == 0.0f) {
+                w0[s] = o0[s];
+                w1[s] = o1[s];
+            }
+        } else if (KIND == CF_MERGE_SOFTMAX) {   /* (max, sum of exp(z - shift(max))) */
+            const cf_fold f = cf_fold_add<KIND>(cf_fold{0.0f, o0[s], o1[s]}, 1.0f, w0[s], w1[s]);
+            w0[s] = f.a;
+            w1[s] = f.b;
+        } else {
+            w0[s] = cf_red_combine<KIND>(o0[s], w0[s]);
+        }
+    }
+    return true;
+}
+#endif
+
 /* A merged exchange in two halves: post the (raw, part) pairs, then (at once, or after the
  * next mainloop with a late finish) fold the row's pairs and correct this tile's shift. */
-template <int R1, int R2>
+template <int KIND, int R1, int R2>
 __device__ __forceinline__ void cf_row_merge_post(const cf_gemm_args &args, const cf_tile &t, const float (&raw)[CF_ROWS],
                                                   float (&part)[CF_ROWS])
 {
     static_assert(R2 == R1 + 1, "a merged exchange takes two consecutive slot regions");
     cf_row_reduce_local<CF_RED_SUM>(part);
+#if CF_PAIR_TILES
+    float w0[CF_ROWS], w1[CF_ROWS];   /* raw stays this tile's own, for its late finish */
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s) {
+        w0[s] = raw[s];
+        w1[s] = part[s];
+    }
+    if (cf_pair_merge<KIND>(t, w0, w1))
+        cf_post_rows<2>(t, cf_xchg_slots<R1, 2>(args, t), w0, w1);
+#else
     cf_post_rows<2>(t, cf_xchg_slots<R1, 2>(args, t), raw, part);
+#endif
 }
 template <int KIND, int R1, int R2>
 __device__ __forceinline__ void cf_row_merge_finish(const cf_gemm_args &args, const cf_tile &t,
@@ -481,7 +547,7 @@ template <int KIND, int R1, int R2>
 __device__ __forceinline__ void cf_row_merge(const cf_gemm_args &args, const cf_tile &t, const float (&raw)[CF_ROWS],
                                              float (&stat)[CF_ROWS], float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
 {
-    cf_row_merge_post<R1, R2>(args, t, raw, part);
+    cf_row_merge_post<KIND, R1, R2>(args, t, raw, part);
     cf_row_merge_finish<KIND, R1, R2>(args, t, raw, stat, part, corr);
 }
 
@@ -490,7 +556,16 @@ template <int OP, int RED> __device__ __forceinline__ void cf_row_post(const cf_
                                                                        float (&part)[CF_ROWS])
 {
     cf_row_reduce_local<OP>(part);
+#if CF_PAIR_TILES
+    float w[CF_ROWS];
+#pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s)
+        w[s] = part[s];
+    if (cf_pair_merge<OP>(t, w, w))
+        cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), w, w);
+#else
     cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
+#endif
 }
 template <int OP, int RED> __device__ __forceinline__ void cf_row_finish(const cf_gemm_args &args, const cf_tile &t,
                                                                          float (&part)[CF_ROWS])

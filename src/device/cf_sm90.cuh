@@ -173,7 +173,12 @@
  * (64 bf16/f16 columns or 32 f32 columns) x CF_BM rows, 128B-swizzled (the TMA store layout).
  * A bf16 tile has CF_BN/64 chunks; with fewer staging chunks the store runs in several passes. */
 #define CF_STG_CHUNK_BYTES (CF_BM * 128)
-#define CF_SMEM_FIXED (1024 + 2 * 8 * CF_STAGES + 96)   /* alignment slack + mbarriers */
+#ifndef CF_PAIR_TILES
+#define CF_PAIR_TILES 0   /* 1: a CTA's two warpgroups take adjacent column tiles of one row block (cf_pair_merge) */
+#endif
+#define CF_GROUP_TILES (CF_PAIR_TILES ? 2 : 1)   /* column tiles per CTA in one row-group slot */
+/* alignment slack + mbarriers (+ the pair's handoff: two mbarriers and a word pair per row) */
+#define CF_SMEM_FIXED (1024 + 2 * 8 * CF_STAGES + 96 + (CF_PAIR_TILES ? 16 + CF_BM * 8 : 0))
 #ifndef CF_STG_CHUNKS
 #if (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * (CF_BN / 64) * CF_STG_CHUNK_BYTES) <= CF_SMEM_LIMIT
 #define CF_STG_CHUNKS (CF_BN / 64)
@@ -216,6 +221,9 @@
 #endif
 #ifndef CF_LATE_FINISH
 #define CF_LATE_FINISH 0
+#endif
+#if CF_PAIR_TILES && (!CF_PINGPONG || !CF_LATE_FINISH || CF_FINISHER)
+#error "CF_PAIR_TILES: pingpong warpgroups that finish their own tiles late (the pair posts after WG1's first part)"
 #endif
 #if CF_LATE_FINISH && CF_STG_CHUNKS != CF_BN / 64
 #error "a late finish parks the whole tile in the staging buffer: lower CF_STAGES until CF_STG_CHUNKS == CF_BN / 64"
@@ -301,6 +309,7 @@ struct cf_tile {
     int bar_id;        /* named barrier of this WG (128 threads) */
     unsigned stg;      /* shared-window address of this WG's staging buffer (CF_STG_BYTES, 1024-aligned) */
     unsigned fin_bar;  /* CF_FINISHER: this WG's mbarriers, parked (+0) and staging free (+8) */
+    unsigned pair_bar; /* CF_PAIR_TILES: the handoff's mbarriers, full (+0) and empty (+8), then its words (+16) */
     int parks;         /* CF_FINISHER: tiles this WG has parked before this one */
 };
 
@@ -928,15 +937,18 @@ __device__ __forceinline__ void cf_trace_at(int w, int j, int ev, int tid, long 
 #define CF_TR(w, j, ev, tid) ((void)0)
 #endif
 
-/* row-group tile ct -> (row tile, column tile) of the CTA with rank `rank` in its row group */
-__device__ __forceinline__ void cf_sched_tile(int ct, int tiles_m, int groups_n, int rank, int &tm, int &tn) {
+/* The CTA's i-th tile -> (row tile, column tile): row-group tile ct = cid + (i / CF_GROUP_TILES) *
+ * nclusters, of which the CTA with rank `rank` takes CF_GROUP_TILES adjacent column tiles. */
+__device__ __forceinline__ void cf_sched_tile(int i, int cid, int nclusters, int tiles_m, int groups_n, int rank,
+                                              int &tm, int &tn) {
+    const int ct = cid + (i / CF_GROUP_TILES) * nclusters;
     const int per_group = CF_GROUP_M * groups_n;
     const int gid = ct / per_group;
     const int first = gid * CF_GROUP_M;
     const int gsz = cf_imin(tiles_m - first, CF_GROUP_M);
     const int loc = ct - gid * per_group;
     tm = first + loc % gsz;
-    tn = (loc / gsz) * CF_ROW_CTAS + rank;
+    tn = ((loc / gsz) * CF_ROW_CTAS + rank) * CF_GROUP_TILES + i % CF_GROUP_TILES;
 }
 
 /* A warpgroup's cf_tile: the fields that stay fixed through the kernel (the tile loop sets the rest). */
@@ -946,6 +958,7 @@ __device__ __forceinline__ cf_tile cf_wg_tile(const cf_gemm_args &args, int M, i
     t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
     t.rank = rank; t.bar_id = bar_id;
     t.parks = 0;
+    t.pair_bar = 0;
 #if CF_RED_GLOBAL && CF_ROW_CTAS > 1
     t.epoch = cf_ld_relaxed_u32(&args.xsync[0]);   /* bumped only after every CTA has read it */
 #else
@@ -962,19 +975,20 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
     const unsigned bar_full = stg0 + 2 * CF_STG_BYTES;
     const unsigned bar_empty = bar_full + 8 * CF_STAGES;
     const unsigned bar_fin = bar_empty + 8 * CF_STAGES;   /* CF_FINISHER: per consumer WG, parked / free */
+    const unsigned bar_pair = bar_fin + 32;                /* CF_PAIR_TILES: full / empty, then the words */
 
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
     const int M = args.M, N = args.N, K = args.K;
     const int tiles_m = (M + CF_TILE_M - 1) / CF_TILE_M;
     const int tiles_n = (N + CF_BN - 1) / CF_BN;
-    const int groups_n = (tiles_n + CF_ROW_CTAS - 1) / CF_ROW_CTAS;
+    const int groups_n = (tiles_n + CF_ROW_CTAS * CF_GROUP_TILES - 1) / (CF_ROW_CTAS * CF_GROUP_TILES);
     const int num_ct = tiles_m * groups_n;
     const int nkb = (K + CF_BK - 1) / CF_BK;
     const int nclusters = gridDim.x / CF_ROW_CTAS;   /* row groups */
     const int cid = blockIdx.x / CF_ROW_CTAS;
     /* tiles of this CTA's stream (identical for all CTAs of a row group) */
-    const int my_n = num_ct > cid ? (num_ct - cid + nclusters - 1) / nclusters : 0;
+    const int my_n = num_ct > cid ? (num_ct - cid + nclusters - 1) / nclusters * CF_GROUP_TILES : 0;
     const int rank = (int)(blockIdx.x % CF_ROW_CTAS);   /* a cluster's CTAs are consecutive */
 #if CF_CLUSTER_N > 1
     const int cl_rank = (int)cf_cluster_ctarank();
@@ -998,6 +1012,10 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             cf_mbar_init(bar_fin + 16 * w + 8, CF_MID ? 128 : 1);
         }
 #endif
+#if CF_PAIR_TILES
+        cf_mbar_init(bar_pair, 128);       /* WG0 has handed its row words over */
+        cf_mbar_init(bar_pair + 8, 128);   /* WG1 has read them */
+#endif
 #if CF_HAS_REDUCE
         cf_reduce_init();
 #endif
@@ -1019,7 +1037,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #pragma unroll 1
             for (int i = 0; i < my_n; ++i) {
                 int tm, tn;
-                cf_sched_tile(cid + i * nclusters, tiles_m, groups_n, rank, tm, tn);
+                cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
                 const int m0 = tm * CF_TILE_M, n0 = tn * CF_BN;
 #pragma unroll 1
                 for (int kb = 0; kb < nkb; ++kb) {
@@ -1058,7 +1076,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         for (int i = 0; i < my_n; ++i) {
             const int w = i & 1;
             int tm, tn;
-            cf_sched_tile(cid + i * nclusters, tiles_m, groups_n, rank, tm, tn);
+            cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
             t.wg = w; t.tile_m = tm; t.tile_n = tn;
             t.m0 = tm * CF_TILE_M; t.n0 = tn * CF_BN;
             t.stg = stg0 + w * CF_STG_BYTES;
@@ -1088,6 +1106,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         t.wg = w;
         t.stg = stg0 + w * CF_STG_BYTES;
         t.fin_bar = bar_fin + 16 * w;
+        t.pair_bar = bar_pair;
 #if CF_PINGPONG
         const int istart = w, istep = 2;
         const unsigned a_off = 0;
@@ -1108,7 +1127,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #pragma unroll 1
         for (int i = istart; i < my_n; i += istep) {
             int tm, tn;
-            cf_sched_tile(cid + i * nclusters, tiles_m, groups_n, rank, tm, tn);
+            cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
             const int pos = i * nkb;
             int stage = pos % CF_STAGES;
             unsigned phase = (unsigned)(pos / CF_STAGES) & 1u;

@@ -168,7 +168,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         T0[r] = e_25;  /* carried to the next stage */
     }
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 6);  /* trace section: the loop above */
-    cf_row_merge_post<2, 3>(args, t, raw_m_21, red_v26);  /* post (max, partial) pairs for the row */
+    cf_row_merge_post<CF_MERGE_SOFTMAX, 2, 3>(args, t, raw_m_21, red_v26);  /* post (max, partial) pairs for the row */
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 7);  /* trace section: post */
     cf_park_tile<CF_PARK_F16>(t, T0);  /* e_25 waits in shared memory while the next mainloop runs */
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 7);  /* trace section: park */
