@@ -253,6 +253,9 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
                        "(each warpgroup finishes its own tile while the other runs its mainloop)");
     else if (o->reduce_mode < CF_REDUCE_AUTO || o->reduce_mode > CF_REDUCE_GLOBAL)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "reduce_mode %d: unknown", o->reduce_mode);
+    else if (o->pair_tiles < -1 || o->pair_tiles > 1)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "pair_tiles %d: must be 0 (auto), 1 or -1",
+                       o->pair_tiles);
     else if (o->cluster_n < 1 || o->cluster_n > (global ? 64 : 16) || (o->cluster_n & (o->cluster_n - 1)))
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cluster_n %d: must be 1, 2, 4, 8 or 16%s",
                        o->cluster_n, reduces ? " (32 or 64 with reduce mode global)" : "");

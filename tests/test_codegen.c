@@ -691,6 +691,10 @@ static void test_pair_tiles(void)
         CHECK_CONTAINS(err.msg, "pair_tiles: needs a late finish");
         CHECK(k == NULL);
     }
+    cf_options odd = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 2};
+    k = NULL;
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, ln ? cf_kernel_build(ln, &odd, "odd", &k, &err) : CF_ERR_INTERNAL);
+    CHECK_CONTAINS(err.msg, "pair_tiles 2: must be 0 (auto), 1 or -1");
     cf_graph_free(ln);
     cf_graph_free(lns);
 }
