@@ -304,7 +304,7 @@ bool cf_cg_has_finisher(const cf_ir *ir, const cf_cg_options *opt);
 /* Whether the ring of `stages` (tile_m x 64 and 64 x bn operand blocks) and staging of
  * stg_chunks 64-column chunks of bm rows per warpgroup fit the 227 KB opt-in shared memory
  * (the kernel's own #error check, computed on the host).  tile_m is bm, or 2 bm cooperative. */
-bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks);
+bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks, bool pair_tiles);
 /* Tile outputs whose GELU their 16-bit store computes in packed 16-bit math. */
 int cf_cg_gelu_stores(const cf_ir *ir);
 /* Appends the CUDA source of the fused kernel to out; title names the spec. */

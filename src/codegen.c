@@ -562,11 +562,13 @@ static void emit_mean_scale(cg_ctx *c, const cf_ir_node *red, const char *id)
     line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
 }
 
-bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks)
+bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks, bool pair_tiles)
 {
-    /* cf_sm90.cuh's CF_SMEM_BYTES: 1024 + 16 stages + 96 + stages x stage + both warpgroups'
-     * staging buffers (stg_chunks x bm rows x 128 bytes each) <= 227 KB less the static 128 bytes */
-    long need = 1024 + 16L * stages + 96 + (long)stages * (tile_m + bn) * 128 + 2L * stg_chunks * bm * 128;
+    /* cf_sm90.cuh's CF_SMEM_BYTES: 1024 + 16 stages + 96 (+ the pair's handoff: two mbarriers
+     * and 8 bytes a row) + stages x stage + both warpgroups' staging buffers (stg_chunks x bm
+     * rows x 128 bytes each) <= 227 KB less the static 128 bytes */
+    long need = 1024 + 16L * stages + 96 + (pair_tiles ? 16 + 8L * bm : 0) + (long)stages * (tile_m + bn) * 128 +
+                2L * stg_chunks * bm * 128;
     return need <= 232448 - 128;
 }
 
@@ -584,12 +586,7 @@ bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks)
  * output's own rounding). */
 static bool late_fits_smem(const cf_cg_options *o)
 {
-    /* whole-tile staging, pingpong; a pair of tiles also hands WG0's words over (two
-     * mbarriers and 8 bytes a row, cf_sm90.cuh's CF_SMEM_FIXED) */
-    const long pair = o->pair_tiles ? 16 + 8L * o->bm : 0;
-    return cf_cg_smem_fits(o->bm, o->bm, o->bn, o->stages, o->bn / 64) &&
-           1024 + 16L * o->stages + 96 + pair + (long)o->stages * (o->bm + o->bn) * 128 + 2L * o->bn * o->bm * 2 <=
-               232448 - 128;
+    return cf_cg_smem_fits(o->bm, o->bm, o->bn, o->stages, o->bn / 64, o->pair_tiles); /* whole-tile staging, pingpong */
 }
 
 static const cf_ir_spec *find_late(cg_ctx *c)

@@ -188,7 +188,7 @@ void cf_options_fill(cf_options *o, cf_options def)
         /* the default depth, as deep as the tile's ring and one staging chunk per warpgroup fit
          * in shared memory (64x256 tiles take 40 KB a stage) */
         const int tile_m = o->schedule == CF_SCHEDULE_COOPERATIVE ? 2 * o->block_m : o->block_m;
-        while (o->stages > 2 && !cf_cg_smem_fits(tile_m, o->block_m, o->block_n, o->stages, 1))
+        while (o->stages > 2 && !cf_cg_smem_fits(tile_m, o->block_m, o->block_n, o->stages, 1, o->pair_tiles == 1))
             o->stages--;
     }
     if (!o->cluster_n)
@@ -450,10 +450,15 @@ static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_error *err)
 
 static int64_t dim_of(const cf_launch_args *a, cf_dim d) { return d >= 0 ? a->dims[d] : 0; }
 
+/* Column tiles of a row group: a tile per CTA, or two with pair_tiles. */
+static int64_t row_group_tiles(const cf_kernel *k)
+{
+    return (int64_t)k->info[INFO_ROW_CTAS] * (k->opt.pair_tiles == 1 ? 2 : 1);
+}
+
 bool cf_kernel_wide(const cf_kernel *k, int64_t n)
 {
-    return k && k->compiled && k->ir->n_stages[0] > 1 &&
-           n > (int64_t)k->info[INFO_BN] * k->info[INFO_ROW_CTAS] * (k->opt.pair_tiles == 1 ? 2 : 1);
+    return k && k->compiled && k->ir->n_stages[0] > 1 && n > (int64_t)k->info[INFO_BN] * row_group_tiles(k);
 }
 
 /* The GEMM of the wide path: the same X and W, C = X @ W kept in f32. */
@@ -605,7 +610,7 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     int cl = k->info[INFO_CLUSTER_N], rc = k->info[INFO_ROW_CTAS];
     int64_t tiles_m = (M + k->info[INFO_TILE_M] - 1) / k->info[INFO_TILE_M];
     int64_t tiles_n = (N + bn - 1) / bn;
-    const int64_t per_group = (int64_t)rc * (k->opt.pair_tiles == 1 ? 2 : 1);   /* column tiles of a row group */
+    const int64_t per_group = row_group_tiles(k);
     int64_t group_tiles = tiles_m * ((tiles_n + per_group - 1) / per_group);
     int64_t groups = (int64_t)k->max_clusters * cl / rc;
     if (groups < 1)

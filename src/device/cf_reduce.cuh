@@ -446,10 +446,12 @@ __device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args, 
 #if CF_PAIR_TILES
 /* A CTA's two tiles of a row block (WG0 columns 2 rank, WG1 2 rank + 1) post one word (pair) per
  * row, so a row has half the ranks to gather: WG0 hands its quad-reduced words to WG1 through
- * shared memory and returns false; WG1 folds them into its own (w0, w1) and returns true.  WG1
- * runs its first part a mainloop after WG0's, so the words wait for it, not it for them. */
+ * shared memory and returns false; WG1 folds them with its own (a0, a1: the tile's, which it
+ * keeps for its late finish) into (w0, w1) and returns true.  WG1 runs its first part a
+ * mainloop after WG0's, so the words wait for it, not it for them. */
 template <int KIND>
-__device__ __forceinline__ bool cf_pair_merge(const cf_tile &t, float (&w0)[CF_ROWS], float (&w1)[CF_ROWS])
+__device__ __forceinline__ bool cf_pair_merge(const cf_tile &t, const float (&a0)[CF_ROWS], const float (&a1)[CF_ROWS],
+                                              float (&w0)[CF_ROWS], float (&w1)[CF_ROWS])
 {
     const unsigned full = t.pair_bar, empty = t.pair_bar + 8, words = t.pair_bar + 16;
     const unsigned n = (unsigned)t.parks;   /* this warpgroup's tiles before this one */
@@ -458,8 +460,8 @@ __device__ __forceinline__ bool cf_pair_merge(const cf_tile &t, float (&w0)[CF_R
         if ((t.lane & 3) == 0) {
 #pragma unroll
             for (int s = 0; s < CF_ROWS; ++s)
-                asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(words + 8 * cf_slot_row(t, s)), "f"(w0[s]),
-                             "f"(w1[s]) : "memory");
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(words + 8 * cf_slot_row(t, s)), "f"(a0[s]),
+                             "f"(a1[s]) : "memory");
         }
         cf_mbar_arrive(full);
         return false;
@@ -475,21 +477,23 @@ __device__ __forceinline__ bool cf_pair_merge(const cf_tile &t, float (&w0)[CF_R
     const float n1 = (float)cf_imax(0, cf_imin(CF_BN, t.N - t.n0));
 #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s) {
+        w0[s] = a0[s];
+        w1[s] = a1[s];
         if (KIND == CF_MERGE_VAR) {   /* (sum, sum of squares about the tile's mean): Chan et al. */
             if (n1 > 0.0f && n0 > 0.0f) {
-                const float d = __fdividef(w0[s], n1) - __fdividef(o0[s], n0);
-                w1[s] = o1[s] + w1[s] + d * d * __fdividef(n0 * n1, n0 + n1);
-                w0[s] = o0[s] + w0[s];
+                const float d = __fdividef(a0[s], n1) - __fdividef(o0[s], n0);
+                w1[s] = o1[s] + a1[s] + d * d * __fdividef(n0 * n1, n0 + n1);
+                w0[s] = o0[s] + a0[s];
             } else if (n1 == 0.0f) {
                 w0[s] = o0[s];
                 w1[s] = o1[s];
             }
         } else if (KIND == CF_MERGE_SOFTMAX) {   /* (max, sum of exp(z - shift(max))) */
-            const cf_fold f = cf_fold_add<KIND>(cf_fold{0.0f, o0[s], o1[s]}, 1.0f, w0[s], w1[s]);
+            const cf_fold f = cf_fold_add<KIND>(cf_fold{0.0f, o0[s], o1[s]}, 1.0f, a0[s], a1[s]);
             w0[s] = f.a;
             w1[s] = f.b;
         } else {
-            w0[s] = cf_red_combine<KIND>(o0[s], w0[s]);
+            w0[s] = cf_red_combine<KIND>(o0[s], a0[s]);
         }
     }
     return true;
@@ -505,13 +509,8 @@ __device__ __forceinline__ void cf_row_merge_post(const cf_gemm_args &args, cons
     static_assert(R2 == R1 + 1, "a merged exchange takes two consecutive slot regions");
     cf_row_reduce_local<CF_RED_SUM>(part);
 #if CF_PAIR_TILES
-    float w0[CF_ROWS], w1[CF_ROWS];   /* raw stays this tile's own, for its late finish */
-#pragma unroll
-    for (int s = 0; s < CF_ROWS; ++s) {
-        w0[s] = raw[s];
-        w1[s] = part[s];
-    }
-    if (cf_pair_merge<KIND>(t, w0, w1))
+    float w0[CF_ROWS], w1[CF_ROWS];
+    if (cf_pair_merge<KIND>(t, raw, part, w0, w1))
         cf_post_rows<2>(t, cf_xchg_slots<R1, 2>(args, t), w0, w1);
 #else
     cf_post_rows<2>(t, cf_xchg_slots<R1, 2>(args, t), raw, part);
@@ -557,12 +556,9 @@ template <int OP, int RED> __device__ __forceinline__ void cf_row_post(const cf_
 {
     cf_row_reduce_local<OP>(part);
 #if CF_PAIR_TILES
-    float w[CF_ROWS];
-#pragma unroll
-    for (int s = 0; s < CF_ROWS; ++s)
-        w[s] = part[s];
-    if (cf_pair_merge<OP>(t, w, w))
-        cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), w, w);
+    float w0[CF_ROWS], w1[CF_ROWS];   /* w1 unused: one word a row */
+    if (cf_pair_merge<OP>(t, part, part, w0, w1))
+        cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), w0, w0);
 #else
     cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 #endif
