@@ -157,6 +157,7 @@ typedef struct cg_ctx {
     const cf_ir_node *mid_parked; /* that stage's value from the park (the shifted one) */
     int in_mid;          /* emitting the mid part: 1 its first pass, 2 its second */
     int trc_sec;         /* CF_TRACE sections of the first part marked so far    */
+    int n_unpark;        /* cf_unpark_stream variables declared so far           */
     bool *at_store;      /* by node id: a GELU its 16-bit store computes (gelu_at_store) */
 } cg_ctx;
 
@@ -553,13 +554,20 @@ static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **
 }
 
 /* A mean is its sum over N. */
-static void emit_mean_scale(cg_ctx *c, const cf_ir_node *red, const char *id)
+static void emit_mean_scale(cg_ctx *c, const cf_ir_node *red, const char *id, bool divide)
 {
     if (red->op != CF_OP_MEAN)
         return;
+    /* A multiply by the reciprocal where the fold is merged or late: the division's IEEE
+     * slow-path check stalled on its branch there (ncu).  Behind an unmerged exchange the
+     * division stays: without it ptxas spilled LN+softmax at 32 CTAs a row 2.7x more (172 ->
+     * 460 bytes) and the kernel ran 2 % slower. */
     line(c, "#pragma unroll");
     line(c, "for (int s = 0; s < CF_ROWS; ++s)");
-    line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
+    if (divide)
+        line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
+    else
+        line(c, "    red_%s[s] *= cf_rcp((float)t.N);", id);
 }
 
 bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks, bool pair_tiles)
@@ -719,6 +727,13 @@ static void emit_col_loads(cg_ctx *c, const cf_ir_spec *sp)
  * comes back into pk one 8-register group at a time. */
 static void emit_loop_open(cg_ctx *c, int park_fmt)
 {
+    const int u = c->n_unpark;
+    /* Two groups ahead: LN 2-3 %, LN+softmax 6-7 % faster at K <= 1024 (perf-notes v15); four
+     * spilled.  The finisher's own late finish loads at use: ahead, softmax ran 3 % slower. */
+    const int ahead = c->opt->finisher && !c->mid && c->in_late ? 0 : 2;
+    if (park_fmt != PARK_NONE)
+        line(c, "cf_unpark_stream<%s, %d> unpark%d(t);  /* the parked groups, loaded that many ahead of use */",
+             park_fmt == PARK_F16 ? "CF_PARK_F16" : "CF_PARK_BF16", ahead, c->n_unpark++);
     line(c, "#pragma unroll");
     line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
     c->indent++;
@@ -727,7 +742,7 @@ static void emit_loop_open(cg_ctx *c, int park_fmt)
     line(c, "(void)col;");
     if (park_fmt != PARK_NONE) {
         line(c, "if (r %% 8 == 0)");
-        line(c, "    cf_unpark8<%s>(t, r / 8, pk);", park_fmt == PARK_F16 ? "CF_PARK_F16" : "CF_PARK_BF16");
+        line(c, "    unpark%d.next(t, r / 8, pk);", u);
     }
 }
 
@@ -809,7 +824,7 @@ static void emit_finish_open(cg_ctx *c, const cf_ir_node *red)
         line(c, "cf_row_finish<%s, %d>(args, t, red_%s);  /* the row's %s */", red_op(red->op), c->n_red++, id,
              cf_op_name(red->op));
     }
-    emit_mean_scale(c, red, id);
+    emit_mean_scale(c, red, id, false);
 }
 
 /* Posts red's row partials (a merged pair when merge_prev), then parks `parked` (the storage
@@ -905,7 +920,7 @@ static void emit_mid_split(cg_ctx *c, const cf_ir_node *red)
     line(c, "float raw_%s[CF_ROWS], red_%s[CF_ROWS], red_%s[CF_ROWS], corr_%s[CF_ROWS];  /* the tile's own %s: "
             "rebuilt from its posted pair */", id1, id1, id, id1, c->merge_prev == MERGE_VAR ? "mean" : "max");
     emit_merge_finish(c, red, "");
-    emit_mean_scale(c, red, id);
+    emit_mean_scale(c, red, id, false);
 }
 
 /* The mid part's stages s2 and s3, then the second exchange's post; opens cf_epilogue_finish. */
@@ -1248,13 +1263,13 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         line(c, "cf_row_merge<%s, %d, %d>(args, t, raw_%s, red_%s, red_%s, corr_%s);  /* one exchange: %s */",
              c->merge_prev == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1,
              id, id1, c->merge_prev == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
-        emit_mean_scale(c, red, id);
+        emit_mean_scale(c, red, id, false);
         trace_mark(c, "exchange");
     } else if (red) {
         ident(red, id, sizeof id);
         line(c, "cf_row_reduce<%s, %d>(args, t, red_%s);  /* quad shuffles, then across the row's CTAs */",
              red_op(red->op), c->n_red++, id);
-        emit_mean_scale(c, red, id);
+        emit_mean_scale(c, red, id, true);
         trace_mark(c, "exchange");
     }
 }

@@ -391,7 +391,9 @@ cf_status cf_rt_compile_ex(const char *src, const char *name, const cf_rt_compil
         return st;
 
     static const char *const base[] = {CF_RT_ARCH_OPT, "-std=c++17", "--ptxas-options=-v"};
-    int n_opts = CF_ARRAY_LEN(base) + o->n_extra;
+    /* CF_LINEINFO=1: line tables in the cubin, so a profiler maps SASS to the generated source */
+    const bool lineinfo = env_flag("CF_LINEINFO");
+    int n_opts = CF_ARRAY_LEN(base) + o->n_extra + lineinfo;
     int nh = cf_rt_n_device_headers + o->n_headers;
     const char **opts = malloc(sizeof *opts * (size_t)n_opts);
     const char **hn = malloc(sizeof *hn * (size_t)(nh + 1));
@@ -400,8 +402,10 @@ cf_status cf_rt_compile_ex(const char *src, const char *name, const cf_rt_compil
         st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
         goto done;
     }
-    for (int i = 0; i < n_opts; i++)
+    for (int i = 0; i < n_opts - lineinfo; i++)
         opts[i] = i < CF_ARRAY_LEN(base) ? base[i] : o->extra_opts[i - CF_ARRAY_LEN(base)];
+    if (lineinfo)
+        opts[n_opts - 1] = "-lineinfo";
     for (int i = 0; i < nh; i++) {
         bool emb = i < cf_rt_n_device_headers;
         hn[i] = emb ? cf_rt_device_header_names[i] : o->header_names[i - cf_rt_n_device_headers];

@@ -802,21 +802,41 @@ template <int F16> __device__ __forceinline__ void cf_stmatrix8(unsigned addr, c
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
 }
-template <int F16> __device__ __forceinline__ void cf_unpark8(const cf_tile &t, int g, float (&y)[8]) {
-    unsigned r[4];
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(cf_group_addr(t, g)) : "memory");
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        if (F16) {
-            asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
-                : "=f"(y[2 * j]), "=f"(y[2 * j + 1]) : "r"(r[j]));
-        } else {
-            y[2 * j] = __uint_as_float(r[j] << 16);
-            y[2 * j + 1] = __uint_as_float(r[j] & 0xffff0000u);
-        }
+/* Reads a parked tile back one group at a time, AHEAD groups ahead of its use: a group's
+ * ldmatrix issued just before its math waits out the whole shared-memory latency, which is long
+ * while the other warpgroup's wgmma streams its operands (ncu: a fifth of LN's late finish).
+ * Slots are registers (the loop over groups is unrolled); group g + AHEAD is loaded before
+ * group g is restaged in place, another address.  AHEAD 0 loads each group at its use. */
+template <int F16, int AHEAD> struct cf_unpark_stream {
+    unsigned raw[AHEAD > 0 ? AHEAD : 1][4];
+    __device__ __forceinline__ void load(const cf_tile &t, int g, unsigned (&r)[4]) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(cf_group_addr(t, g)) : "memory");
     }
-}
+    __device__ __forceinline__ explicit cf_unpark_stream(const cf_tile &t) {
+#pragma unroll
+        for (int g = 0; g < AHEAD; ++g)
+            load(t, g, raw[g]);
+    }
+    /* group g into y, then the load of group g + AHEAD into its slot */
+    __device__ __forceinline__ void next(const cf_tile &t, int g, float (&y)[8]) {
+        unsigned(&r)[4] = raw[AHEAD > 0 ? g % AHEAD : 0];
+        if (AHEAD == 0)
+            load(t, g, r);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (F16) {
+                asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
+                    : "=f"(y[2 * j]), "=f"(y[2 * j + 1]) : "r"(r[j]));
+            } else {
+                y[2 * j] = __uint_as_float(r[j] << 16);
+                y[2 * j + 1] = __uint_as_float(r[j] & 0xffff0000u);
+            }
+        }
+        if (AHEAD > 0 && g + AHEAD < CF_ACC_REGS / 8)
+            load(t, g + AHEAD, r);
+    }
+};
 /* Parks v (16-bit) once the previous tile's TMA store has read the buffer. */
 template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t, const float (&v)[CF_ACC_REGS]) {
     CF_TRC_T0(tr0);

@@ -113,7 +113,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     cf_row_merge<CF_MERGE_VAR, 0, 1>(args, t, raw_mu_3, red_mu_3, red_var_8, corr_mu_3);  /* one exchange: mean and sum of squares */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
-        red_var_8[s] = red_var_8[s] / (float)t.N;
+        red_var_8[s] *= cf_rcp((float)t.N);
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 3);  /* trace section: exchange */
     /* ---- stage 2 (PostOp of the reduction above): 13 nodes ---- */
     float (&red_m_21)[CF_ROWS] = late.red_m_21;  /* max over N: partials, then this tile's own */
@@ -185,13 +185,14 @@ __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, con
     cf_row_merge_finish<CF_MERGE_SOFTMAX, 2, 3>(args, t, late.raw_m_21, late.red_m_21, red_v26, corr_m_21);  /* max and sum of exps */
     /* ---- stage 4 (PostOp of the reduction above): 4 nodes ---- */
     float pk[8], y8[8];  /* one 8-register group: parked e_25 in, output out */
+    cf_unpark_stream<CF_PARK_F16, 2> unpark0(t);  /* the parked groups, loaded that many ahead of use */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
         (void)row;
         (void)col;
         if (r % 8 == 0)
-            cf_unpark8<CF_PARK_F16>(t, r / 8, pk);
+            unpark0.next(t, r / 8, pk);
         const float e_27 = pk[r % 8] * corr_m_21[cf_acc_slot(r)];  /* bypass: e_25, corrected to the row's max */
         const float v28 = red_v26[cf_acc_slot(r)];  /* statistic of the previous stage */
         const float Y_29 = (e_27 * (1.0f / v28));

@@ -84,18 +84,19 @@ __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, con
     cf_row_finish<CF_RED_SUM, 0>(args, t, red_v2);  /* the row's mean */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
-        red_v2[s] = red_v2[s] / (float)t.N;
+        red_v2[s] *= cf_rcp((float)t.N);
     /* ---- stage 1 (PostOp of the reduction above): 9 nodes ---- */
     float cv_gamma_9[CF_COLS];
     cf_load_cols(t, p.gamma, cv_gamma_9);
     float pk[8], y8[8];  /* one 8-register group: parked x_0 in, output out */
+    cf_unpark_stream<CF_PARK_BF16, 2> unpark0(t);  /* the parked groups, loaded that many ahead of use */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
         (void)row;
         (void)col;
         if (r % 8 == 0)
-            cf_unpark8<CF_PARK_BF16>(t, r / 8, pk);
+            unpark0.next(t, r / 8, pk);
         const float x_3 = pk[r % 8];  /* bypass: x_0, carried from stage 0 */
         const float v4 = red_v2[cf_acc_slot(r)];  /* statistic of the previous stage */
         const float v5 = 1e-06f;  /* scalar broadcast */
