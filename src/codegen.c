@@ -62,6 +62,16 @@ static const struct {
      "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x * 1.44269504f));\n"
      "    return y;\n"
      "}"},
+    {"op_exp_sub",
+     "/* exp(a - b) for a per-row (or column, or scalar) b: 2^(a log2 e - b log2 e), one FFMA\n"
+     " * (b log2 e is computed once per row) where a - b then * log2 e took two FP32 instructions;\n"
+     " * 0 exactly at a == b, inf/NaN as exp(a - b). */\n"
+     "static __device__ __forceinline__ float op_exp_sub(float a, float b)\n"
+     "{\n"
+     "    float y;\n"
+     "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(fmaf(a, 1.44269504f, -(b * 1.44269504f))));\n"
+     "    return y;\n"
+     "}"},
     {"op_relu", "static __device__ __forceinline__ float op_relu(float x) { return x < 0.0f ? 0.0f : x; }"},
     {"op_gelu_tanh",
      "static __device__ __forceinline__ float op_gelu_tanh(float x)\n"
@@ -270,9 +280,19 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
      * FMUL per element instead of an IEEE divide (within 2 ulp). */
     if (n->op == CF_OP_DIV && n->args[1]->shape != n->shape)
         tmpl = "(%1 * (1.0f / %2))";
-    ident(n->args[0], a0, sizeof a0);
-    if (n->nargs == 2)
-        ident(n->args[1], a1, sizeof a1);
+    /* exp(a - b) with b per row: the subtraction folds into the exponent's FFMA (softmax's
+     * exp(z - max) costs one FP32 instruction an element fewer; the subtraction's own value,
+     * if nothing else reads it, is dead code) */
+    const cf_ir_node *d = n->args[0];
+    if (n->op == CF_OP_EXP && d->kind == CF_IR_COMPUTE && d->op == CF_OP_SUB && d->args[1]->shape != d->shape) {
+        ident(d->args[0], a0, sizeof a0);
+        ident(d->args[1], a1, sizeof a1);
+        tmpl = "op_exp_sub(%1, %2)";
+    } else {
+        ident(n->args[0], a0, sizeof a0);
+        if (n->nargs == 2)
+            ident(n->args[1], a1, sizeof a1);
+    }
     cf_strbuf e = {0};
     for (const char *p = tmpl; *p; p++) {
         if (p[0] == '%' && (p[1] == '1' || p[1] == '2')) {

@@ -737,7 +737,7 @@ static void test_mid_part(void)
     p = after(p, "cf_local_max(");
     p = after(p, "cf_unpark_stream<CF_PARK_BF16, 2> unpark1(t);");
     p = after(p, "unpark1.next(t, r / 8, pk);");
-    p = after(p, "op_exp(");
+    p = after(p, "op_exp_sub(");   /* exp(z - max): the subtraction folded into the FFMA */
     p = after(p, "cf_restage8<CF_PARK_F16>(t, r / 8, y8);");
     p = after(p, "cf_row_merge_post<CF_MERGE_SOFTMAX, 2, 3>(args, t, raw_");
     p = after(p, "void cf_epilogue_finish(");

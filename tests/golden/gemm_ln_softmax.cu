@@ -37,12 +37,13 @@ struct cf_pre {
 #include "cf_reduce.cuh"  /* row reductions: shuffles and the cluster exchange */
 
 /* Helpers used by this epilogue (NaN-propagating like the reference). */
-/* 2^(x log2 e) on the SFU: relative error ~2^-22, inf/NaN as expf; results
- * below 2^-126 flush to zero (invisible after the output rounding). */
-static __device__ __forceinline__ float op_exp(float x)
+/* exp(a - b) for a per-row (or column, or scalar) b: 2^(a log2 e - b log2 e), one FFMA
+ * (b log2 e is computed once per row) where a - b then * log2 e took two FP32 instructions;
+ * 0 exactly at a == b, inf/NaN as exp(a - b). */
+static __device__ __forceinline__ float op_exp_sub(float a, float b)
 {
     float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.44269504f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(fmaf(a, 1.44269504f, -(b * 1.44269504f))));
     return y;
 }
 
@@ -162,7 +163,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         const float s_22 = T0[r];  /* bypass: s_20, carried from stage 2 */
         const float m_23 = red_m_21[cf_acc_slot(r)];  /* statistic of the previous stage */
         const float v24 = (s_22 - m_23);
-        const float e_25 = op_exp(v24);
+        const float e_25 = op_exp_sub(s_22, m_23);
         if (col < t.N)  /* columns past N hold TMA's zero fill, not data */
             red_v26[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v26[cf_acc_slot(r)], e_25);
         T0[r] = e_25;  /* carried to the next stage */
