@@ -49,7 +49,8 @@ static const char kernel_opts_usage[] =
     "                      of 2 x block-m rows (elementwise epilogues; the default\n"
     "                      from K = 4096, with --cluster 2); or pingpong with a\n"
     "                      fourth warpgroup that finishes the tiles that finish late\n"
-    "                      (reductions through L2; chosen where it keeps up)\n"
+    "                      (reductions through L2; chosen where it keeps up; where\n"
+    "                      no tile finishes late, pingpong, with a note on stderr)\n"
     "  --cluster C         CTAs along N that share a row block (1, 2, 4, 8, 16; 32, 64\n"
     "                      with --reduce-mode global): a thread-block cluster for\n"
     "                      DSMEM, plain co-resident CTAs for global\n"
@@ -259,6 +260,7 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
             o->kopt.schedule = strcmp(v, "pingpong") == 0      ? CF_SCHEDULE_PINGPONG
                                : strcmp(v, "cooperative") == 0 ? CF_SCHEDULE_COOPERATIVE
                                                                : CF_SCHEDULE_FINISHER;
+            o->schedule_asked = o->kopt.schedule;
         } else if (strcmp(a, "--pair-tiles") == 0 && v && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0)) {
             o->kopt.pair_tiles = strcmp(v, "on") == 0 ? 1 : -1;
         } else if (strcmp(a, "--reduce-mode") == 0 &&
@@ -364,6 +366,20 @@ const char *cli_layout_text(const cf_resources *r, char *buf, size_t n)
     return buf;
 }
 
+void cli_note_schedule(const cli_opts *o, const cf_kernel *k)
+{
+    cf_resources r;
+    if (o->schedule_asked != CF_SCHEDULE_FINISHER || !k || cf_kernel_resources(k, &r, NULL) != CF_OK ||
+        r.schedule == CF_SCHEDULE_FINISHER)
+        return;
+    /* Ψ takes a finisher only where tiles finish late; elsewhere the kernel is PingPong's */
+    fprintf(stderr,
+            "comfuse: note: --schedule finisher does not apply to this kernel, which runs pingpong: a finisher "
+            "warpgroup takes tiles that finish late (row reductions through L2 over 2 or more CTAs, no "
+            "--sync-finish, room to park a tile, and at most two reductions or LayerNorm then softmax with "
+            "merged exchanges)\n");
+}
+
 /* The resources of the kernel Ψ makes for the spec (NVRTC; no GPU). */
 static void print_resources(const cli_opts *o, const cf_graph *g)
 {
@@ -375,6 +391,8 @@ static void print_resources(const cli_opts *o, const cf_graph *g)
         st = cf_kernel_compile(k, &err);
     if (st == CF_OK)
         st = cf_kernel_resources(k, &r, &err);
+    if (st == CF_OK)
+        cli_note_schedule(o, k);
     if (st != CF_OK) {
         printf("fused kernel: none (%s)\n", err.msg);
     } else {

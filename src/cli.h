@@ -12,6 +12,7 @@ typedef struct cli_opts {
     double params[64];           /* runtime scalars by param index                */
     bool params_set[64];
     cf_options kopt;             /* 0 fields: chosen from the shape               */
+    int schedule_asked;          /* --schedule as given (0: none)                 */
     bool check;
     bool unfused;                /* run / emit: the unfused path (cuBLAS + rows)  */
     int64_t check_rows;          /* 0: all rows (or a sample for huge shapes)     */
@@ -23,6 +24,8 @@ typedef struct cli_opts {
  * fused kernel cannot take yet still runs on the unfused path. */
 int cli_run(const cf_graph *g, const cli_opts *o);
 int cli_bench(const cf_graph *g, const cli_opts *o);
+/* A note on stderr when --schedule asked for one the compiled kernel k does not run. */
+void cli_note_schedule(const cli_opts *o, const cf_kernel *k);
 /* "cluster 1x1, row reductions over 8 CTAs through L2": a kernel's CTA layout. */
 const char *cli_layout_text(const cf_resources *r, char *buf, size_t n);
 

@@ -336,6 +336,8 @@ static cf_status build_fused(const cf_graph *g, const cli_opts *o, cf_kernel **k
     if (st != CF_OK) {
         cf_kernel_free(*k);
         *k = NULL;
+    } else {
+        cli_note_schedule(o, *k);
     }
     return st;
 }

@@ -126,6 +126,10 @@ int main(int argc, char **argv)
         snprintf(cmd, sizeof cmd, "explain %s", schedules[i].args);
         CHECK_EQ_INT(0, cf(cmd, buf, sizeof buf));
         CHECK_CONTAINS(buf, schedules[i].want);
+        /* a finisher asked for and not taken is said so, on stderr */
+        const int asked = strstr(schedules[i].args, "--schedule finisher") != NULL;
+        const int taken = strstr(schedules[i].want, "finisher") != NULL;
+        CHECK(!!strstr(buf, "note: --schedule finisher does not apply to this kernel") == (asked && !taken));
     }
     /* cooperative + reductions is an error */
     CHECK_EQ_INT(0, cf("explain --schedule cooperative examples/gemm_rmsnorm.cf", buf, sizeof buf));
