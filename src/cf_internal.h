@@ -359,6 +359,9 @@ typedef struct cf_rt_cubin {
     /* From the ptxas -v report for the entry named like `name` (else the max
      * over all entries); -1 when the log does not say. */
     int registers, spill_store_bytes, spill_load_bytes, stack_bytes, smem_bytes, barriers;
+    /* ptxas C7515: it serialised the wgmma pipeline (every wgmma waits for the previous
+     * one) because other instructions define accumulator registers inside it */
+    bool wgmma_serialized;
     cf_rt_cache_result cache;
     bool stored;               /* an entry for key is now on disk                  */
     char key[65];              /* hex SHA-256 cache key                            */

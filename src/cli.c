@@ -402,6 +402,9 @@ static void print_resources(const cli_opts *o, const cf_graph *g)
                cli_layout_text(&r, lay, sizeof lay), r.threads);
         printf("  registers %d/thread at launch (the consumer warpgroups raise theirs with setmaxnreg), "
                "spills %d bytes\n", r.registers, r.spill_bytes);
+        if (r.wgmma_serialized)
+            printf("  WARNING: ptxas serialised the wgmma pipeline (C7515): every wgmma waits for the "
+                   "previous one\n");
         printf("  shared memory %d bytes dynamic (operand ring, output staging, barriers) + %d static "
                "(reduction exchange)\n", r.smem_bytes, r.static_smem_bytes);
         if (r.gelu_at_store)
@@ -487,6 +490,9 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
                cli_layout_text(&r, lay, sizeof lay), r.threads);
         printf("  registers %d/thread, spills %d bytes, dynamic shared memory %d bytes\n", r.registers,
                r.spill_bytes, r.smem_bytes);
+        if (r.wgmma_serialized)
+            printf("  WARNING: ptxas serialised the wgmma pipeline (C7515): every wgmma waits for the "
+                   "previous one\n");
         printf("  cubin: %s\n", r.cache_path[0] ? r.cache_path : "(not cached)");
         if (want_ptx)
             fputs(cf_kernel_ptx(k), stdout);

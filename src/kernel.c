@@ -360,6 +360,7 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
                                                                           : k->opt.reduce_mode;
     r->late_finish = k->info[INFO_LATE_FINISH] != 0;
     r->pair_tiles = k->opt.pair_tiles == 1;
+    r->wgmma_serialized = k->cubin.wgmma_serialized;
     r->gelu_at_store = cf_cg_gelu_stores(k->ir);
     r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;
     r->compile_ms = k->cubin.compile_ms;

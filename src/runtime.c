@@ -269,6 +269,7 @@ static bool parse_pass(cf_rt_cubin *c, const char *name)
 
 void cf_rt_parse_ptxas(cf_rt_cubin *c, const char *name)
 {
+    c->wgmma_serialized = c->log && strstr(c->log, "C7515") != NULL;
     for (int pass = 0; pass < 2; pass++) {
         c->registers = c->spill_store_bytes = c->spill_load_bytes = -1;
         c->stack_bytes = c->smem_bytes = c->barriers = -1;

@@ -237,9 +237,19 @@ static void test_ptxas_parse(void)
     CHECK_EQ_INT(1024, c.smem_bytes);
     cf_rt_parse_ptxas(&c, "oth");     /* a prefix is not a match */
     CHECK_EQ_INT(200, c.registers);
+    CHECK(!c.wgmma_serialized);
+    /* ptxas's warning that it serialised a wgmma pipeline is picked up */
+    char warned[] = "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are "
+                    "serialized due to non wgmma instructions defining accumulator registers of a wgmma "
+                    "between start and end of the pipeline stage in the function 'gemm'\n"
+                    "ptxas info    : Used 168 registers, used 2 barriers, 16 bytes smem\n";
+    cf_rt_cubin w = {.log = warned, .log_size = strlen(warned)};
+    cf_rt_parse_ptxas(&w, "gemm");
+    CHECK(w.wgmma_serialized);
     c.log = NULL;
     cf_rt_parse_ptxas(&c, "gemm");
     CHECK_EQ_INT(-1, c.registers);
+    CHECK(!c.wgmma_serialized);
 }
 
 static void test_tma_check(void)
