@@ -338,6 +338,10 @@ static cf_status build_fused(const cf_graph *g, const cli_opts *o, cf_kernel **k
         *k = NULL;
     } else {
         cli_note_schedule(o, *k);
+        cf_resources r;
+        if (cf_kernel_resources(*k, &r, NULL) == CF_OK && r.wgmma_serialized)
+            fprintf(stderr, "comfuse: WARNING: ptxas serialised the wgmma pipeline of this kernel (C7515): "
+                            "every wgmma waits for the previous one\n");
     }
     return st;
 }
