@@ -281,8 +281,8 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
     if (n->op == CF_OP_DIV && n->args[1]->shape != n->shape)
         tmpl = "(%1 * (1.0f / %2))";
     /* exp(a - b) with b per row: the subtraction folds into the exponent's FFMA (softmax's
-     * exp(z - max) costs one FP32 instruction an element fewer; the subtraction's own value,
-     * if nothing else reads it, is dead code) */
+     * exp(z - max) costs one FP32 instruction an element fewer; emit_nodes leaves out the
+     * subtraction's own line when nothing else reads it) */
     const cf_ir_node *d = n->args[0];
     if (n->op == CF_OP_EXP && d->kind == CF_IR_COMPUTE && d->op == CF_OP_SUB && d->args[1]->shape != d->shape) {
         ident(d->args[0], a0, sizeof a0);
@@ -766,10 +766,19 @@ static void emit_loop_open(cg_ctx *c, int park_fmt)
     }
 }
 
+/* a - b whose only reader is exp(a - b), which emit_compute turns into op_exp_sub(a, b): its
+ * own line would be dead code in the source */
+static bool folded_into_exp(const cf_ir_spec *sp, const cf_ir_node *n)
+{
+    const cf_ir_node *u = NULL;
+    return n->kind == CF_IR_COMPUTE && n->op == CF_OP_SUB && n->args[1]->shape != n->shape && n != sp->terminal &&
+           n_users(sp, n, &u) == 1 && u->kind == CF_IR_COMPUTE && u->op == CF_OP_EXP && !carried_out(sp, n);
+}
+
 static void emit_nodes(cg_ctx *c, const cf_ir_spec *sp)
 {
     for (int i = 0; i < sp->n_nodes; i++)
-        if (!c->at_store[sp->nodes[i]->id])
+        if (!c->at_store[sp->nodes[i]->id] && !folded_into_exp(sp, sp->nodes[i]))
             emit_rules[sp->nodes[i]->kind](c, sp->nodes[i]);
 }
 

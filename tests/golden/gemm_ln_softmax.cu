@@ -162,7 +162,6 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         (void)col;
         const float s_22 = T0[r];  /* bypass: s_20, carried from stage 2 */
         const float m_23 = red_m_21[cf_acc_slot(r)];  /* statistic of the previous stage */
-        const float v24 = (s_22 - m_23);
         const float e_25 = op_exp_sub(s_22, m_23);
         if (col < t.N)  /* columns past N hold TMA's zero fill, not data */
             red_v26[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v26[cf_acc_slot(r)], e_25);

@@ -86,7 +86,6 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         (void)col;
         const float s_4 = T0[r];  /* bypass: s_2, carried from stage 0 */
         const float m_5 = red_m_3[cf_acc_slot(r)];  /* statistic of the previous stage */
-        const float v6 = (s_4 - m_5);
         const float e_7 = op_exp_sub(s_4, m_5);
         if (col < t.N)  /* columns past N hold TMA's zero fill, not data */
             red_v8[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v8[cf_acc_slot(r)], e_7);
