@@ -775,11 +775,38 @@ static bool folded_into_exp(const cf_ir_spec *sp, const cf_ir_node *n)
            n_users(sp, n, &u) == 1 && u->kind == CF_IR_COMPUTE && u->op == CF_OP_EXP && !carried_out(sp, n);
 }
 
+static bool emitted(cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *n)
+{
+    return !c->at_store[n->id] && !folded_into_exp(sp, n);
+}
+
+/* Whether a line of the loop reads v's identifier (an exp that folded a - b reads a and b). */
+static bool read_in_loop(cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *v)
+{
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *u = sp->nodes[i];
+        if (u->kind == CF_IR_STORE || !emitted(c, sp, u))
+            continue;
+        for (int j = 0; j < u->nargs; j++) {
+            const cf_ir_node *a = u->args[j];
+            if (a == v || (folded_into_exp(sp, a) && (a->args[0] == v || a->args[1] == v)))
+                return true;
+        }
+    }
+    return false;
+}
+
 static void emit_nodes(cg_ctx *c, const cf_ir_spec *sp)
 {
-    for (int i = 0; i < sp->n_nodes; i++)
-        if (!c->at_store[sp->nodes[i]->id] && !folded_into_exp(sp, sp->nodes[i]))
-            emit_rules[sp->nodes[i]->kind](c, sp->nodes[i]);
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        /* an accumulator entry or carried value nothing here reads (a store or a GELU computed by
+         * the store takes it from its array): no line for it */
+        if ((n->kind == CF_IR_ACC || n->kind == CF_IR_PLACEHOLDER) && !read_in_loop(c, sp, n))
+            continue;
+        if (emitted(c, sp, n))
+            emit_rules[n->kind](c, n);
+    }
 }
 
 /* The tile's own statistic of red, which starts merged exchange `merge` (MERGE_*): quad
@@ -1209,7 +1236,14 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
     const cf_ir *ir = c->ir;
     char id[96], where[96];
     const cf_ir_node *red = sp->terminal && sp->terminal->kind == CF_IR_REDUCE ? sp->terminal : NULL;
-    if (sp->depth == 0)
+    /* a stage whose store takes the accumulator as it is (or computes its GELU itself) has no
+     * loop over it */
+    bool work = c->in_late;
+    for (int i = 0; i < sp->n_nodes; i++)
+        work |= sp->nodes[i]->kind != CF_IR_ACC && sp->nodes[i]->kind != CF_IR_STORE && !c->at_store[sp->nodes[i]->id];
+    if (!work)
+        line(c, "/* ---- stage 0: the accumulator, to the store ---- */");
+    else if (sp->depth == 0)
         line(c, "/* ---- stage 0: %d nodes, streamed one accumulator register at a time ---- */", sp->n_nodes);
     else
         line(c, "/* ---- stage %d (PostOp of the reduction above): %d nodes ---- */", sp->depth, sp->n_nodes);
@@ -1224,21 +1258,24 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
     if (c->in_late)
         line(c, "float pk[8], y8[8];  /* one 8-register group: parked %s in, output out */",
              ident(c->late_parked->ref, id, sizeof id));
-    emit_loop_open(c, c->in_late ? late_park_fmt(c) : PARK_NONE);
-    emit_nodes(c, sp);
-    for (int i = 0; i < sp->n_nodes; i++) {
-        const cf_ir_node *n = sp->nodes[i];
-        if (c->arr[n->id] < 0 || c->pass[n->id] || n->kind == CF_IR_ACC || n->kind == CF_IR_PLACEHOLDER)
-            continue;
-        line(c, "%s = %s;  /* %s */", slot_ref(c, n, where, sizeof where), ident(n, id, sizeof id),
-             carried_out(sp, n) ? "carried to the next stage" : "kept for the store");
+    if (work) {
+        emit_loop_open(c, c->in_late ? late_park_fmt(c) : PARK_NONE);
+        emit_nodes(c, sp);
+        for (int i = 0; i < sp->n_nodes; i++) {
+            const cf_ir_node *n = sp->nodes[i];
+            if (c->arr[n->id] < 0 || c->pass[n->id] || n->kind == CF_IR_ACC || n->kind == CF_IR_PLACEHOLDER)
+                continue;
+            line(c, "%s = %s;  /* %s */", slot_ref(c, n, where, sizeof where), ident(n, id, sizeof id),
+                 carried_out(sp, n) ? "carried to the next stage" : "kept for the store");
+        }
+        if (c->in_late) {
+            line(c, "if (r %% 8 == 7)");
+            line(c, "    cf_restage8<%s>(t, r / 8, y8);  /* in place, as the output's 16-bit type */",
+                 late_out_f16(c) ? "CF_PARK_F16" : "CF_PARK_BF16");
+        }
+        c->indent--;
+        line(c, "}");
     }
-    if (c->in_late) {
-        line(c, "if (r %% 8 == 7)");
-        line(c, "    cf_restage8<%s>(t, r / 8, y8);  /* in place, as the output's 16-bit type */", late_out_f16(c) ? "CF_PARK_F16" : "CF_PARK_BF16");
-    }
-    c->indent--;
-    line(c, "}");
     if (!c->in_late && c->ir->n_stages[0] > 1)
         trace_mark(c, "the loop above");
     /* Stores of this stage, from the values' arrays. */

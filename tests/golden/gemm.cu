@@ -37,13 +37,6 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     (void)p;
     (void)pre;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
-    /* ---- stage 0: 2 nodes, streamed one accumulator register at a time ---- */
-    #pragma unroll
-    for (int r = 0; r < CF_ACC_REGS; ++r) {
-        const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
-        (void)row;
-        (void)col;
-        const float Y_0 = acc[r];  /* accumulator entry */
-    }
+    /* ---- stage 0: the accumulator, to the store ---- */
     cf_store_tile_bf16(args, t, 0, T0);  /* output Y: bf16 [M,N] */
 }
