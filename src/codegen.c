@@ -271,6 +271,15 @@ static void emit_bcast(cg_ctx *c, const cf_ir_node *n)
     }
 }
 
+/* The a - b of exp(a - b) with a per-row (column, scalar) b, which emit_compute folds into
+ * the exponent's FFMA (op_exp_sub: one FP32 instruction an element fewer for softmax's
+ * exp(z - max)); NULL when n is no such exp. */
+static const cf_ir_node *exp_sub_of(const cf_ir_node *n)
+{
+    const cf_ir_node *d = n->kind == CF_IR_COMPUTE && n->op == CF_OP_EXP ? n->args[0] : NULL;
+    return d && d->kind == CF_IR_COMPUTE && d->op == CF_OP_SUB && d->args[1]->shape != d->shape ? d : NULL;
+}
+
 static void emit_compute(cg_ctx *c, const cf_ir_node *n)
 {
     char id[96], a0[96], a1[96];
@@ -280,11 +289,8 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
      * FMUL per element instead of an IEEE divide (within 2 ulp). */
     if (n->op == CF_OP_DIV && n->args[1]->shape != n->shape)
         tmpl = "(%1 * (1.0f / %2))";
-    /* exp(a - b) with b per row: the subtraction folds into the exponent's FFMA (softmax's
-     * exp(z - max) costs one FP32 instruction an element fewer; emit_nodes leaves out the
-     * subtraction's own line when nothing else reads it) */
-    const cf_ir_node *d = n->args[0];
-    if (n->op == CF_OP_EXP && d->kind == CF_IR_COMPUTE && d->op == CF_OP_SUB && d->args[1]->shape != d->shape) {
+    const cf_ir_node *d = exp_sub_of(n);   /* emit_nodes leaves out d's line if nothing else reads it */
+    if (d) {
         ident(d->args[0], a0, sizeof a0);
         ident(d->args[1], a1, sizeof a1);
         tmpl = "op_exp_sub(%1, %2)";
@@ -747,13 +753,12 @@ static void emit_col_loads(cg_ctx *c, const cf_ir_spec *sp)
  * comes back into pk one 8-register group at a time. */
 static void emit_loop_open(cg_ctx *c, int park_fmt)
 {
-    const int u = c->n_unpark;
     /* Two groups ahead: LN 2-3 %, LN+softmax 6-7 % faster at K <= 1024 (perf-notes v15); four
      * spilled.  The finisher's own late finish loads at use: ahead, softmax ran 3 % slower. */
     const int ahead = c->opt->finisher && !c->mid && c->in_late ? 0 : 2;
     if (park_fmt != PARK_NONE)
         line(c, "cf_unpark_stream<%s, %d> unpark%d(t);  /* the parked groups, loaded that many ahead of use */",
-             park_fmt == PARK_F16 ? "CF_PARK_F16" : "CF_PARK_BF16", ahead, c->n_unpark++);
+             park_fmt == PARK_F16 ? "CF_PARK_F16" : "CF_PARK_BF16", ahead, ++c->n_unpark - 1);
     line(c, "#pragma unroll");
     line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
     c->indent++;
@@ -762,17 +767,15 @@ static void emit_loop_open(cg_ctx *c, int park_fmt)
     line(c, "(void)col;");
     if (park_fmt != PARK_NONE) {
         line(c, "if (r %% 8 == 0)");
-        line(c, "    unpark%d.next(t, r / 8, pk);", u);
+        line(c, "    unpark%d.next(t, r / 8, pk);", c->n_unpark - 1);
     }
 }
 
-/* a - b whose only reader is exp(a - b), which emit_compute turns into op_exp_sub(a, b): its
- * own line would be dead code in the source */
+/* a - b whose only reader is the exp that folded it (exp_sub_of): its own line would be dead */
 static bool folded_into_exp(const cf_ir_spec *sp, const cf_ir_node *n)
 {
     const cf_ir_node *u = NULL;
-    return n->kind == CF_IR_COMPUTE && n->op == CF_OP_SUB && n->args[1]->shape != n->shape && n != sp->terminal &&
-           n_users(sp, n, &u) == 1 && u->kind == CF_IR_COMPUTE && u->op == CF_OP_EXP && !carried_out(sp, n);
+    return n != sp->terminal && n_users(sp, n, &u) == 1 && exp_sub_of(u) == n && !carried_out(sp, n);
 }
 
 static bool emitted(cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *n)
@@ -787,11 +790,10 @@ static bool read_in_loop(cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *v)
         const cf_ir_node *u = sp->nodes[i];
         if (u->kind == CF_IR_STORE || !emitted(c, sp, u))
             continue;
-        for (int j = 0; j < u->nargs; j++) {
-            const cf_ir_node *a = u->args[j];
-            if (a == v || (folded_into_exp(sp, a) && (a->args[0] == v || a->args[1] == v)))
+        const cf_ir_node *d = exp_sub_of(u), *reads = d ? d : u;   /* op_exp_sub(a, b) reads a and b */
+        for (int j = 0; j < reads->nargs; j++)
+            if (reads->args[j] == v)
                 return true;
-        }
     }
     return false;
 }
