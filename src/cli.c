@@ -325,6 +325,8 @@ static cf_status make_kernel(const cli_opts *o, const cf_graph *g, bool compile,
     cf_status st = cf_kernel_build(g, &o->kopt, o->spec, k, &err);
     if (st == CF_OK && compile)
         st = cf_kernel_compile(*k, &err);
+    if (st == CF_OK && compile)
+        cli_note_kernel(o, *k);
     if (st != CF_OK) {
         fprintf(stderr, "comfuse: %s\n", err.msg);
         cf_kernel_free(*k);
@@ -366,18 +368,22 @@ const char *cli_layout_text(const cf_resources *r, char *buf, size_t n)
     return buf;
 }
 
-void cli_note_schedule(const cli_opts *o, const cf_kernel *k)
+void cli_note_kernel(const cli_opts *o, const cf_kernel *k)
 {
     cf_resources r;
-    if (o->schedule_asked != CF_SCHEDULE_FINISHER || !k || cf_kernel_resources(k, &r, NULL) != CF_OK ||
-        r.schedule == CF_SCHEDULE_FINISHER)
+    if (!k || cf_kernel_resources(k, &r, NULL) != CF_OK)
         return;
     /* Ψ takes a finisher only where tiles finish late; elsewhere the kernel is PingPong's */
-    fprintf(stderr,
-            "comfuse: note: --schedule finisher does not apply to this kernel, which runs pingpong: a finisher "
-            "warpgroup takes tiles that finish late (row reductions through L2 over 2 or more CTAs, no "
-            "--sync-finish, room to park a tile, and at most two reductions or LayerNorm then softmax with "
-            "merged exchanges)\n");
+    if (o->schedule_asked == CF_SCHEDULE_FINISHER && r.schedule != CF_SCHEDULE_FINISHER)
+        fprintf(stderr,
+                "comfuse: note: --schedule finisher does not apply to this kernel, which runs pingpong: a "
+                "finisher warpgroup takes tiles that finish late (row reductions through L2 over 2 or more "
+                "CTAs, no --sync-finish, room to park a tile, and at most two reductions or LayerNorm then "
+                "softmax with merged exchanges)\n");
+    /* right answers, 30-60 % slower (perf-notes v15) */
+    if (r.wgmma_serialized)
+        fprintf(stderr, "comfuse: WARNING: ptxas serialised the wgmma pipeline of this kernel (C7515): every "
+                        "wgmma waits for the previous one\n");
 }
 
 /* The resources of the kernel Ψ makes for the spec (NVRTC; no GPU). */
@@ -392,7 +398,7 @@ static void print_resources(const cli_opts *o, const cf_graph *g)
     if (st == CF_OK)
         st = cf_kernel_resources(k, &r, &err);
     if (st == CF_OK)
-        cli_note_schedule(o, k);
+        cli_note_kernel(o, k);
     if (st != CF_OK) {
         printf("fused kernel: none (%s)\n", err.msg);
     } else {
@@ -402,9 +408,6 @@ static void print_resources(const cli_opts *o, const cf_graph *g)
                cli_layout_text(&r, lay, sizeof lay), r.threads);
         printf("  registers %d/thread at launch (the consumer warpgroups raise theirs with setmaxnreg), "
                "spills %d bytes\n", r.registers, r.spill_bytes);
-        if (r.wgmma_serialized)
-            printf("  WARNING: ptxas serialised the wgmma pipeline (C7515): every wgmma waits for the "
-                   "previous one\n");
         printf("  shared memory %d bytes dynamic (operand ring, output staging, barriers) + %d static "
                "(reduction exchange)\n", r.smem_bytes, r.static_smem_bytes);
         if (r.gelu_at_store)
@@ -490,9 +493,6 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
                cli_layout_text(&r, lay, sizeof lay), r.threads);
         printf("  registers %d/thread, spills %d bytes, dynamic shared memory %d bytes\n", r.registers,
                r.spill_bytes, r.smem_bytes);
-        if (r.wgmma_serialized)
-            printf("  WARNING: ptxas serialised the wgmma pipeline (C7515): every wgmma waits for the "
-                   "previous one\n");
         printf("  cubin: %s\n", r.cache_path[0] ? r.cache_path : "(not cached)");
         if (want_ptx)
             fputs(cf_kernel_ptx(k), stdout);

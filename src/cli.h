@@ -24,8 +24,9 @@ typedef struct cli_opts {
  * fused kernel cannot take yet still runs on the unfused path. */
 int cli_run(const cf_graph *g, const cli_opts *o);
 int cli_bench(const cf_graph *g, const cli_opts *o);
-/* A note on stderr when --schedule asked for one the compiled kernel k does not run. */
-void cli_note_schedule(const cli_opts *o, const cf_kernel *k);
+/* Notes on stderr about the compiled kernel k: a --schedule it does not run, and a wgmma
+ * pipeline ptxas serialised. */
+void cli_note_kernel(const cli_opts *o, const cf_kernel *k);
 /* "cluster 1x1, row reductions over 8 CTAs through L2": a kernel's CTA layout. */
 const char *cli_layout_text(const cf_resources *r, char *buf, size_t n);
 

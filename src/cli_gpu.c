@@ -337,11 +337,7 @@ static cf_status build_fused(const cf_graph *g, const cli_opts *o, cf_kernel **k
         cf_kernel_free(*k);
         *k = NULL;
     } else {
-        cli_note_schedule(o, *k);
-        cf_resources r;
-        if (cf_kernel_resources(*k, &r, NULL) == CF_OK && r.wgmma_serialized)
-            fprintf(stderr, "comfuse: WARNING: ptxas serialised the wgmma pipeline of this kernel (C7515): "
-                            "every wgmma waits for the previous one\n");
+        cli_note_kernel(o, *k);
     }
     return st;
 }
