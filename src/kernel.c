@@ -119,6 +119,12 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
                 o.cluster_n /= 2;
                 o.stages = 5;
             }
+            /* Synchronous exchanges over more than 16 CTAs land the row's words in each warp's
+             * staging boxes in one round (cf_gather_stage), which takes a whole tile's staging,
+             * a stage's room. */
+            if (o.cluster_n > 16 && o.cluster_n <= 32 && o.schedule == CF_SCHEDULE_PINGPONG &&
+                !cf_cg_finishes_late(ir, &cg))
+                o.stages = 5;
             /* Four or more reductions (LN+softmax) spill ~500 bytes per thread; up to
              * K = 2048 a stage fewer, 32 KB more L1 for the spills, is faster (perf-notes
              * v11: 2.61 -> 2.52, 2.22 -> 2.07, 1.99 -> 1.96 of cuBLAS); at K = 4096 not. */

@@ -329,6 +329,62 @@ template <int RED, int WORDS> __device__ __forceinline__ unsigned long long *cf_
     return args.xchg + ((size_t)t.tile_m * CF_NUM_RED + RED) * CF_ROW_CTAS * CF_BM;
 }
 
+/* A synchronous gather (the tile waits for it) can land the row's words in this warp's staging
+ * boxes with cp.async, every rank in one round: relaxed loads into registers go in rounds of 16
+ * words or 8 pairs a lane, and each round is an L2 round trip (~2.6k cycles beside the other
+ * warpgroup's mainloop, perf-notes v16): LN+softmax at 32 CTAs a row (four synchronous exchanges)
+ * 8 % faster.  For 128-row tiles (a lane per row) whose warps' boxes hold the row's words, in
+ * kernels that finish every tile at once: before a tile parks, the boxes must first wait for the
+ * previous tile's store, and its one synchronous exchange (LN+softmax at 16 CTAs) ran no faster. */
+template <int WORDS> struct cf_staged_gather {
+    static constexpr bool more_rounds = WORDS == 1 ? CF_ROW_CTAS > 16 : CF_ROW_CTAS > 8;
+    static constexpr bool fits = CF_ROW_CTAS * 32 * 8 * WORDS <= CF_WARP_SLOTS * 2048;
+    static constexpr bool on = !CF_LATE_FINISH && CF_BM == 128 && CF_ROW_CTAS <= 32 && more_rounds && fits;
+};
+/* Rank q's words for this warp's 32 rows (lane order), in the warp's staging boxes. */
+template <int WORDS> __device__ __forceinline__ unsigned cf_staged_rank(const cf_tile &t, int q)
+{
+    constexpr int BLK = 32 * 8 * WORDS, PER_BOX = 2048 / BLK;
+    const int box = q / PER_BOX;
+    return cf_box_addr(t, box / (CF_BM / 64), box % (CF_BM / 64)) + (q % PER_BOX) * BLK;
+}
+/* Copies every rank's words for this warp's rows into its boxes (16 bytes a copy: each rank's
+ * words stay coalesced, [rank][row] as posted; a [row][rank] layout, one lane's own words a copy,
+ * ran LN+softmax twice as slow), again for the ranks some lane found stale, until all carry this
+ * tile's epoch.  The boxes are free once this warp's stores that last read them are done. */
+template <int WORDS> __device__ __forceinline__ void cf_gather_stage(const cf_tile &t, const unsigned long long *slots)
+{
+    constexpr int CPR = 16 * WORDS;                   /* 16-byte copies per rank */
+    constexpr int PER_LANE = CF_ROW_CTAS * CPR / 32;
+    if (t.lane == 0) cf_bulk_wait_read<0>();
+    __syncwarp();
+    unsigned stale = 0xffffffffu >> (32 - CF_ROW_CTAS);
+    for (;;) {
+#pragma unroll
+        for (int k = 0; k < PER_LANE; ++k) {
+            const int j = t.lane + 32 * k, q = j / CPR, ri = (j % CPR) * 2 / WORDS;
+            if ((stale >> q) & 1u)   /* rows ri (, ri + 1): adjacent words of one 16-row run */
+                cf_cp_async16(cf_staged_rank<WORDS>(t, q) + 8 * WORDS * ri,
+                              slots + WORDS * (q * CF_BM + 64 * (ri >> 4) + 16 * t.warp + (ri & 15)));
+        }
+        cf_cp_async_wait_all();
+        __syncwarp();   /* every lane's copies visible to the warp */
+        unsigned mine = 0;
+#pragma unroll
+        for (int q = 0; q < CF_ROW_CTAS; ++q) {
+            const unsigned w = cf_staged_rank<WORDS>(t, q) + 8 * WORDS * t.lane;
+            if (((stale >> q) & 1u) &&
+                (cf_lds_u32(w + 4) != t.epoch || (WORDS == 2 && cf_lds_u32(w + 12) != t.epoch))) {
+                CF_TRC_COUNT(t, CF_TRC_SPINS);
+                mine |= 1u << q;
+            }
+        }
+        stale = __reduce_or_sync(0xffffffffu, mine);
+        if (!stale) break;
+        __syncwarp();   /* every lane's reads done before the copies again */
+    }
+}
+
 /* Posts this CTA's words for its rows (quad leaders hold them after the quad shuffles). */
 template <int WORDS>
 __device__ __forceinline__ void cf_post_rows(const cf_tile &t, unsigned long long *slots, const float (&w0)[CF_ROWS],
@@ -351,7 +407,7 @@ __device__ __forceinline__ void cf_post_rows(const cf_tile &t, unsigned long lon
  * folds warp row l % RW over ranks l / RW, + LPR, ... in rank order (coalesced: a rank's
  * rows are contiguous), up to 16 single words or 8 pairs in flight at a time, and returns
  * the fold of the row held in this thread's slot s in a[s], b[s]. */
-template <int KIND, int WORDS>
+template <int KIND, int WORDS, bool SYNC = false>
 __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned long long *slots, float (&a)[CF_ROWS],
                                                float (&b)[CF_ROWS], float *own = nullptr)
 {
@@ -369,6 +425,8 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
     constexpr int CHUNK = PER_LANE < ROUND ? PER_LANE : ROUND;
     const int ri = t.lane % RW;
     const unsigned long long *mine = slots + WORDS * (64 * (ri >> 4) + 16 * t.warp + (ri & 15));
+    constexpr bool STAGED = SYNC && cf_staged_gather<WORDS>::on;
+    if (STAGED) cf_gather_stage<WORDS>(t, slots);   /* then every word below is this tile's */
     cf_fold f = cf_fold_start<KIND>();
     float own_w0 = 0.0f;   /* this CTA's own first word of the row, if asked for (a finisher's stats) */
 #pragma unroll 1
@@ -378,7 +436,11 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
         for (int c = 0; c < CHUNK; ++c) {
             const int q = (c0 + c) * LPR + t.lane / RW;
             v0[c] = v1[c] = tag;
-            if (q < CF_ROW_CTAS && WORDS == 2)
+            if (q < CF_ROW_CTAS && STAGED) {
+                const unsigned w = cf_staged_rank<WORDS>(t, q) + 8 * WORDS * t.lane;
+                v0[c] = cf_lds_u64(w);
+                if (WORDS == 2) v1[c] = cf_lds_u64(w + 8);
+            } else if (q < CF_ROW_CTAS && WORDS == 2)
                 cf_ld_relaxed_u64x2(mine + 2 * q * CF_BM, v0[c], v1[c]);
             else if (q < CF_ROW_CTAS)
                 v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
@@ -387,7 +449,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
 #pragma unroll
         for (int c = 0; c < CHUNK; ++c) {
             const int q = (c0 + c) * LPR + t.lane / RW;
-            if (q < CF_ROW_CTAS) {
+            if (q < CF_ROW_CTAS && !STAGED) {
                 /* that CTA has not got there yet: spin (a 64 ns nanosleep here cost 5-10 %) */
                 while ((unsigned)(v0[c] >> 32) != t.epoch || (unsigned)(v1[c] >> 32) != t.epoch) {
                     CF_TRC_COUNT(t, CF_TRC_SPINS);
@@ -440,7 +502,7 @@ template <int OP, int RED>
 __device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args, const cf_tile &t, float (&part)[CF_ROWS])
 {
     cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
-    cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
+    cf_gather_rows<OP, 1, true>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
 
 #if CF_PAIR_TILES
@@ -516,13 +578,13 @@ __device__ __forceinline__ void cf_row_merge_post(const cf_gemm_args &args, cons
     cf_post_rows<2>(t, cf_xchg_slots<R1, 2>(args, t), raw, part);
 #endif
 }
-template <int KIND, int R1, int R2>
+template <int KIND, int R1, int R2, bool SYNC = false>
 __device__ __forceinline__ void cf_row_merge_finish(const cf_gemm_args &args, const cf_tile &t,
                                                     const float (&raw_kept)[CF_ROWS], float (&stat)[CF_ROWS],
                                                     float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
 {
     float a[CF_ROWS], raw[CF_ROWS];
-    cf_gather_rows<KIND, 2>(t, cf_xchg_slots<R1, 2>(args, t), a, part, raw);
+    cf_gather_rows<KIND, 2, SYNC>(t, cf_xchg_slots<R1, 2>(args, t), a, part, raw);
 #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s) {
         if (!CF_FINISHER) {
@@ -547,7 +609,7 @@ __device__ __forceinline__ void cf_row_merge(const cf_gemm_args &args, const cf_
                                              float (&stat)[CF_ROWS], float (&part)[CF_ROWS], float (&corr)[CF_ROWS])
 {
     cf_row_merge_post<KIND, R1, R2>(args, t, raw, part);
-    cf_row_merge_finish<KIND, R1, R2>(args, t, raw, stat, part, corr);
+    cf_row_merge_finish<KIND, R1, R2, true>(args, t, raw, stat, part, corr);
 }
 
 /* A single exchange in two halves, for a late finish: quad shuffles and post, then fold. */

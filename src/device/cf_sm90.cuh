@@ -372,6 +372,23 @@ __device__ __forceinline__ void cf_st_relaxed_u64x2(unsigned long long *p, unsig
     asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};" :: "l"(p), "l"(a), "l"(b) : "memory");
 }
 
+/* 16 bytes global -> shared, cached in L2 only (never a stale L1 line), no register held while
+ * in flight; complete for this thread after cf_cp_async_wait_all. */
+__device__ __forceinline__ void cf_cp_async16(unsigned dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cf_cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ unsigned long long cf_lds_u64(unsigned addr) {
+    unsigned long long v;
+    asm volatile("ld.shared.u64 %0, [%1];" : "=l"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned cf_lds_u32(unsigned addr) {
+    unsigned v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+
 /* ---- accumulator layout (wgmma m64nNk16, fp32 D) --------------------------------------
  * acc[r]: m64 sub-tile mt = r / (CF_BN/2), i = r % (CF_BN/2):
  *   row = 64*mt + 16*warp + lane/4 + 8*((i>>1)&1)      col = 8*(i>>2) + 2*(lane%4) + (i&1)
