@@ -296,9 +296,9 @@ bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt);
 /* Whether the pair of column tiles per CTA (opt->pair_tiles) applies: tiles finish late on
  * their own consumer (no finisher), through L2, after the epilogue's only exchange. */
 bool cf_cg_can_pair(const cf_ir *ir, const cf_cg_options *opt);
-/* Rounds of L2 loads a tile's gathers take over all its exchanges through L2 (a lane loads
- * 8 ranks' pairs or 16 ranks' words a round; cf_reduce.cuh's cf_gather_shape). */
-int cf_cg_gather_rounds(const cf_ir *ir, const cf_cg_options *opt);
+/* Partials a lane of a tile's gathers loads over all its exchanges through L2 (a merged
+ * exchange's pair is two). */
+int cf_cg_gather_words(const cf_ir *ir, const cf_cg_options *opt);
 /* Whether the kernel has a finisher warpgroup (opt->finisher, and tiles finish late). */
 bool cf_cg_has_finisher(const cf_ir *ir, const cf_cg_options *opt);
 /* Whether the ring of `stages` (tile_m x 64 and 64 x bn operand blocks) and staging of
@@ -499,6 +499,7 @@ cf_status cf_rt_memcpy_dtoh(void *dst, cf_rt_devptr src, size_t bytes, cf_error 
 cf_status cf_rt_memcpy_dtod(cf_rt_devptr dst, cf_rt_devptr src, size_t bytes, cf_error *err);
 /* count elements of 1, 2 or 4 bytes. */
 cf_status cf_rt_memset_d8(cf_rt_devptr dst, uint8_t v, size_t count, cf_error *err);
+cf_status cf_rt_memset_d8_async(cf_rt_devptr dst, uint8_t v, size_t count, cf_rt_stream s, cf_error *err);
 cf_status cf_rt_memset_d16(cf_rt_devptr dst, uint16_t v, size_t count, cf_error *err);
 cf_status cf_rt_memset_d32(cf_rt_devptr dst, uint32_t v, size_t count, cf_error *err);
 cf_status cf_rt_ctx_sync(cf_error *err);

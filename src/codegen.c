@@ -550,13 +550,14 @@ static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **
 {
     const cf_ir_spec *q = sp->post;
     const cf_ir_node *r1 = sp->terminal, *r2 = q ? q->terminal : NULL, *stat = NULL, *d = NULL, *u = NULL;
-    /* Merged, each lane loads a 16-byte pair per CTA of the row, in rounds of 8 (rows of
-     * up to 8 CTAs with 128-row tiles per round).  With the Chan fold chained through every
-     * rank (perf-notes v8) a second round lost to two exchanges; folded in two passes per
-     * round and joined (v9, v10), two rounds win (16 CTAs: LN -9 %, softmax -13 % at
-     * 4096x2048x512), four lose (32 CTAs: LN +8 % at 8192x4096x4096). */
-    const int rounds = (c->opt->row_ctas * c->opt->bm / 128 + 7) / 8;
-    if (!c->opt->red_global || c->opt->row_ctas < 2 || rounds > 2 || !r1 || r1->kind != CF_IR_REDUCE ||
+    /* Merged, each lane loads an 8-byte pair per CTA of the row, 16 at once (rows of up to
+     * 16 CTAs with 128-row tiles).  With the Chan fold chained through every rank (perf-notes
+     * v8) a second round lost to two exchanges; folded in two passes per round and joined (v9,
+     * v10), 16 CTAs won (LN -9 %, softmax -13 % at 4096x2048x512), 32 lost (LN +8 % at
+     * 8192x4096x4096), then in rounds of 8 pairs of 16 bytes; with 8-byte pairs 32 CTAs still
+     * lost (LN+softmax 1.255 -> 1.34, perf-notes v16). */
+    const int rounds = (c->opt->row_ctas * c->opt->bm / 128 + 15) / 16;
+    if (!c->opt->red_global || c->opt->row_ctas < 2 || rounds > 1 || !r1 || r1->kind != CF_IR_REDUCE ||
         !r2 || r2->kind != CF_IR_REDUCE)
         return MERGE_NONE;
     for (int i = 0; i < q->n_nodes; i++)
@@ -1201,7 +1202,7 @@ bool cf_cg_can_pair(const cf_ir *ir, const cf_cg_options *opt)
     return pair;
 }
 
-int cf_cg_gather_rounds(const cf_ir *ir, const cf_cg_options *opt)
+int cf_cg_gather_words(const cf_ir *ir, const cf_cg_options *opt)
 {
     if (!opt->red_global || opt->row_ctas < 2 || cf_cg_check(ir, &(cf_error){0}) != CF_OK)
         return 0;
@@ -1210,16 +1211,14 @@ int cf_cg_gather_rounds(const cf_ir *ir, const cf_cg_options *opt)
         return 0;
     const int lanes_per_row = 32 / (16 * (opt->bm / 64));
     const int per_lane = (opt->row_ctas + lanes_per_row - 1) / lanes_per_row;
-    int rounds = 0;
+    int words = 0;
     for (const cf_ir_spec *sp = ir->epi[0]; sp && sp->post; sp = sp->post) {
         if (e.merge_of[sp->depth])
             continue; /* its pair goes with the next stage's reduction */
-        const bool pairs = sp->depth > 0 && e.merge_of[sp->depth - 1];
-        const int round = !pairs && per_lane <= 16 ? 16 : 8;
-        rounds += (per_lane + round - 1) / round;
+        words += per_lane * (sp->depth > 0 && e.merge_of[sp->depth - 1] ? 2 : 1);
     }
     plan_free(&e);
-    return rounds;
+    return words;
 }
 
 bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt)

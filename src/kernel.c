@@ -32,10 +32,11 @@ struct cf_kernel {
     cf_rt_module module;
     cf_rt_func func;
     int max_clusters;
-    /* Row partials exchanged through L2 (CF_RED_GLOBAL): (value, epoch) slots, and
+    /* Row partials exchanged through L2 (CF_RED_GLOBAL): slots in two parities, and
      * the epoch / finished-CTA counters the kernel keeps; see cf_reduce.cuh. */
     cf_rt_devptr xchg, xsync;
     size_t xchg_bytes;
+    int64_t xchg_tiles_m; /* row tiles of the last launch, which wrote every slot they read */
     /* Rows wider than a cluster: our GEMM into an f32 buffer, then the row
      * kernel (rows.c) runs the epilogue; built on the first such launch. */
     struct {
@@ -92,14 +93,15 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
             if (o.cluster_n > 1 && cf_cg_finishes_late(ir, &cg))
                 o.stages = 5;
             /* Two column tiles per CTA halve the ranks a row gathers, where the late exchange
-             * is the only one; it pays where that saves a round of L2 loads (8 pairs or 16
-             * words a lane).  perf-notes v14: LN and softmax 5-7 % faster at 16 CTAs a row,
-             * 3-4 % at 32; RMSNorm within 1 % at 8 and 16; slower than the finisher at 8. */
+             * is the only one; it pays where a lane would load 32 partials or more (16 CTAs
+             * of pairs, 32 of single partials).  perf-notes v14: LN and softmax 5-7 % faster
+             * at 16 CTAs a row, 3-4 % at 32; RMSNorm within 1 % at 8 and 16; slower than the
+             * finisher at 8.  v16: with 8-byte pairs (one round of loads either way) LN still
+             * 1.288 -> 1.230 at 16 CTAs. */
             cf_cg_options pair = cg;
             pair.row_ctas = o.cluster_n / 2;
             pair.pair_tiles = true;
-            bool paired = o.cluster_n >= 4 && cf_cg_can_pair(ir, &pair) &&
-                          cf_cg_gather_rounds(ir, &pair) < cf_cg_gather_rounds(ir, &cg);
+            bool paired = o.cluster_n >= 4 && cf_cg_can_pair(ir, &pair) && cf_cg_gather_words(ir, &cg) >= 32;
             /* A finisher warpgroup pays where a consumer's epilogue (first part and late finish,
              * ~3.2k cycles per reduction + ~2.4k per round of 8 ranks' L2 loads) outlasts the
              * other warpgroup's mainloop (~8.3 K cycles a tile), and only if the finisher keeps
@@ -423,13 +425,17 @@ static cf_status load_module(cf_kernel *k, cf_error *err)
     return st;
 }
 
-/* The L2 exchange's slots for tiles_m row tiles (grown, never shrunk; zeroed,
- * which no epoch matches) and its counters {epoch 1, 0 finished}. */
-static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_error *err)
+/* The L2 exchange's slots for tiles_m row tiles, 8 bytes per (reduction, rank, row) (grown,
+ * never shrunk, zeroed when new: no epoch or pair tag is 0), and its counters {epoch 1, 0
+ * finished}.  A launch reads only slots of its own row tiles; the last launch wrote those
+ * below its tiles_m, and the rest are zeroed on the launch's stream before it reads them (a
+ * pair's 8-bit tag comes round again every 255 launches, so an older post could pass). */
+static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_rt_stream stream, cf_error *err)
 {
     cf_status st;
-    size_t bytes = (size_t)k->info[INFO_NUM_RED] * (size_t)tiles_m * (size_t)k->info[INFO_ROW_CTAS] *
-                   (size_t)k->info[INFO_BM] * 8;
+    const size_t per_tile = (size_t)k->info[INFO_NUM_RED] * (size_t)k->info[INFO_ROW_CTAS] *
+                            (size_t)k->info[INFO_BM] * 8;
+    const size_t bytes = per_tile * (size_t)tiles_m;
     if (bytes > k->xchg_bytes) {
         /* an earlier launch may still be reading the old slots */
         if (k->xchg && ((st = cf_rt_ctx_sync(err)) != CF_OK || (st = cf_rt_free(k->xchg, err)) != CF_OK))
@@ -438,10 +444,14 @@ static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_error *err)
         k->xchg_bytes = 0;
         if ((st = cf_rt_malloc(&k->xchg, bytes, err)) != CF_OK)
             return st;
-        if ((st = cf_rt_memset_d8(k->xchg, 0, bytes, err)) != CF_OK)
-            return st;
         k->xchg_bytes = bytes;
+        k->xchg_tiles_m = 0;
     }
+    if (tiles_m > k->xchg_tiles_m &&
+        (st = cf_rt_memset_d8_async(k->xchg + per_tile * (size_t)k->xchg_tiles_m, 0,
+                                    per_tile * (size_t)(tiles_m - k->xchg_tiles_m), stream, err)) != CF_OK)
+        return st;
+    k->xchg_tiles_m = tiles_m;
     if (!k->xsync) {
         const uint32_t init[2] = {1, 0};
         if ((st = cf_rt_malloc(&k->xsync, sizeof init, err)) != CF_OK)
@@ -627,7 +637,7 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     if (groups > group_tiles)
         groups = group_tiles;
     bool global = k->info[INFO_RED_GLOBAL]; /* emitted only for row groups of 2 or more */
-    if (global && (st = prepare_exchange(k, tiles_m, err)) != CF_OK)
+    if (global && (st = prepare_exchange(k, tiles_m, a->stream, err)) != CF_OK)
         return st;
     uint64_t xptr[2] = {global ? k->xchg : 0, global ? k->xsync : 0};
     memcpy(block + l.xchg, xptr, sizeof xptr);

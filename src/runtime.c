@@ -475,7 +475,7 @@ done:
     X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuModuleLoadData)   \
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetAttribute) X(cuFuncSetAttribute)      \
     X(cuOccupancyMaxActiveClusters) X(cuLaunchKernelEx) X(cuMemAlloc) X(cuMemFree)            \
-    X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuMemsetD16)             \
+    X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD16) \
     X(cuMemsetD32) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)               \
     X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)                \
     X(cuEventElapsedTime) X(cuTensorMapEncodeTiled)
@@ -824,6 +824,15 @@ cf_status cf_rt_memset_d8(cf_rt_devptr dst, uint8_t v, size_t count, cf_error *e
     cf_status st;
     INIT();
     CF_CU_CHECK(cu.cuMemsetD8(dst, v, count));
+fail:
+    return st;
+}
+
+cf_status cf_rt_memset_d8_async(cf_rt_devptr dst, uint8_t v, size_t count, cf_rt_stream s, cf_error *err)
+{
+    cf_status st;
+    INIT();
+    CF_CU_CHECK(cu.cuMemsetD8Async(dst, v, count, (CUstream)s));
 fail:
     return st;
 }

@@ -184,13 +184,18 @@ __device__ __forceinline__ void cf_reduce_init()
 /* ---- level 3 through L2 (CF_RED_GLOBAL) ----------------------------------------------------
  * No cluster: the CF_ROW_CTAS CTAs of a row group are ordinary CTAs of a cooperative launch
  * (so all are resident and a wait always ends), scheduled on the same row block at the same
- * time.  Reduction RED of row tile tm has its own slots in args.xchg:
- *     xchg[((tm * CF_NUM_RED + RED) * CF_ROW_CTAS + rank) * CF_BM + row]
- * each an 8-byte (partial, epoch) pair written with one store, so a reader that sees this
- * launch's epoch sees the partial too: no fences, flags or atomics on the critical path.
- * Every slot is written once per launch and the epoch differs between launches, so no
- * slot is ever reset.  Each row's total is folded in rank order by one lane (two for
- * 64-row tiles), the same in every CTA, so all get bit-identical statistics. */
+ * time.  Each reduction RED of row tile tm has a block of 8-byte slots in args.xchg,
+ *     xchg[((tm * CF_NUM_RED + RED) * CF_ROW_CTAS + rank) * CF_BM + row],
+ * each written with one store, so a reader sees all of it or none: no fences, flags or atomics
+ * on the critical path.  A single partial is posted as (partial, epoch); a merged exchange's
+ * pair (in its first reduction's block) as its two partials, the second rounded to make room
+ * for a tag of the epoch in its lowest 8 bits (1..255; a relative error under 2^-16 on a sum
+ * of squares or of exps, the same in every CTA) -- half the bytes of two (partial, epoch) words, so a round
+ * of loads takes twice the ranks.  Every slot is written once per launch and the tag differs
+ * from the last launch's, so no slot is reset; the host zeroes them (no epoch, no tag) when
+ * the row tiles change, so none keeps an older launch's post.  Each row's total is folded in
+ * rank order by one lane (two for 64-row tiles), the same in every CTA, so all get
+ * bit-identical statistics. */
 
 /* ---- merged exchanges (CF_RED_GLOBAL; emitted by Ψ's merge rule) ----------------------
  * mean(x) followed by sum((x - mean)^2), and max(z) followed by sum(exp(z - max)), need one
@@ -321,60 +326,79 @@ template <int KIND> __device__ __forceinline__ cf_fold cf_fold_join(cf_fold f, c
     return f;
 }
 
-/* Reduction RED's slots of this row tile: WORDS 8-byte (value, epoch) words per [rank][row]. */
+/* Reduction RED's slots of this row tile: a block of 8-byte words per [rank][row] (a merged
+ * exchange's pairs in its first reduction's block). */
 template <int RED, int WORDS> __device__ __forceinline__ unsigned long long *cf_xchg_slots(const cf_gemm_args &args,
                                                                                         const cf_tile &t)
 {
-    static_assert(WORDS == 1 || WORDS == 2, "one partial, or a pair taking two slot regions");
+    static_assert(WORDS == 1 || WORDS == 2, "one partial, or a pair");
     return args.xchg + ((size_t)t.tile_m * CF_NUM_RED + RED) * CF_ROW_CTAS * CF_BM;
 }
+/* A pair's tag of this launch (never 0: zeroed slots are empty; consecutive epochs differ). */
+__device__ __forceinline__ unsigned cf_pair_tag(const cf_tile &t) { return t.epoch % 255u + 1u; }
+/* Whether a slot (its low and high 4 bytes) holds this launch's post. */
+template <int WORDS> __device__ __forceinline__ bool cf_xchg_fresh(const cf_tile &t, unsigned lo, unsigned hi)
+{
+    (void)lo;
+    return WORDS == 2 ? (hi & 0xffu) == cf_pair_tag(t) : hi == t.epoch;
+}
 
-/* A synchronous gather (the tile waits for it) can land the row's words in this warp's staging
- * boxes with cp.async, every rank in one round: relaxed loads into registers go in rounds of 16
- * words or 8 pairs a lane, and each round is an L2 round trip (~2.6k cycles beside the other
- * warpgroup's mainloop, perf-notes v16): LN+softmax at 32 CTAs a row (four synchronous exchanges)
- * 8 % faster.  For 128-row tiles (a lane per row) whose warps' boxes hold the row's words, in
- * kernels that finish every tile at once: before a tile parks, the boxes must first wait for the
- * previous tile's store, and its one synchronous exchange (LN+softmax at 16 CTAs) ran no faster. */
+/* Ranks a lane gathers: RW rows a warp, LPR lanes a row, PER_LANE ranks a lane, ROUND of them
+ * loaded at once.  The loads take an L2 round trip under the mainloop's traffic (1.1-2.6k cycles,
+ * perf-notes v10, v14), so as many as registers allow: 16 words of a 16-CTA row (32 registers;
+ * RMSNorm 1.32 -> 1.29 at 4096x2048x512), else 8 (16 words of a 32-CTA row made LN+softmax
+ * spill more, 11 % slower); 16 pairs where the tile is parked, 8 beside the accumulator (16
+ * there ran LN+softmax 16 % slower; perf-notes v16). */
+template <int WORDS, bool SYNC> struct cf_gather_shape {
+    static constexpr int RW = 16 * (CF_BM / 64);
+    static constexpr int LPR = 32 / RW;
+    static constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
+    static constexpr int ROUND = WORDS == 1 ? (PER_LANE <= 16 ? 16 : 8) : SYNC ? 8 : 16;
+    static constexpr int CHUNK = PER_LANE < ROUND ? PER_LANE : ROUND;
+};
+
+/* A synchronous gather (the tile waits for it) of more ranks than a round holds lands the row's
+ * words in this warp's staging boxes with cp.async instead, every rank in one round (LN+softmax
+ * at 32 CTAs a row, four synchronous exchanges: 8 % faster, perf-notes v16).  For
+ * 128-row tiles (a lane per row) whose warps' boxes hold the row's words, in kernels that finish
+ * every tile at once: before a tile parks, the boxes must first wait for the previous tile's
+ * store, and its one synchronous exchange (LN+softmax at 16 CTAs) ran no faster. */
 template <int WORDS> struct cf_staged_gather {
-    static constexpr bool more_rounds = WORDS == 1 ? CF_ROW_CTAS > 16 : CF_ROW_CTAS > 8;
-    static constexpr bool fits = CF_ROW_CTAS * 32 * 8 * WORDS <= CF_WARP_SLOTS * 2048;
+    static constexpr bool more_rounds = cf_gather_shape<WORDS, true>::PER_LANE > cf_gather_shape<WORDS, true>::ROUND;
+    static constexpr bool fits = CF_ROW_CTAS * 32 * 8 <= CF_WARP_SLOTS * 2048;
     static constexpr bool on = !CF_LATE_FINISH && CF_BM == 128 && CF_ROW_CTAS <= 32 && more_rounds && fits;
 };
 /* Rank q's words for this warp's 32 rows (lane order), in the warp's staging boxes. */
-template <int WORDS> __device__ __forceinline__ unsigned cf_staged_rank(const cf_tile &t, int q)
+__device__ __forceinline__ unsigned cf_staged_rank(const cf_tile &t, int q)
 {
-    constexpr int BLK = 32 * 8 * WORDS, PER_BOX = 2048 / BLK;
+    constexpr int BLK = 32 * 8, PER_BOX = 2048 / BLK;
     const int box = q / PER_BOX;
     return cf_box_addr(t, box / (CF_BM / 64), box % (CF_BM / 64)) + (q % PER_BOX) * BLK;
 }
 /* Copies every rank's words for this warp's rows into its boxes (16 bytes a copy: each rank's
  * words stay coalesced, [rank][row] as posted; a [row][rank] layout, one lane's own words a copy,
- * ran LN+softmax twice as slow), again for the ranks some lane found stale, until all carry this
- * tile's epoch.  The boxes are free once this warp's stores that last read them are done. */
+ * ran LN+softmax twice as slow), again for the ranks some lane found not yet posted, until all
+ * are.  The boxes are free once this warp's stores that last read them are done. */
 template <int WORDS> __device__ __forceinline__ void cf_gather_stage(const cf_tile &t, const unsigned long long *slots)
 {
-    constexpr int CPR = 16 * WORDS;                   /* 16-byte copies per rank */
-    constexpr int PER_LANE = CF_ROW_CTAS * CPR / 32;
+    constexpr int PER_LANE = CF_ROW_CTAS * 16 / 32;   /* 16-byte copies: 16 per rank */
     if (t.lane == 0) cf_bulk_wait_read<0>();
     __syncwarp();
     unsigned stale = 0xffffffffu >> (32 - CF_ROW_CTAS);
     for (;;) {
 #pragma unroll
         for (int k = 0; k < PER_LANE; ++k) {
-            const int j = t.lane + 32 * k, q = j / CPR, ri = (j % CPR) * 2 / WORDS;
-            if ((stale >> q) & 1u)   /* rows ri (, ri + 1): adjacent words of one 16-row run */
-                cf_cp_async16(cf_staged_rank<WORDS>(t, q) + 8 * WORDS * ri,
-                              slots + WORDS * (q * CF_BM + 64 * (ri >> 4) + 16 * t.warp + (ri & 15)));
+            const int j = t.lane + 32 * k, q = j / 16, ri = 2 * (j % 16);
+            if ((stale >> q) & 1u)   /* rows ri, ri + 1: adjacent words of one 16-row run */
+                cf_cp_async16(cf_staged_rank(t, q) + 8 * ri, slots + q * CF_BM + 64 * (ri >> 4) + 16 * t.warp + (ri & 15));
         }
         cf_cp_async_wait_all();
         __syncwarp();   /* every lane's copies visible to the warp */
         unsigned mine = 0;
 #pragma unroll
         for (int q = 0; q < CF_ROW_CTAS; ++q) {
-            const unsigned w = cf_staged_rank<WORDS>(t, q) + 8 * WORDS * t.lane;
-            if (((stale >> q) & 1u) &&
-                (cf_lds_u32(w + 4) != t.epoch || (WORDS == 2 && cf_lds_u32(w + 12) != t.epoch))) {
+            const unsigned w = cf_staged_rank(t, q) + 8 * t.lane;
+            if (((stale >> q) & 1u) && !cf_xchg_fresh<WORDS>(t, cf_lds_u32(w), cf_lds_u32(w + 4))) {
                 CF_TRC_COUNT(t, CF_TRC_SPINS);
                 mine |= 1u << q;
             }
@@ -385,65 +409,66 @@ template <int WORDS> __device__ __forceinline__ void cf_gather_stage(const cf_ti
     }
 }
 
-/* Posts this CTA's words for its rows (quad leaders hold them after the quad shuffles). */
+/* Posts this CTA's words for its rows (quad leaders hold them after the quad shuffles).  A pair's
+ * second partial is rounded to 16 mantissa bits for its tag (the sums are >= 0: +0x80 rounds
+ * to nearest, an infinity stays one, a NaN is made one that stays NaN). */
 template <int WORDS>
 __device__ __forceinline__ void cf_post_rows(const cf_tile &t, unsigned long long *slots, const float (&w0)[CF_ROWS],
                                              const float (&w1)[CF_ROWS])
 {
-    const unsigned long long tag = (unsigned long long)t.epoch << 32;
     if ((t.lane & 3) == 0) {
 #pragma unroll
         for (int s = 0; s < CF_ROWS; ++s) {
-            unsigned long long *p = slots + WORDS * (t.rank * CF_BM + cf_slot_row(t, s));
-            if (WORDS == 2)
-                cf_st_relaxed_u64x2(p, tag | __float_as_uint(w0[s]), tag | __float_as_uint(w1[s]));
-            else
-                cf_st_relaxed_u64(p, tag | __float_as_uint(w0[s]));
+            unsigned long long *p = slots + t.rank * CF_BM + cf_slot_row(t, s);
+            if (WORDS == 2) {
+                const unsigned hi = (w1[s] != w1[s] ? 0x7fffff00u : (__float_as_uint(w1[s]) + 0x80u) & ~0xffu) | cf_pair_tag(t);
+                cf_st_relaxed_u64(p, __float_as_uint(w0[s]) | (unsigned long long)hi << 32);
+            } else {
+                cf_st_relaxed_u64(p, (unsigned long long)t.epoch << 32 | __float_as_uint(w0[s]));
+            }
         }
     }
 }
 
+/* One rank's slot of a row, coherent at GPU scope: its low and high 4 bytes. */
+__device__ __forceinline__ void cf_xchg_load(const unsigned long long *p, unsigned &lo, unsigned &hi)
+{
+    const unsigned long long v = cf_ld_relaxed_u64(p);
+    lo = (unsigned)v;
+    hi = (unsigned)(v >> 32);
+}
+
 /* Folds the row's ranks once every CTA of the row group has posted: lane l of the warp
  * folds warp row l % RW over ranks l / RW, + LPR, ... in rank order (coalesced: a rank's
- * rows are contiguous), up to 16 single words or 8 pairs in flight at a time, and returns
- * the fold of the row held in this thread's slot s in a[s], b[s]. */
+ * rows are contiguous), a round of words at a time, and returns the fold of the row held in
+ * this thread's slot s in a[s], b[s]. */
 template <int KIND, int WORDS, bool SYNC = false>
 __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned long long *slots, float (&a)[CF_ROWS],
                                                float (&b)[CF_ROWS], float *own = nullptr)
 {
     CF_TRC_T0(tr0);
-    const unsigned long long tag = (unsigned long long)t.epoch << 32;
-    constexpr int RW = 16 * (CF_BM / 64);   /* rows of the tile held by one warp */
-    constexpr int LPR = 32 / RW;            /* lanes per row */
-    constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
-    /* ranks a lane loads at once: the loads take an L2 round trip under the mainloop's
-     * traffic (1.1-2.5k cycles, perf-notes v10), so as many as registers allow: all 16
-     * single words of a 16-CTA row (32 registers; RMSNorm 1.32 -> 1.29 at 4096x2048x512,
-     * 1.16 -> 1.11 at 16384x2048x1024), else 8 (16 pairs spilled and lost 6-10 %; 16 words
-     * of a 32-CTA row made LN+softmax spill more, 11 % slower) */
-    constexpr int ROUND = WORDS == 1 && PER_LANE <= 16 ? 16 : 8;
-    constexpr int CHUNK = PER_LANE < ROUND ? PER_LANE : ROUND;
+    using shape = cf_gather_shape<WORDS, SYNC>;
+    constexpr int RW = shape::RW, LPR = shape::LPR, PER_LANE = shape::PER_LANE, CHUNK = shape::CHUNK;
     const int ri = t.lane % RW;
-    const unsigned long long *mine = slots + WORDS * (64 * (ri >> 4) + 16 * t.warp + (ri & 15));
+    const unsigned long long *mine = slots + 64 * (ri >> 4) + 16 * t.warp + (ri & 15);
     constexpr bool STAGED = SYNC && cf_staged_gather<WORDS>::on;
     if (STAGED) cf_gather_stage<WORDS>(t, slots);   /* then every word below is this tile's */
     cf_fold f = cf_fold_start<KIND>();
     float own_w0 = 0.0f;   /* this CTA's own first word of the row, if asked for (a finisher's stats) */
 #pragma unroll 1
     for (int c0 = 0; c0 < PER_LANE; c0 += CHUNK) {
-        unsigned long long v0[CHUNK], v1[CHUNK];
+        unsigned v0[CHUNK], v1[CHUNK];   /* a slot's low and high halves */
 #pragma unroll
         for (int c = 0; c < CHUNK; ++c) {
             const int q = (c0 + c) * LPR + t.lane / RW;
-            v0[c] = v1[c] = tag;
+            v0[c] = v1[c] = 0u;
             if (q < CF_ROW_CTAS && STAGED) {
-                const unsigned w = cf_staged_rank<WORDS>(t, q) + 8 * WORDS * t.lane;
-                v0[c] = cf_lds_u64(w);
-                if (WORDS == 2) v1[c] = cf_lds_u64(w + 8);
-            } else if (q < CF_ROW_CTAS && WORDS == 2)
-                cf_ld_relaxed_u64x2(mine + 2 * q * CF_BM, v0[c], v1[c]);
-            else if (q < CF_ROW_CTAS)
-                v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
+                const unsigned w = cf_staged_rank(t, q) + 8 * t.lane;
+                v0[c] = cf_lds_u32(w);
+                v1[c] = cf_lds_u32(w + 4);
+            } else if (q < CF_ROW_CTAS) {
+                cf_xchg_load(mine + q * CF_BM, v0[c], v1[c]);
+            }
         }
         float nq[CHUNK], w0[CHUNK], w1[CHUNK];
 #pragma unroll
@@ -451,23 +476,20 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
             const int q = (c0 + c) * LPR + t.lane / RW;
             if (q < CF_ROW_CTAS && !STAGED) {
                 /* that CTA has not got there yet: spin (a 64 ns nanosleep here cost 5-10 %) */
-                while ((unsigned)(v0[c] >> 32) != t.epoch || (unsigned)(v1[c] >> 32) != t.epoch) {
+                while (!cf_xchg_fresh<WORDS>(t, v0[c], v1[c])) {
                     CF_TRC_COUNT(t, CF_TRC_SPINS);
-                    if (WORDS == 2)
-                        cf_ld_relaxed_u64x2(mine + 2 * q * CF_BM, v0[c], v1[c]);
-                    else
-                        v0[c] = cf_ld_relaxed_u64(mine + q * CF_BM);
+                    cf_xchg_load(mine + q * CF_BM, v0[c], v1[c]);
                 }
             }
             const bool here = q < CF_ROW_CTAS;
-            if (CF_FINISHER && own && q == t.rank) own_w0 = __uint_as_float((unsigned)v0[c]);
+            if (CF_FINISHER && own && q == t.rank) own_w0 = __uint_as_float(v0[c]);
             if (c == CHUNK - 1 && c0 == 0) CF_TRC_ADD(t, CF_TRC_LOADS, tr0);   /* the first round's loads */
             nq[c] = here ? (float)cf_tile_cols(t, q) : 0.0f;
-            w0[c] = here ? __uint_as_float((unsigned)v0[c]) : KIND == CF_MERGE_SOFTMAX ? __int_as_float(0xff800000) : 0.0f;
-            w1[c] = here ? __uint_as_float((unsigned)v1[c]) : 0.0f;
+            w0[c] = here ? __uint_as_float(v0[c]) : KIND == CF_MERGE_SOFTMAX ? __int_as_float(0xff800000) : 0.0f;
+            w1[c] = here && WORDS == 2 ? __uint_as_float(v1[c] & ~0xffu) : 0.0f;   /* the tag off */
         }
         if (KIND == CF_MERGE_VAR || KIND == CF_MERGE_SOFTMAX) {
-            /* rounds of 8 pairs, joined in rank order (every CTA folds identically) */
+            /* a round of pairs at a time, joined in rank order (every CTA folds identically) */
             const cf_fold r = cf_fold_pairs<KIND, CHUNK>(nq, w0, w1);
             f = c0 == 0 ? r : cf_fold_join<KIND>(f, r);
         } else {

@@ -287,7 +287,7 @@ struct cf_gemm_args {
     cf_tma_desc tma_a;
     cf_tma_desc tma_b;
     cf_tma_desc tma_out[CF_NUM_OUT];
-    unsigned long long *xchg;  /* CF_RED_GLOBAL: row partials, (value, epoch) pairs (cf_reduce.cuh) */
+    unsigned long long *xchg;  /* CF_RED_GLOBAL: row partials, 8-byte slots (cf_reduce.cuh) */
     unsigned *xsync;           /* CF_RED_GLOBAL: [0] launch epoch, [1] CTAs finished in this launch */
     void *out[CF_NUM_OUT];
     int M, N, K;
@@ -363,26 +363,12 @@ __device__ __forceinline__ unsigned long long cf_ld_relaxed_u64(const unsigned l
 __device__ __forceinline__ void cf_st_relaxed_u64(unsigned long long *p, unsigned long long v) {
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
 }
-/* Two 8-byte elements in one 16-byte access; each element is single-copy atomic on its own. */
-__device__ __forceinline__ void cf_ld_relaxed_u64x2(const unsigned long long *p, unsigned long long &a,
-                                                    unsigned long long &b) {
-    asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-__device__ __forceinline__ void cf_st_relaxed_u64x2(unsigned long long *p, unsigned long long a, unsigned long long b) {
-    asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};" :: "l"(p), "l"(a), "l"(b) : "memory");
-}
-
 /* 16 bytes global -> shared, cached in L2 only (never a stale L1 line), no register held while
  * in flight; complete for this thread after cf_cp_async_wait_all. */
 __device__ __forceinline__ void cf_cp_async16(unsigned dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cf_cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-__device__ __forceinline__ unsigned long long cf_lds_u64(unsigned addr) {
-    unsigned long long v;
-    asm volatile("ld.shared.u64 %0, [%1];" : "=l"(v) : "r"(addr) : "memory");
-    return v;
-}
 __device__ __forceinline__ unsigned cf_lds_u32(unsigned addr) {
     unsigned v;
     asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
