@@ -187,15 +187,15 @@ __device__ __forceinline__ void cf_reduce_init()
  * time.  Each reduction RED of row tile tm has a block of 8-byte slots in args.xchg,
  *     xchg[((tm * CF_NUM_RED + RED) * CF_ROW_CTAS + rank) * CF_BM + row],
  * each written with one store, so a reader sees all of it or none: no fences, flags or atomics
- * on the critical path.  A single partial is posted as (partial, epoch); a merged exchange's
- * pair (in its first reduction's block) as its two partials, the second rounded to make room
- * for a tag of the epoch in its lowest 8 bits (1..255; a relative error under 2^-16 on a sum
- * of squares or of exps, the same in every CTA) -- half the bytes of two (partial, epoch) words, so a round
- * of loads takes twice the ranks.  Every slot is written once per launch and the tag differs
- * from the last launch's, so no slot is reset; the host zeroes them (no epoch, no tag) when
- * the row tiles change, so none keeps an older launch's post.  Each row's total is folded in
- * rank order by one lane (two for 64-row tiles), the same in every CTA, so all get
- * bit-identical statistics. */
+ * on the critical path.  A single partial is posted as (partial, epoch).  A merged exchange's
+ * pair (in its first reduction's block) is posted as its two partials, the second rounded to
+ * make room for a tag of the epoch in its lowest 8 bits (1..255; a relative error under 2^-16
+ * on a sum of squares or of exps, the same in every CTA): half the bytes of two (partial,
+ * epoch) words, so a round of loads takes twice the ranks.  Every slot is written once per
+ * launch and differs from the last launch's, so none is reset; before a launch the host zeroes
+ * (no epoch, no tag) the slots of row tiles the last launch did not write, where a post 255
+ * launches old could pass.  Each row's total is folded in rank order by one lane (two for
+ * 64-row tiles), the same in every CTA, so all get bit-identical statistics. */
 
 /* ---- merged exchanges (CF_RED_GLOBAL; emitted by Ψ's merge rule) ----------------------
  * mean(x) followed by sum((x - mean)^2), and max(z) followed by sum(exp(z - max)), need one
@@ -336,7 +336,10 @@ template <int RED, int WORDS> __device__ __forceinline__ unsigned long long *cf_
 }
 /* A pair's tag of this launch (never 0: zeroed slots are empty; consecutive epochs differ). */
 __device__ __forceinline__ unsigned cf_pair_tag(const cf_tile &t) { return t.epoch % 255u + 1u; }
-/* Whether a slot (its low and high 4 bytes) holds this launch's post. */
+/* Whether a slot (its low and high 4 bytes) holds this launch's post: the epoch, or the tag in
+ * the high half's low byte.  The staged check reads both halves although only the high one
+ * decides: without the low one's load ptxas allocated LN+softmax's registers differently
+ * (different spills), a kernel not measured on the GPU. */
 template <int WORDS> __device__ __forceinline__ bool cf_xchg_fresh(const cf_tile &t, unsigned lo, unsigned hi)
 {
     (void)lo;
@@ -410,8 +413,8 @@ template <int WORDS> __device__ __forceinline__ void cf_gather_stage(const cf_ti
 }
 
 /* Posts this CTA's words for its rows (quad leaders hold them after the quad shuffles).  A pair's
- * second partial is rounded to 16 mantissa bits for its tag (the sums are >= 0: +0x80 rounds
- * to nearest, an infinity stays one, a NaN is made one that stays NaN). */
+ * second partial is rounded to 16 mantissa bits for its tag (+0x80 rounds the magnitude to
+ * nearest, an infinity stays one, a NaN is made one that stays NaN without the tag). */
 template <int WORDS>
 __device__ __forceinline__ void cf_post_rows(const cf_tile &t, unsigned long long *slots, const float (&w0)[CF_ROWS],
                                              const float (&w1)[CF_ROWS])
