@@ -493,8 +493,8 @@ static void test_default_options(void)
     cf_options_fill(&sync, cf_options_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(6, sync.stages);
     CHECK_EQ_INT(0, o.pair_tiles); /* the finisher's shape (8 CTAs: one round of pairs either way) */
-    /* two column tiles per CTA where that saves a round of the gather: 16 CTAs of pairs are
-     * two rounds, 8 one */
+    /* two column tiles per CTA where a lane would gather 32 partials or more: 16 CTAs of pairs,
+     * 32 of single partials (RMSNorm), not 8 of pairs nor 16 of single partials */
     o = cf_options_for(ln, 16384, 2048, 1024);
     CHECK_EQ_INT(1, o.pair_tiles);
     CHECK_EQ_INT(8, o.cluster_n);
@@ -506,6 +506,10 @@ static void test_default_options(void)
     CHECK_EQ_INT(-1, given.pair_tiles);
     CHECK_EQ_INT(16, cf_options_for(ln, 8192, 4096, 4096).cluster_n);
     CHECK_EQ_INT(1, cf_options_for(ln, 8192, 4096, 4096).pair_tiles);
+    cf_graph *rms = parse("examples/gemm_rmsnorm.cf");
+    CHECK_EQ_INT(1, rms ? cf_options_for(rms, 8192, 4096, 4096).pair_tiles : 0);
+    CHECK_EQ_INT(0, rms ? cf_options_for(rms, 16384, 2048, 1024).pair_tiles : 1);
+    cf_graph_free(rms);
     CHECK_EQ_INT(64, cf_options_for(ln, 64, 30000, 256).cluster_n); /* wider rows: the wide path */
     CHECK_EQ_INT(1, cf_options_for(gelu, 16384, 1024, 1024).cluster_n);
     cf_graph *lns = parse("examples/gemm_ln_softmax.cf");   /* 4 reductions: a stage fewer up to K = 2048 */
