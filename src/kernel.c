@@ -32,7 +32,7 @@ struct cf_kernel {
     cf_rt_module module;
     cf_rt_func func;
     int max_clusters;
-    /* Row partials exchanged through L2 (CF_RED_GLOBAL): slots in two parities, and
+    /* Row partials exchanged through L2 (CF_RED_GLOBAL): 8-byte slots, and
      * the epoch / finished-CTA counters the kernel keeps; see cf_reduce.cuh. */
     cf_rt_devptr xchg, xsync;
     size_t xchg_bytes;
@@ -84,13 +84,16 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
         while (o.cluster_n < tiles && o.cluster_n < 64)
             o.cluster_n *= 2;
         o.reduce_mode = CF_REDUCE_GLOBAL;
-        /* Tiles that finish late park in shared memory, which takes the sixth stage. */
+        /* Tiles that finish late park in shared memory, which takes the sixth stage; so do
+         * synchronous exchanges over more than 16 CTAs, which land the row's words in each
+         * warp's staging boxes in one round (cf_gather_stage) and need a whole tile's staging. */
         cf_ir *ir = NULL;
         cf_error err;
         cf_cg_options cg = {.bm = o.block_m, .bn = o.block_n, .stages = 5, .cluster_n = 1,
                             .row_ctas = o.cluster_n, .red_global = o.cluster_n > 1};
         if (cf_lower(g, &ir, &err) == CF_OK) {
-            if (o.cluster_n > 1 && cf_cg_finishes_late(ir, &cg))
+            const bool late = o.cluster_n > 1 && cf_cg_finishes_late(ir, &cg);
+            if (late || (o.cluster_n > 16 && o.cluster_n <= 32))
                 o.stages = 5;
             /* Two column tiles per CTA halve the ranks a row gathers, where the late exchange
              * is the only one; it pays where a lane would load 32 partials or more (16 CTAs
@@ -121,12 +124,6 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
                 o.cluster_n /= 2;
                 o.stages = 5;
             }
-            /* Synchronous exchanges over more than 16 CTAs land the row's words in each warp's
-             * staging boxes in one round (cf_gather_stage), which takes a whole tile's staging,
-             * a stage's room. */
-            if (o.cluster_n > 16 && o.cluster_n <= 32 && o.schedule == CF_SCHEDULE_PINGPONG &&
-                !cf_cg_finishes_late(ir, &cg))
-                o.stages = 5;
             /* Four or more reductions (LN+softmax) spill ~500 bytes per thread; up to
              * K = 2048 a stage fewer, 32 KB more L1 for the spills, is faster (perf-notes
              * v11: 2.61 -> 2.52, 2.22 -> 2.07, 1.99 -> 1.96 of cuBLAS); at K = 4096 not. */
