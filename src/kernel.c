@@ -36,7 +36,6 @@ struct cf_kernel {
      * the epoch / finished-CTA counters the kernel keeps; see cf_reduce.cuh. */
     cf_rt_devptr xchg, xsync;
     size_t xchg_bytes;
-    int64_t xchg_tiles_m; /* row tiles of the last launch, which wrote every slot they read */
     /* Rows wider than a cluster: our GEMM into an f32 buffer, then the row
      * kernel (rows.c) runs the epilogue; built on the first such launch. */
     struct {
@@ -423,10 +422,11 @@ static cf_status load_module(cf_kernel *k, cf_error *err)
 }
 
 /* The L2 exchange's slots for tiles_m row tiles, 8 bytes per (reduction, rank, row) (grown,
- * never shrunk, zeroed when new: no epoch or pair tag is 0), and its counters {epoch 1, 0
- * finished}.  A launch reads only slots of its own row tiles; the last launch wrote those
- * below its tiles_m, and the rest are zeroed on the launch's stream before it reads them (a
- * pair's 8-bit tag comes round again every 255 launches, so an older post could pass). */
+ * never shrunk), and its counters {epoch 1, 0 finished}.  A launch writes every slot of its own
+ * row tiles and reads only those; the slots of the row tiles it does not reach are zeroed (no
+ * epoch or pair tag is 0) on its stream before it runs.  So after any launch -- also one replayed
+ * from a CUDA graph, where this runs only at capture -- every slot holds that launch's post or
+ * nothing, and a pair's 8-bit tag, which comes round every 255 launches, is never stale. */
 static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_rt_stream stream, cf_error *err)
 {
     cf_status st;
@@ -442,13 +442,12 @@ static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_rt_stream st
         if ((st = cf_rt_malloc(&k->xchg, bytes, err)) != CF_OK)
             return st;
         k->xchg_bytes = bytes;
-        k->xchg_tiles_m = 0;
-    }
-    if (tiles_m > k->xchg_tiles_m &&
-        (st = cf_rt_memset_d8_async(k->xchg + per_tile * (size_t)k->xchg_tiles_m, 0,
-                                    per_tile * (size_t)(tiles_m - k->xchg_tiles_m), stream, err)) != CF_OK)
+        if ((st = cf_rt_memset_d8_async(k->xchg, 0, bytes, stream, err)) != CF_OK)
+            return st;
+    } else if (bytes < k->xchg_bytes &&
+               (st = cf_rt_memset_d8_async(k->xchg + bytes, 0, k->xchg_bytes - bytes, stream, err)) != CF_OK) {
         return st;
-    k->xchg_tiles_m = tiles_m;
+    }
     if (!k->xsync) {
         const uint32_t init[2] = {1, 0};
         if ((st = cf_rt_malloc(&k->xsync, sizeof init, err)) != CF_OK)
