@@ -300,11 +300,9 @@ typedef struct cf_launch_args {
  * overlap in time (use one object per concurrent stream, as with a cuBLAS
  * workspace).  The epoch that tags the slots lives on the device, so CUDA-graph
  * replays are correct; capture after one launch at the largest M, since the
- * slots are allocated (and grown) by a launch.  Do not mix replays of a graph
- * with direct launches of the same kernel object at a different M: the host
- * empties the slots a direct launch's predecessor left unwritten, and a replay
- * is not seen (a merged pair's 8-bit tag could then match a post 255 launches
- * old). */
+ * slots are allocated (and grown) by a launch.  Each launch also zeroes, on
+ * its stream, the slots of the row tiles it does not reach, so replays and
+ * direct launches at different M may be mixed. */
 CF_API cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err);
 CF_API void cf_kernel_free(cf_kernel *k);
 
