@@ -544,6 +544,14 @@ static bool is_square_of(const cf_ir_node *a, const cf_ir_node *d)
              a->args[1]->cval == 2.0));
 }
 
+/* cf_reduce.cuh's cf_staged_gather: the row's 8-byte slots for a warp's 32 rows fit its
+ * staging boxes (a whole tile's staging, as a late finish's, bn/64 x bm/64 boxes of 2 KB). */
+static bool staged_gather_fits(const cf_cg_options *o)
+{
+    return cf_cg_smem_fits(o->bm, o->bm, o->bn, o->stages, o->bn / 64, o->pair_tiles) &&
+           o->row_ctas * 32 * 8 <= (o->bn / 64) * (o->bm / 64) * 2048;
+}
+
 /* MERGE_* when sp's reduction can share its PostOp's exchange; *shifted is
  * the PostOp's value that the next stage must correct (may not be carried). */
 static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **shifted)
@@ -555,9 +563,14 @@ static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **
      * v8) a second round lost to two exchanges; folded in two passes per round and joined (v9,
      * v10), 16 CTAs won (LN -9 %, softmax -13 % at 4096x2048x512), 32 lost (LN +8 % at
      * 8192x4096x4096), then in rounds of 8 pairs of 16 bytes; with 8-byte pairs 32 CTAs still
-     * lost (LN+softmax 1.255 -> 1.34, perf-notes v16). */
+     * lost (LN+softmax 1.255 -> 1.34, perf-notes v16).  Two rounds' worth are gathered in one
+     * where a synchronous gather lands them in the warp's staging boxes (cf_gather_stage); that
+     * pays with more than two reductions, whose tiles finish at once anyway (LN+softmax at 32
+     * CTAs 1.236 -> 1.196, v17), not with two, whose unmerged last exchange finishes late (LN
+     * 1.134 -> 1.174). */
     const int rounds = (c->opt->row_ctas * c->opt->bm / 128 + 15) / 16;
-    if (!c->opt->red_global || c->opt->row_ctas < 2 || rounds > 1 || !r1 || r1->kind != CF_IR_REDUCE ||
+    const bool staged = rounds == 2 && c->opt->bm == 128 && c->ir->n_stages[0] - 1 > 2 && staged_gather_fits(c->opt);
+    if (!c->opt->red_global || c->opt->row_ctas < 2 || rounds > (staged ? 2 : 1) || !r1 || r1->kind != CF_IR_REDUCE ||
         !r2 || r2->kind != CF_IR_REDUCE)
         return MERGE_NONE;
     for (int i = 0; i < q->n_nodes; i++)
@@ -637,11 +650,13 @@ static const cf_ir_spec *find_late(cg_ctx *c)
     /* Exchanges per tile (a merged pair is one).  Every exchange before the last still waits
      * for the row's slowest CTA, and the park costs a pipeline stage: measured (perf-notes
      * v9), LN+Softmax with four exchanges ran 1-5 % slower late, with two 2-8 % faster. */
-    int exchanges = 0;
-    for (const cf_ir_spec *sp = ir->epi[0]; sp->post; sp = sp->post)
+    int exchanges = 0, merges = 0;
+    for (const cf_ir_spec *sp = ir->epi[0]; sp->post; sp = sp->post) {
         exchanges += !(sp->depth > 0 && c->merge_of[sp->depth - 1]);
-    if (exchanges > 2)
-        return NULL;
+        merges += c->merge_of[sp->depth] != MERGE_NONE;
+    }
+    if (exchanges > 2 || (merges && c->opt->row_ctas * c->opt->bm / 128 > 16))
+        return NULL; /* pairs of more than 16 CTAs are gathered staged, which is synchronous */
     const cf_ir_node *parked = NULL;
     int n_tile_out = 0;
     for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)

@@ -398,9 +398,9 @@ static void test_late_finish(void)
         {"x = X @ W\nd = x - mean(x)\nz = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\n"
          "output Y: bf16 = e / sum(e)\n",
          "cf_park_tile<CF_PARK_F16>(t, T0)", "cf_row_merge_post<CF_MERGE_SOFTMAX, 2, 3>", 2048},
-        /* at 32 CTAs per row: no merges, four exchanges, three of them waited for anyway, so
-         * the tile finishes at once; its sixth stage's room lets each warp gather a row's 32
-         * words into its staging boxes in one round (cf_gather_stage) */
+        /* at 32 CTAs per row: two merged exchanges, each warp gathering a row's 32 pairs into
+         * its staging boxes (the sixth stage's room) in one round (cf_gather_stage), which is
+         * synchronous, so the tile finishes at once */
         {"x = X @ W\nd = x - mean(x)\nz = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\n"
          "output Y: bf16 = e / sum(e)\n",
          NULL, NULL, 4096},
@@ -775,17 +775,43 @@ static void test_mid_part(void)
     CHECK_CONTAINS(text, "cf_row_merge<CF_MERGE_VAR, 0, 1>");
     CHECK(text && !strstr(text, "CF_MID") && !strstr(text, "CF_FINISHER"));
     cf_kernel_free(k);
-    /* 32 CTAs a row: no merges, no late finish, so no finisher either */
+    /* 32 CTAs a row: both exchanges merged, their pairs gathered staged (synchronous), so no
+     * late finish and no finisher either; a merged fold scales its mean by the reciprocal */
     cf_options wide = fin;
     wide.cluster_n = 32;
     k = NULL;
     CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &wide, "wide", &k, &err));
     text = k ? cf_kernel_source(k) : NULL;
     CHECK(text && !strstr(text, "CF_FINISHER") && !strstr(text, "CF_LATE_FINISH"));
-    /* unmerged means keep the division (its reciprocal made ptxas spill more here) */
+    CHECK_CONTAINS(text, "cf_row_merge<CF_MERGE_VAR, 0, 1>");
+    CHECK_CONTAINS(text, "cf_row_merge<CF_MERGE_SOFTMAX, 2, 3>");
+    CHECK_CONTAINS(text, "cf_rcp((float)t.N)");
+    cf_kernel_free(k);
+    /* at 6 stages a tile's staging does not fit beside the ring: two rounds of pairs would be
+     * loaded in registers, so four unmerged exchanges, which keep the division (its reciprocal
+     * made ptxas spill more here) */
+    wide.stages = 6;
+    k = NULL;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &wide, "wide6", &k, &err));
+    text = k ? cf_kernel_source(k) : NULL;
+    CHECK(text && !strstr(text, "cf_row_merge<") && !strstr(text, "CF_LATE_FINISH"));
     CHECK_CONTAINS(text, "[s] / (float)t.N;");
     CHECK(text && !strstr(text, "cf_rcp((float)t.N)"));
     cf_kernel_free(k);
+    /* two reductions at 32 CTAs keep their late exchange unmerged (merged, staged and at once,
+     * LN ran 3.5 % slower) */
+    cf_graph *ln2 = NULL;
+    static const char *lnsrc = "input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\nd = x - mean(x)\n"
+                               "output Y: bf16 = d * rsqrt(mean(d * d) + 1e-5)\n";
+    CHECK_EQ_INT(CF_OK, cf_spec_parse(lnsrc, strlen(lnsrc), "ln32.cf", &ln2, &err));
+    cf_options ln32 = {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, -1};
+    k = NULL;
+    CHECK_EQ_INT(CF_OK, ln2 ? cf_kernel_build(ln2, &ln32, "ln32", &k, &err) : CF_ERR_INTERNAL);
+    text = k ? cf_kernel_source(k) : NULL;
+    CHECK(text && !strstr(text, "cf_row_merge"));
+    CHECK_CONTAINS(text, "CF_LATE_FINISH 1");
+    cf_kernel_free(k);
+    cf_graph_free(ln2);
     cf_graph_free(g);
     /* the stage between the exchanges takes a second value (x) from the first part: no mid
      * part (the finisher would need two parked tiles), and four reductions get no finisher */

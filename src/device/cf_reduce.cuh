@@ -351,12 +351,14 @@ template <int WORDS> __device__ __forceinline__ bool cf_xchg_fresh(const cf_tile
  * perf-notes v10, v14), so as many as registers allow: 16 words of a 16-CTA row (32 registers;
  * RMSNorm 1.32 -> 1.29 at 4096x2048x512), else 8 (16 words of a 32-CTA row made LN+softmax
  * spill more, 11 % slower); 16 pairs where the tile is parked, 8 beside the accumulator (16
- * there ran LN+softmax 16 % slower; perf-notes v16). */
-template <int WORDS, bool SYNC> struct cf_gather_shape {
+ * there ran LN+softmax 16 % slower; perf-notes v16).  A staged gather (from shared memory) of
+ * more than 16 ranks folds them all at once: in rounds ptxas spilled more (v16: 8 a round 176
+ * bytes, 16 a round 420, all at once 88). */
+template <int WORDS, bool SYNC, bool STAGED = false> struct cf_gather_shape {
     static constexpr int RW = 16 * (CF_BM / 64);
     static constexpr int LPR = 32 / RW;
     static constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
-    static constexpr int ROUND = WORDS == 1 ? (PER_LANE <= 16 ? 16 : 8) : SYNC ? 8 : 16;
+    static constexpr int ROUND = STAGED && PER_LANE > 16 ? PER_LANE : WORDS == 1 ? (PER_LANE <= 16 ? 16 : 8) : SYNC ? 8 : 16;
     static constexpr int CHUNK = PER_LANE < ROUND ? PER_LANE : ROUND;
 };
 
@@ -450,11 +452,11 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
                                                float (&b)[CF_ROWS], float *own = nullptr)
 {
     CF_TRC_T0(tr0);
-    using shape = cf_gather_shape<WORDS, SYNC>;
+    constexpr bool STAGED = SYNC && cf_staged_gather<WORDS>::on;
+    using shape = cf_gather_shape<WORDS, SYNC, STAGED>;
     constexpr int RW = shape::RW, LPR = shape::LPR, PER_LANE = shape::PER_LANE, CHUNK = shape::CHUNK;
     const int ri = t.lane % RW;
     const unsigned long long *mine = slots + 64 * (ri >> 4) + 16 * t.warp + (ri & 15);
-    constexpr bool STAGED = SYNC && cf_staged_gather<WORDS>::on;
     if (STAGED) cf_gather_stage<WORDS>(t, slots);   /* then every word below is this tile's */
     cf_fold f = cf_fold_start<KIND>();
     float own_w0 = 0.0f;   /* this CTA's own first word of the row, if asked for (a finisher's stats) */
