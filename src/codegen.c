@@ -908,6 +908,10 @@ static void emit_post_park(cg_ctx *c, const cf_ir_node *red, const cf_ir_node *p
     char pid[96];
     emit_post(c, red);
     trace_mark(c, "post");
+    if (parked == c->late_parked && !c->opt->pair_tiles && !c->opt->finisher) {
+        line(c, "before_park();  /* the previous tile's finish, while these partials travel */");
+        trace_mark(c, "previous finish");
+    }
     ident(parked->ref, pid, sizeof pid);
     line(c, "cf_park_tile<%s>(t, T%d);  /* %s waits in shared memory %s */", f16 ? "CF_PARK_F16" : "CF_PARK_BF16",
          c->arr[parked->id], pid, until);
@@ -1496,8 +1500,9 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     emit_preload(&e);
     if (e.late) {
         line(&e, "/* Part 1, right after the tile's mainloop: every stage up to the last exchange. */");
+        line(&e, "template <class BeforePark>");
         line(&e, "__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, "
-                 "float (&acc)[CF_ACC_REGS], const cf_pre &pre, cf_late &late)");
+                 "float (&acc)[CF_ACC_REGS], const cf_pre &pre, cf_late &late, const BeforePark &before_park)");
     } else {
         line(&e, "/* Runs once per tile of a consumer warpgroup, after its mainloop. */");
         line(&e, "__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, "
@@ -1508,8 +1513,10 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     line(&e, "const cf_epi_params &p = args.epi;");
     line(&e, "(void)p;");
     line(&e, "(void)pre;");
-    if (e.late)
+    if (e.late) {
         line(&e, "(void)late;");
+        line(&e, "(void)before_park;");
+    }
     line(&e, "float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */");
     if (ir->n_stages[0] > 1)
         line(&e, "CF_TRC_START(trs);  /* CF_TRACE: clock at the start of each section below */");

@@ -60,12 +60,14 @@ __device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, co
 }
 
 /* Part 1, right after the tile's mainloop: every stage up to the last exchange. */
-__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS], const cf_pre &pre, cf_late &late)
+template <class BeforePark>
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS], const cf_pre &pre, cf_late &late, const BeforePark &before_park)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
     (void)pre;
     (void)late;
+    (void)before_park;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
     CF_TRC_START(trs);  /* CF_TRACE: clock at the start of each section below */
     /* ---- stage 0: 4 nodes, streamed one accumulator register at a time ---- */
@@ -170,6 +172,8 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 6);  /* trace section: the loop above */
     cf_row_merge_post<CF_MERGE_SOFTMAX, 2, 3>(args, t, raw_m_21, red_v26);  /* post (max, partial) pairs for the row */
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 7);  /* trace section: post */
+    before_park();  /* the previous tile's finish, while these partials travel */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 7);  /* trace section: previous finish */
     cf_park_tile<CF_PARK_F16>(t, T0);  /* e_25 waits in shared memory while the next mainloop runs */
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 7);  /* trace section: park */
 }
