@@ -544,8 +544,9 @@ static bool is_square_of(const cf_ir_node *a, const cf_ir_node *d)
              a->args[1]->cval == 2.0));
 }
 
-/* cf_reduce.cuh's cf_staged_gather: the row's 8-byte slots for a warp's 32 rows fit its
- * staging boxes (a whole tile's staging, as a late finish's, bn/64 x bm/64 boxes of 2 KB). */
+/* cf_reduce.cuh's cf_staged_gather: the row's 8-byte slots for a warp's 32 rows fit the warp's
+ * staging boxes (with a whole tile's staging, as a late finish has: bn/64 x bm/64 box slots of
+ * 2 KB a warp). */
 static bool staged_gather_fits(const cf_cg_options *o)
 {
     return cf_cg_smem_fits(o->bm, o->bm, o->bn, o->stages, o->bn / 64, o->pair_tiles) &&

@@ -1244,7 +1244,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #elif CF_LATE_FINISH
             /* This tile posts its partials first, then finishes the previous one (its partials
              * arrived during this mainloop), then parks: the last tile's partials travel while
-             * the previous tile finishes (RMSNorm 4 %, LN+softmax 2-4 % faster at K <= 1024,
+             * the previous tile finishes (RMSNorm 2-3 %, LN+softmax 2-4 % faster at K <= 1024,
              * perf-notes v17).  Paired tiles keep the finish first: their park then waits for
              * the store just issued, and LN and softmax ran 1 % slower. */
             cf_epilogue(args, t, acc, pre, late, [&] {
