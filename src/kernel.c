@@ -325,10 +325,11 @@ cf_status cf_kernel_compile(cf_kernel *k, cf_error *err)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_compile: NULL kernel");
     if (k->compiled)
         return CF_OK;
-    /* CF_TRACE=1 (diagnostics, bench): per-tile clock64 stamps, see cf_sm90.cuh */
-    static const char *const trace_opt[] = {"-DCF_TRACE"};
+    /* CF_TRACE=1 (diagnostics, bench): per-tile clock64 stamps, see cf_sm90.cuh; CF_TRACE=2 also
+     * times the mainloop's waits */
     const char *trace_env = getenv("CF_TRACE");
     const bool trace = trace_env && *trace_env && strcmp(trace_env, "0");
+    const char *const trace_opt[] = {trace && !strcmp(trace_env, "2") ? "-DCF_TRACE=2" : "-DCF_TRACE=1"};
     cf_status st = cf_rt_compile(k->src.data, "cf_gemm_kernel", trace ? trace_opt : NULL, trace ? 1 : 0,
                                  &k->cubin, err);
     if (st == CF_OK)
