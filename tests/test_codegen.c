@@ -5,6 +5,14 @@
 
 #include <unistd.h>
 
+static int count_of(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = text; p && (p = strstr(p, what)) != NULL; p += strlen(what))
+        n++;
+    return n;
+}
+
 static cf_graph *parse(const char *path)
 {
     cf_graph *g = NULL;
@@ -266,8 +274,18 @@ static void test_nvrtc(void)
         const char *ptx = cf_kernel_ptx(k);
         CHECK_CONTAINS(ptx, "cf_trace");
         CHECK_CONTAINS(ptx, "%clock64");
+        const int clocks1 = count_of(ptx, "%clock64");
         cf_resources r;
         CHECK(k && cf_kernel_resources(k, &r, &err) == CF_OK && !r.cache_hit);
+        cf_kernel_free(k);
+        /* CF_TRACE=2 also times the mainloop's waits: two more clock reads around each */
+        k = NULL;
+        setenv("CF_TRACE", "2", 1);
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "traced2", &k, &err));
+        CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
+        unsetenv("CF_TRACE");
+        ptx = cf_kernel_ptx(k);
+        CHECK(ptx && count_of(ptx, "%clock64") >= clocks1 + 4);
         cf_kernel_free(k);
         k = NULL;
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "untraced", &k, &err));
