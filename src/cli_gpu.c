@@ -604,7 +604,7 @@ static void print_trace(fused_ctx *f)
 #define AT(c, w, j, e) tr[(((size_t)(c) * 2 + (w)) * (TR_TILES + 1) + (j)) * TR_EV + (e)]
     double ml = 0, ep = 0, head = 0, tail = 0, total = 0, period = 0, cat[TR_CATS] = {0};
     double t_epi = 0, t_fin = 0, t_drain = 0, t_other = 0;   /* the tail, in order */
-    double order = 0, w_data = 0, w_mma = 0;   /* the order barrier; CF_TRACE=2: the mainloop's waits */
+    double order = 0, w_data = 0, w_mma = 0, w_issue = 0;   /* the order barrier; CF_TRACE=2: the mainloop's waits */
     int ctas = 0, tiles = 0;
     for (int c = 0; c < TR_CTAS; c++) {
         const int n0 = (int)AT(c, 0, TR_TILES, 2), n1 = (int)AT(c, 1, TR_TILES, 2);
@@ -621,6 +621,7 @@ static void print_trace(fused_ctx *f)
             order += AT(c, w, j, 1) - AT(c, w, j, 0);
             w_data += AT(c, w, j, 4);
             w_mma += AT(c, w, j, 5);
+            w_issue += AT(c, w, j, 6);
             ep += AT(c, w, j, 3) - acc;
             if (i == 0)
                 first_acc = acc;
@@ -658,7 +659,8 @@ static void print_trace(fused_ctx *f)
         printf("  trace, a tile's mainloop (kcycles, thread 0): waiting for its turn (order barrier) %.2f, mainloop %.2f",
                order / tiles / 1e3, (ml - order) / tiles / 1e3);
         if (w_data > 0 || w_mma > 0)   /* CF_TRACE=2 */
-            printf(" (waiting for TMA data %.2f, for wgmma %.2f)", w_data / tiles / 1e3, w_mma / tiles / 1e3);
+            printf(" (waiting for TMA data %.2f, for wgmma %.2f; issuing wgmma %.2f)", w_data / tiles / 1e3,
+                   w_mma / tiles / 1e3, w_issue / tiles / 1e3);
         printf("\n");
         printf("  trace, epilogue parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, re-polls %.1f), "
                "park wait %.2f, store waits %.2f, late finish %.2f\n", cat[0] / tiles / 1e3, cat[4] / tiles / 1e3,

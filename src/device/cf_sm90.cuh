@@ -1175,7 +1175,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             CF_TR(w, i / istep, 1, t.tid);
             cf_fence_operand<CF_ACC_REGS>(acc);
 #if CF_TRACE_WAITS
-            long long tr_data = 0, tr_mma = 0;
+            long long tr_data = 0, tr_mma = 0, tr_issue = 0;
 #endif
 #pragma unroll 1
             for (int kb = 0; kb < nkb; ++kb) {
@@ -1185,6 +1185,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
                 cf_mbar_wait(bar_full + 8 * stage, phase);
 #if CF_TRACE_WAITS
                 tr_data += clock64() - tr0;
+                const long long tr_i0 = clock64();
 #endif
                 const unsigned sa = base + stage * CF_STAGE_BYTES + a_off;
                 const unsigned sb = base + stage * CF_STAGE_BYTES + CF_A_STAGE_BYTES;
@@ -1204,6 +1205,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
                 }
                 cf_wgmma_commit();
 #if CF_TRACE_WAITS
+                tr_issue += clock64() - tr_i0;   /* the wgmma issue, the warpgroup's warps converging */
                 const long long tr1 = clock64();
 #endif
                 cf_wgmma_wait<1>();
@@ -1224,6 +1226,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #if CF_TRACE_WAITS
             CF_TR_V(w, i / istep, 4, t.tid, tr_data);
             CF_TR_V(w, i / istep, 5, t.tid, tr_mma);
+            CF_TR_V(w, i / istep, 6, t.tid, tr_issue);
 #endif
             t.tile_m = tm; t.tile_n = tn;
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
