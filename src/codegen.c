@@ -544,13 +544,18 @@ static bool is_square_of(const cf_ir_node *a, const cf_ir_node *d)
              a->args[1]->cval == 2.0));
 }
 
+/* Whole-tile staging for both warpgroups beside the ring (a late finish parks there; a staged
+ * gather lands the row's words there). */
+static bool whole_tile_staging_fits(const cf_cg_options *o)
+{
+    return cf_cg_smem_fits(o->bm, o->bm, o->bn, o->stages, o->bn / 64, o->pair_tiles);
+}
+
 /* cf_reduce.cuh's cf_staged_gather: the row's 8-byte slots for a warp's 32 rows fit the warp's
- * staging boxes (with a whole tile's staging, as a late finish has: bn/64 x bm/64 box slots of
- * 2 KB a warp). */
+ * staging boxes (bn/64 x bm/64 box slots of 2 KB a warp, with whole-tile staging). */
 static bool staged_gather_fits(const cf_cg_options *o)
 {
-    return cf_cg_smem_fits(o->bm, o->bm, o->bn, o->stages, o->bn / 64, o->pair_tiles) &&
-           o->row_ctas * 32 * 8 <= (o->bn / 64) * (o->bm / 64) * 2048;
+    return whole_tile_staging_fits(o) && o->row_ctas * 32 * 8 <= (o->bn / 64) * (o->bm / 64) * 2048;
 }
 
 /* MERGE_* when sp's reduction can share its PostOp's exchange; *shifted is
@@ -633,11 +638,6 @@ bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks, boo
  * enough), the softmax merge exp(z - tile max) in [0, 1] (f16), anything else
  * bf16 when it is only multiplied or divided (relative error 2^-9, as the
  * output's own rounding). */
-static bool late_fits_smem(const cf_cg_options *o)
-{
-    return cf_cg_smem_fits(o->bm, o->bm, o->bn, o->stages, o->bn / 64, o->pair_tiles); /* whole-tile staging, pingpong */
-}
-
 static const cf_ir_spec *find_late(cg_ctx *c)
 {
     const cf_ir *ir = c->ir;
@@ -646,7 +646,7 @@ static const cf_ir_spec *find_late(cg_ctx *c)
         prev = last;
         last = last->post;
     }
-    if (!c->opt->red_global || c->opt->row_ctas < 2 || c->opt->sync_finish || !prev || !late_fits_smem(c->opt))
+    if (!c->opt->red_global || c->opt->row_ctas < 2 || c->opt->sync_finish || !prev || !whole_tile_staging_fits(c->opt))
         return NULL;
     /* Exchanges per tile (a merged pair is one).  Every exchange before the last still waits
      * for the row's slowest CTA, and the park costs a pipeline stage: measured (perf-notes
@@ -902,6 +902,13 @@ static void emit_finish_open(cg_ctx *c, const cf_ir_node *red)
     emit_mean_scale(c, red, id, false);
 }
 
+/* A consumer that finishes its own unpaired tiles late posts a tile's partials before it
+ * finishes the previous tile (cf_sm90.cuh's CF_POST_FIRST; the finish is passed as before_park). */
+static bool post_first(const cg_ctx *c)
+{
+    return c->late && !c->opt->pair_tiles && !c->opt->finisher;
+}
+
 /* Posts red's row partials (a merged pair when merge_prev), then parks `parked` (the storage
  * of the value the next part reads) and closes the current part. */
 static void emit_post_park(cg_ctx *c, const cf_ir_node *red, const cf_ir_node *parked, bool f16, const char *until)
@@ -909,7 +916,7 @@ static void emit_post_park(cg_ctx *c, const cf_ir_node *red, const cf_ir_node *p
     char pid[96];
     emit_post(c, red);
     trace_mark(c, "post");
-    if (parked == c->late_parked && !c->opt->pair_tiles && !c->opt->finisher) {
+    if (parked == c->late_parked && post_first(c)) {
         line(c, "before_park();  /* the previous tile's finish, while these partials travel */");
         trace_mark(c, "previous finish");
     }
@@ -1420,6 +1427,8 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
         line(&c, "#define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */");
     if (opt->pair_tiles)
         line(&c, "#define CF_PAIR_TILES 1  /* a CTA's two warpgroups: adjacent column tiles, one post per row */");
+    if (post_first(&e))
+        line(&c, "#define CF_POST_FIRST 1  /* a tile posts, then the previous one finishes, then it parks */");
     if (e.mid)
         line(&c, "#define CF_FINISHER 1  /* a fourth warpgroup runs the middle stages (cf_epilogue_mid) */\n"
                  "#define CF_MID 1  /* ... while the consumer runs its next mainloop, then finishes the tile late */");

@@ -431,9 +431,8 @@ static cf_status load_module(cf_kernel *k, cf_error *err)
 static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_rt_stream stream, cf_error *err)
 {
     cf_status st;
-    const size_t per_tile = (size_t)k->info[INFO_NUM_RED] * (size_t)k->info[INFO_ROW_CTAS] *
-                            (size_t)k->info[INFO_BM] * 8;
-    const size_t bytes = per_tile * (size_t)tiles_m;
+    const size_t bytes = (size_t)k->info[INFO_NUM_RED] * (size_t)tiles_m * (size_t)k->info[INFO_ROW_CTAS] *
+                         (size_t)k->info[INFO_BM] * 8;
     if (bytes > k->xchg_bytes) {
         /* an earlier launch may still be reading the old slots */
         if (k->xchg && ((st = cf_rt_ctx_sync(err)) != CF_OK || (st = cf_rt_free(k->xchg, err)) != CF_OK))

@@ -868,6 +868,7 @@ static void test_post_first(void)
         CHECK_EQ_INT(CF_OK, rms ? cf_kernel_build(rms, &cases[i].o, "post-first", &k, &err) : CF_ERR_INTERNAL);
         const char *text = k ? cf_kernel_source(k) : NULL;
         CHECK_CONTAINS(text, "#define CF_LATE_FINISH 1");
+        CHECK_EQ_INT(cases[i].post_first, text && strstr(text, "#define CF_POST_FIRST 1") != NULL);
         if (cases[i].post_first) {
             const char *p = after(text, "cf_row_post<CF_RED_SUM, 0>(args, t, ");
             p = after(p, "before_park();");

@@ -141,6 +141,11 @@
 #ifndef CF_MID
 #define CF_MID 0
 #endif
+/* CF_POST_FIRST (Psi, late finish on the consumer, no pairs, no finisher): a tile posts its
+ * partials, then the previous tile finishes (cf_epilogue's before_park), then it parks. */
+#ifndef CF_POST_FIRST
+#define CF_POST_FIRST 0
+#endif
 #ifndef CF_REG_PRODUCER
 #define CF_REG_PRODUCER (CF_FINISHER ? 24 : 40)
 #endif
@@ -221,6 +226,9 @@
 #endif
 #ifndef CF_LATE_FINISH
 #define CF_LATE_FINISH 0
+#endif
+#if CF_POST_FIRST && (!CF_LATE_FINISH || CF_FINISHER || CF_PAIR_TILES)
+#error "CF_POST_FIRST: a consumer's own late finish of unpaired tiles"
 #endif
 #if CF_PAIR_TILES && (!CF_PINGPONG || !CF_LATE_FINISH || CF_FINISHER)
 #error "CF_PAIR_TILES: pingpong warpgroups that finish their own tiles late (the pair posts after WG1's first part)"
@@ -1150,7 +1158,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         cf_tile parked = t;     /* the tile waiting for its finish, if parked_ok */
         bool parked_ok = false;
 #endif
-#if !CF_FINISHER && !CF_PAIR_TILES
+#if CF_POST_FIRST
         cf_late late_prev;      /* its statistics */
 #endif
 #endif
@@ -1234,7 +1242,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.parks = i / istep;
 #if CF_LATE_FINISH && CF_FINISHER && !CF_MID
             cf_epilogue(args, t, acc, pre, late, cf_no_op{});   /* parks the tile for the finisher */
-#elif CF_LATE_FINISH && (CF_FINISHER || CF_PAIR_TILES)
+#elif CF_LATE_FINISH && !CF_POST_FIRST
             /* the previous tile's row partials arrived during this mainloop */
             {
                 CF_TRC_T0(trf);
@@ -1263,10 +1271,10 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
             CF_TR(w, i / istep, 3, t.tid);
         }
-#if CF_LATE_FINISH && (CF_MID || (!CF_FINISHER && CF_PAIR_TILES))
-        if (parked_ok) cf_finish_parked(args, parked, late);
-#elif CF_LATE_FINISH && !CF_FINISHER
+#if CF_POST_FIRST
         if (parked_ok) cf_finish_parked(args, parked, late_prev);
+#elif CF_LATE_FINISH && (!CF_FINISHER || CF_MID)
+        if (parked_ok) cf_finish_parked(args, parked, late);
 #endif
 #ifdef CF_TRACE
         cf_trace_at(w, CF_TRACE_TILES, 19, t.tid, clock64());

@@ -10,6 +10,7 @@
 #define CF_IN_F16 0
 #define CF_NUM_OUT 1
 #define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */
+#define CF_POST_FIRST 1  /* a tile posts, then the previous one finishes, then it parks */
 #define CF_HAS_REDUCE 1
 #define CF_NUM_RED 4
 #define CF_STATIC_SMEM 128
