@@ -602,9 +602,13 @@ static void print_trace(fused_ctx *f)
         return;
     }
 #define AT(c, w, j, e) tr[(((size_t)(c) * 2 + (w)) * (TR_TILES + 1) + (j)) * TR_EV + (e)]
+    /* a tile's k-loop starts at event 9, once its turn has come; bar.sync defers its blocking, so
+     * event 1's clock is read before the turn (kernels from before event 9: event 1) */
+#define TURN(c, w, j) (AT(c, w, j, 9) ? AT(c, w, j, 9) : AT(c, w, j, 1))
     double ml = 0, ep = 0, head = 0, tail = 0, total = 0, period = 0, cat[TR_CATS] = {0};
     double t_epi = 0, t_fin = 0, t_drain = 0, t_other = 0;   /* the tail, in order */
-    double order = 0, w_data = 0, w_mma = 0, w_issue = 0;   /* the order barrier; CF_TRACE=2: the mainloop's waits */
+    double order = 0, both = 0;   /* the order barrier; both warpgroups in a mainloop (the drain) */
+    double w_data = 0, w_mma = 0, w_issue = 0, w_rest = 0, w_drain = 0, w_loop = 0;   /* CF_TRACE=2: the k-loop */
     int ctas = 0, tiles = 0;
     for (int c = 0; c < TR_CTAS; c++) {
         const int n0 = (int)AT(c, 0, TR_TILES, 2), n1 = (int)AT(c, 1, TR_TILES, 2);
@@ -614,14 +618,25 @@ static void print_trace(fused_ctx *f)
         const long long end0 = AT(c, 0, TR_TILES, 1), end1 = AT(c, 1, TR_TILES, 1), end = end1 > end0 ? end1 : end0;
         long long first_acc = 0, last_acc = 0;
         int last_w = 0, last_j = 0;
+        for (int j0 = 0; j0 < n0 && j0 < TR_TILES; j0++)   /* mainloops of both warpgroups at once */
+            for (int j1 = 0; j1 < n1 && j1 < TR_TILES; j1++) {
+                const long long a = TURN(c, 0, j0) > TURN(c, 1, j1) ? TURN(c, 0, j0) : TURN(c, 1, j1);
+                const long long b = AT(c, 0, j0, 2) < AT(c, 1, j1, 2) ? AT(c, 0, j0, 2) : AT(c, 1, j1, 2);
+                if (AT(c, 0, j0, 2) && AT(c, 1, j1, 2) && b > a)
+                    both += b - a;
+            }
         for (int i = 0; i < n0 + n1; i++) {
             const int w = i & 1, j = i >> 1;
             const long long acc = AT(c, w, j, 2);
             ml += acc - AT(c, w, j, 0);
-            order += AT(c, w, j, 1) - AT(c, w, j, 0);
+            order += TURN(c, w, j) - AT(c, w, j, 0);
             w_data += AT(c, w, j, 4);
             w_mma += AT(c, w, j, 5);
             w_issue += AT(c, w, j, 6);
+            w_rest += AT(c, w, j, 7);
+            w_drain += AT(c, w, j, 8);
+            if (AT(c, w, j, 10))
+                w_loop += AT(c, w, j, 10) - AT(c, w, j, 9);
             ep += AT(c, w, j, 3) - acc;
             if (i == 0)
                 first_acc = acc;
@@ -650,17 +665,20 @@ static void print_trace(fused_ctx *f)
         tiles += n0 + n1;
         ctas++;
     }
+#undef TURN
 #undef AT
     if (ctas && tiles) {
         printf("  trace (kcycles, mean over %d CTAs, %.1f tiles each): tile period %.2f | per tile: order+mainloop %.2f, "
                "epilogue %.2f | per CTA: first tile %.2f, tail after the last mainloop %.2f, total %.1f\n",
                ctas, (double)tiles / ctas, period / ctas / 1e3, ml / tiles / 1e3, ep / tiles / 1e3, head / ctas / 1e3,
                tail / ctas / 1e3, total / ctas / 1e3);
-        printf("  trace, a tile's mainloop (kcycles, thread 0): waiting for its turn (order barrier) %.2f, mainloop %.2f",
-               order / tiles / 1e3, (ml - order) / tiles / 1e3);
+        printf("  trace, a tile's mainloop (kcycles, thread 0): waiting for its turn (order barrier) %.2f, mainloop %.2f, "
+               "of which the other warpgroup's mainloop overlaps %.2f", order / tiles / 1e3, (ml - order) / tiles / 1e3,
+               2 * both / tiles / 1e3);
         if (w_data > 0 || w_mma > 0)   /* CF_TRACE=2 */
-            printf(" (waiting for TMA data %.2f, for wgmma %.2f; issuing wgmma %.2f)", w_data / tiles / 1e3,
-                   w_mma / tiles / 1e3, w_issue / tiles / 1e3);
+            printf(" (the k-loop %.2f: waiting for TMA data %.2f, for wgmma %.2f; issuing wgmma %.2f; releases %.2f; "
+                   "after it %.2f)", w_loop / tiles / 1e3, w_data / tiles / 1e3, w_mma / tiles / 1e3, w_issue / tiles / 1e3,
+                   w_rest / tiles / 1e3, w_drain / tiles / 1e3);
         printf("\n");
         printf("  trace, epilogue parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, re-polls %.1f), "
                "park wait %.2f, store waits %.2f, late finish %.2f\n", cat[0] / tiles / 1e3, cat[4] / tiles / 1e3,

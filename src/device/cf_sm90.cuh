@@ -1183,8 +1183,11 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             CF_TR(w, i / istep, 1, t.tid);
             cf_fence_operand<CF_ACC_REGS>(acc);
 #if CF_TRACE_WAITS
-            long long tr_data = 0, tr_mma = 0, tr_issue = 0;
+            long long tr_data = 0, tr_mma = 0, tr_issue = 0, tr_rest = 0;
 #endif
+            /* The k-loop starts.  bar.sync defers its blocking to the next memory instruction,
+             * here event 1's store: event 1's clock is read before the turn comes, this one after. */
+            CF_TR(w, i / istep, 9, t.tid);
 #pragma unroll 1
             for (int kb = 0; kb < nkb; ++kb) {
 #if CF_TRACE_WAITS
@@ -1218,12 +1221,20 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
                 cf_wgmma_wait<1>();
 #if CF_TRACE_WAITS
-                tr_mma += clock64() - tr1;
+                const long long tr2 = clock64();
+                tr_mma += tr2 - tr1;
 #endif
                 if (kb > 0) cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
                 prev_stage = stage;
                 if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
+#if CF_TRACE_WAITS
+                tr_rest += clock64() - tr2;   /* the release and the loop */
+#endif
             }
+#if CF_TRACE_WAITS
+            const long long tr_d0 = clock64();
+            CF_TR_V(w, i / istep, 10, t.tid, tr_d0);   /* the k-loop ends */
+#endif
 #if CF_PINGPONG
             if (i + 1 < my_n) cf_named_bar_arrive(CF_BAR_ORDER0 + (1 - w), 256);   /* other WG's turn */
 #endif
@@ -1235,6 +1246,8 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             CF_TR_V(w, i / istep, 4, t.tid, tr_data);
             CF_TR_V(w, i / istep, 5, t.tid, tr_mma);
             CF_TR_V(w, i / istep, 6, t.tid, tr_issue);
+            CF_TR_V(w, i / istep, 7, t.tid, tr_rest);
+            CF_TR_V(w, i / istep, 8, t.tid, clock64() - tr_d0);   /* the last k-block's drain */
 #endif
             t.tile_m = tm; t.tile_n = tn;
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
