@@ -840,7 +840,11 @@ template <int F16, int AHEAD> struct cf_unpark_stream {
                 asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
                     : "=f"(y[2 * j]), "=f"(y[2 * j + 1]) : "r"(r[j]));
             } else {
-                y[2 * j] = __uint_as_float(r[j] << 16);
+                /* prmt and and, not the shift the compiler turns into an IMAD: integer-pipe
+                 * instructions leave the other warpgroup's wgmma alone (perf-notes v18) */
+                unsigned lo;
+                asm("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(r[j]));
+                y[2 * j] = __uint_as_float(lo);
                 y[2 * j + 1] = __uint_as_float(r[j] & 0xffff0000u);
             }
         }
@@ -1013,7 +1017,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
     const unsigned bar_pair = bar_fin + 32;                /* CF_PAIR_TILES: full / empty, then the words */
 
     const int tid = threadIdx.x;
-    const int wg = tid >> 7;
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);   /* warp-uniform for the compiler: uniform registers */
     const int M = args.M, N = args.N, K = args.K;
     const int tiles_m = (M + CF_TILE_M - 1) / CF_TILE_M;
     const int tiles_n = (N + CF_BN - 1) / CF_BN;
