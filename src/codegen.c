@@ -280,9 +280,52 @@ static const cf_ir_node *exp_sub_of(const cf_ir_node *n)
     return d && d->kind == CF_IR_COMPUTE && d->op == CF_OP_SUB && d->args[1]->shape != d->shape ? d : NULL;
 }
 
+/* A value shifted by its tile's own statistic comes back corrected per row (emit_placeholder):
+ * p + corr (mean) or p * corr (max).  Where a multiply or divide by a per-row (column, scalar)
+ * value b reads it, emit_compute folds the correction into b: fmaf(p, b, corr * b) or
+ * p * (corr * b), the products per row once.  Returns that placeholder (b in *by), else NULL.
+ * FP32 instructions run on the pipe the tensor cores also need: each one in an epilogue
+ * costs the other warpgroup's k-loop ~1.5 cycles (perf-notes v18). */
+static const char *slot_ref(cg_ctx *c, const cf_ir_node *n, char *buf, size_t len);
+
+static const cf_ir_node *corrected_scaled(const cg_ctx *c, const cf_ir_node *n, const cf_ir_node **by)
+{
+    if (n->kind != CF_IR_COMPUTE || (n->op != CF_OP_MUL && n->op != CF_OP_DIV) || n->nargs != 2)
+        return NULL;
+    for (int i = 0; i < (n->op == CF_OP_DIV ? 1 : 2); i++) {
+        const cf_ir_node *p = n->args[i], *b = n->args[1 - i];
+        /* not where its own line writes the corrected value back (c->pass): p's storage would
+         * then hold it corrected already */
+        if (p->kind == CF_IR_PLACEHOLDER && !p->is_stat && c->shifted_by[p->ref->id] && !c->pass[p->id] &&
+            p->shape == n->shape && b->shape != n->shape && b != p) {
+            *by = b;
+            return p;
+        }
+    }
+    return NULL;
+}
+
 static void emit_compute(cg_ctx *c, const cf_ir_node *n)
 {
     char id[96], a0[96], a1[96];
+    const cf_ir_node *b = NULL, *par = corrected_scaled(c, n, &b);
+    if (par) {
+        char where[96], corr[96], ref[96], bb[96], be[128];
+        const cf_ir_node *shift = c->shifted_by[par->ref->id];
+        ident(b, bb, sizeof bb);
+        snprintf(be, sizeof be, n->op == CF_OP_DIV ? "(1.0f / %s)" : "%s", bb);
+        slot_ref(c, par, where, sizeof where);
+        ident(shift, corr, sizeof corr);
+        ident(par->ref, ref, sizeof ref);
+        if (shift->op == CF_OP_RMAX)
+            line(c, "const float %s = %s * (corr_%s[cf_acc_slot(r)] * %s);  /* bypass %s, corrected to the row's "
+                    "max, %s %s */", ident(n, id, sizeof id), where, corr, be, ref, n->op == CF_OP_DIV ? "/" : "*", bb);
+        else
+            line(c, "const float %s = fmaf(%s, %s, corr_%s[cf_acc_slot(r)] * %s);  /* bypass %s, corrected to the "
+                    "row's mean, %s %s */", ident(n, id, sizeof id), where, be, corr, be, ref,
+                 n->op == CF_OP_DIV ? "/" : "*", bb);
+        return;
+    }
     const char *tmpl = op_expr(n->op);
     /* Dividing a tile by a per-row (or per-column, or scalar) value: multiply
      * by its reciprocal, which the unrolled loop computes once per row — one
@@ -795,9 +838,17 @@ static bool folded_into_exp(const cf_ir_spec *sp, const cf_ir_node *n)
     return n != sp->terminal && n_users(sp, n, &u) == 1 && exp_sub_of(u) == n && !carried_out(sp, n);
 }
 
+/* a corrected bypass whose only reader folds the correction (corrected_scaled) */
+static bool folded_into_scale(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *n)
+{
+    const cf_ir_node *u = NULL, *b = NULL;
+    return n->kind == CF_IR_PLACEHOLDER && n != sp->terminal && n_users(sp, n, &u) == 1 &&
+           corrected_scaled(c, u, &b) == n && !carried_out(sp, n);
+}
+
 static bool emitted(cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *n)
 {
-    return !c->at_store[n->id] && !folded_into_exp(sp, n);
+    return !c->at_store[n->id] && !folded_into_exp(sp, n) && !folded_into_scale(c, sp, n);
 }
 
 /* Whether a line of the loop reads v's identifier (an exp that folded a - b reads a and b). */

@@ -881,6 +881,38 @@ static void test_post_first(void)
     cf_graph_free(rms);
 }
 
+/* A corrected bypass times a per-row value folds its correction into that value: LayerNorm's
+ * (d + corr) * rstd is one FFMA, softmax's (e * corr) / sum one FMUL, late or not; the
+ * corrected value then gets no line of its own. */
+static void test_corrected_scale(void)
+{
+    const struct {
+        const char *spec;
+        bool sync_finish;
+        const char *folded, *unfolded;
+    } cases[] = {
+        {"examples/gemm_bias_ln.cf", false, "const float v16 = fmaf(pk[r % 8], v15, corr_mu_5[cf_acc_slot(r)] * v15);",
+         "= pk[r % 8] + corr_mu_5"},
+        {"examples/gemm_bias_ln.cf", true, "const float v16 = fmaf(T0[r], v15, corr_mu_5[cf_acc_slot(r)] * v15);",
+         "= T0[r] + corr_mu_5"},
+        {"examples/gemm_softmax.cf", false,
+         "const float Y_11 = pk[r % 8] * (corr_m_3[cf_acc_slot(r)] * (1.0f / v10));", "= pk[r % 8] * corr_m_3"},
+    };
+    for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
+        cf_graph *g = parse(cases[i].spec);
+        cf_options o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, cases[i].sync_finish, -1};
+        cf_kernel *k = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, g ? cf_kernel_build(g, &o, "corrected-scale", &k, &err) : CF_ERR_INTERNAL);
+        const char *text = k ? cf_kernel_source(k) : NULL;
+        CHECK_CONTAINS(text, cases[i].sync_finish ? "cf_row_merge<" : "cf_row_merge_finish<");
+        CHECK_CONTAINS(text, cases[i].folded);
+        CHECK(text && !strstr(text, cases[i].unfolded));
+        cf_kernel_free(k);
+        cf_graph_free(g);
+    }
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -894,6 +926,7 @@ int main(void)
     test_late_finish();
     test_mid_part();
     test_post_first();
+    test_corrected_scale();
     test_pair_tiles();
     test_gelu_at_store();
     return tu_finish("test_codegen");

@@ -133,12 +133,11 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
         (void)row;
         (void)col;
-        const float d_9 = T0[r] + corr_mu_3[cf_acc_slot(r)];  /* bypass: d_6, corrected to the row's mean */
         const float var_10 = red_var_8[cf_acc_slot(r)];  /* statistic of the previous stage */
         const float v11 = 1e-05f;  /* scalar broadcast */
         const float v12 = (var_10 + v11);
         const float v13 = rsqrtf(v12);
-        const float v14 = (d_9 * v13);
+        const float v14 = fmaf(T0[r], v13, corr_mu_3[cf_acc_slot(r)] * v13);  /* bypass d_6, corrected to the row's mean, * v13 */
         const float gamma_15 = cv_gamma_15[cf_col_slot(r)];  /* row-vector broadcast */
         const float v16 = (v14 * gamma_15);
         const float beta_17 = cv_beta_17[cf_col_slot(r)];  /* row-vector broadcast */
@@ -198,9 +197,8 @@ __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, con
         (void)col;
         if (r % 8 == 0)
             unpark0.next(t, r / 8, pk);
-        const float e_27 = pk[r % 8] * corr_m_21[cf_acc_slot(r)];  /* bypass: e_25, corrected to the row's max */
         const float v28 = red_v26[cf_acc_slot(r)];  /* statistic of the previous stage */
-        const float Y_29 = (e_27 * (1.0f / v28));
+        const float Y_29 = pk[r % 8] * (corr_m_21[cf_acc_slot(r)] * (1.0f / v28));  /* bypass e_25, corrected to the row's max, / v28 */
         y8[r % 8] = Y_29;  /* kept for the store */
         if (r % 8 == 7)
             cf_restage8<CF_PARK_BF16>(t, r / 8, y8);  /* in place, as the output's 16-bit type */
