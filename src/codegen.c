@@ -72,6 +72,15 @@ static const struct {
      "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(fmaf(a, 1.44269504f, -(b * 1.44269504f))));\n"
      "    return y;\n"
      "}"},
+    {"op_exp_sub_scaled",
+     "/* exp(c a - b) for a constant c > 0 that Psi took out of a max's operand (the max of a,\n"
+     " * scaled by c after the loop, is b): the same FFMA as op_exp_sub, c a folded into it. */\n"
+     "static __device__ __forceinline__ float op_exp_sub_scaled(float a, float b, float c)\n"
+     "{\n"
+     "    float y;\n"
+     "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(fmaf(a, c * 1.44269504f, -(b * 1.44269504f))));\n"
+     "    return y;\n"
+     "}"},
     {"op_relu", "static __device__ __forceinline__ float op_relu(float x) { return x < 0.0f ? 0.0f : x; }"},
     {"op_gelu_tanh",
      "static __device__ __forceinline__ float op_gelu_tanh(float x)\n"
@@ -305,6 +314,63 @@ static const cf_ir_node *corrected_scaled(const cg_ctx *c, const cf_ir_node *n, 
     return NULL;
 }
 
+static int n_users(const cf_ir_spec *sp, const cf_ir_node *v, const cf_ir_node **user);
+static bool carried_out(const cf_ir_spec *sp, const cf_ir_node *v);
+static int cls_of(cf_shape s);
+
+/* The stage holding n. */
+static const cf_ir_spec *spec_of(const cg_ctx *c, const cf_ir_node *n)
+{
+    const cf_ir_spec *sp = c->ir->epi[n->gemm];
+    while (sp && sp->depth != n->stage)
+        sp = sp->post;
+    return sp;
+}
+
+/* s = k * v for a constant k > 0, where s's stage only takes its max and the next stage only
+ * exp(s - max): v is carried instead of s, the max of v scaled by k after the loop (rounding
+ * is monotonic, so that is the max of s exactly) and k goes into the exponent's FFMA
+ * (op_exp_sub_scaled): one FMUL an element fewer for softmax's 0.125 z.  Returns v (k in *k),
+ * else NULL.  Not with the finisher's mid part, which recomputes stages from the park. */
+static const cf_ir_node *scale_into_exp(const cg_ctx *c, const cf_ir_node *s, double *k)
+{
+    if (c->mid || s->kind != CF_IR_COMPUTE || s->op != CF_OP_MUL || s->nargs != 2 || cls_of(s->shape) != CLS_TILE)
+        return NULL;
+    const cf_ir_spec *sp = spec_of(c, s);
+    const cf_ir_node *u = NULL;
+    if (!sp || !sp->post || sp->terminal->kind != CF_IR_REDUCE || sp->terminal->op != CF_OP_RMAX ||
+        n_users(sp, s, &u) != 1 || u != sp->terminal)
+        return NULL;
+    for (int i = 0; i < 2; i++) {
+        const cf_ir_node *kn = s->args[i], *v = s->args[1 - i];
+        if (kn->kind != CF_IR_BCAST || kn->src != CF_BC_CONST || !(kn->cval > 0 && kn->cval < 1e30) ||
+            v->shape != s->shape)
+            continue;
+        /* the next stage reads s once, as the a of exp(a - max) */
+        const cf_ir_spec *next = sp->post;
+        int readers = 0;
+        for (int j = 0; j < next->n_nodes; j++) {
+            const cf_ir_node *p = next->nodes[j], *d = NULL, *e = NULL;
+            if (p->kind != CF_IR_PLACEHOLDER || p->is_stat || p->ref != s)
+                continue;
+            readers++;
+            if (carried_out(next, p) || n_users(next, p, &d) != 1 || d->args[0] != p || !d->args[1]->is_stat ||
+                d->args[1]->ref != sp->terminal || n_users(next, d, &e) != 1 || exp_sub_of(e) != d)
+                return NULL;
+        }
+        for (const cf_ir_spec *later = next->post; later; later = later->post)
+            for (int j = 0; j < later->n_nodes; j++)
+                if (later->nodes[j]->kind == CF_IR_PLACEHOLDER && later->nodes[j]->ref == s)
+                    return NULL;
+        if (readers != 1)
+            return NULL;
+        if (k)
+            *k = kn->cval;
+        return v;
+    }
+    return NULL;
+}
+
 static void emit_compute(cg_ctx *c, const cf_ir_node *n)
 {
     char id[96], a0[96], a1[96];
@@ -333,10 +399,18 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
     if (n->op == CF_OP_DIV && n->args[1]->shape != n->shape)
         tmpl = "(%1 * (1.0f / %2))";
     const cf_ir_node *d = exp_sub_of(n);   /* emit_nodes leaves out d's line if nothing else reads it */
+    char scaled[320];
+    double k = 0;
     if (d) {
         ident(d->args[0], a0, sizeof a0);
         ident(d->args[1], a1, sizeof a1);
         tmpl = "op_exp_sub(%1, %2)";
+        if (d->args[0]->kind == CF_IR_PLACEHOLDER && scale_into_exp(c, d->args[0]->ref, &k)) {
+            char sid[96];
+            snprintf(scaled, sizeof scaled, "op_exp_sub_scaled(%%1, %%2, %.9gf);  /* exp(%s - %%2), %s = %.9g * %%1 */",
+                     k, ident(d->args[0]->ref, sid, sizeof sid), sid, k);
+            tmpl = scaled;
+        }
     } else {
         ident(n->args[0], a0, sizeof a0);
         if (n->nargs == 2)
@@ -352,7 +426,10 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
             cf_sb_puts(&e, ch);
         }
     }
-    line(c, "const float %s = %s;", ident(n, id, sizeof id), e.data ? e.data : "0");
+    if (k > 0)   /* the template ends the statement, with its comment */
+        line(c, "const float %s = %s", ident(n, id, sizeof id), e.data);
+    else
+        line(c, "const float %s = %s;", ident(n, id, sizeof id), e.data ? e.data : "0");
     cf_sb_free(&e);
 }
 
@@ -408,6 +485,10 @@ static void emit_placeholder(cg_ctx *c, const cf_ir_node *n)
     } else if (n->is_stat)
         line(c, "const float %s = red_%s[cf_acc_slot(r)];  /* statistic of the previous stage */",
              ident(n, id, sizeof id), ident(n->ref, ref, sizeof ref));
+    else if (scale_into_exp(c, n->ref, NULL))
+        line(c, "const float %s = %s;  /* bypass: %s without its constant factor, carried from stage %d */",
+             ident(n, id, sizeof id), slot_ref(c, n, where, sizeof where), ident(n->ref, ref, sizeof ref),
+             n->ref->stage);
     else
         line(c, "const float %s = %s;  /* bypass: %s, carried from stage %d */", ident(n, id, sizeof id),
              slot_ref(c, n, where, sizeof where), ident(n->ref, ref, sizeof ref), n->ref->stage);
@@ -419,9 +500,10 @@ static void emit_reduce(cg_ctx *c, const cf_ir_node *n)
     if (c->in_mid == 2 && n == c->mid->terminal)
         return; /* the mid part's second pass recomputes this stage; its reduction was the first's */
     ident(n, id, sizeof id);
+    const cf_ir_node *v = scale_into_exp(c, n->args[0], NULL);   /* the max of v, scaled after the loop */
     line(c, "if (col < t.N)  /* columns past N hold TMA's zero fill, not data */");
     line(c, "    red_%s[cf_acc_slot(r)] = cf_red_combine<%s>(red_%s[cf_acc_slot(r)], %s);", id, red_op(n->op), id,
-         ident(n->args[0], a0, sizeof a0));
+         ident(v ? v : n->args[0], a0, sizeof a0));
 }
 
 /* Stores happen after the loop, from the value's storage (see emit_stage). */
@@ -848,7 +930,11 @@ static bool folded_into_scale(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir
 
 static bool emitted(cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *n)
 {
-    return !c->at_store[n->id] && !folded_into_exp(sp, n) && !folded_into_scale(c, sp, n);
+    const cf_ir_node *u = NULL;
+    if (n->kind == CF_IR_BCAST && n_users(sp, n, &u) == 1 && scale_into_exp(c, u, NULL))
+        return false; /* the constant of a scale folded into the exponent */
+    return !c->at_store[n->id] && !folded_into_exp(sp, n) && !folded_into_scale(c, sp, n) &&
+           !scale_into_exp(c, n, NULL);
 }
 
 /* Whether a line of the loop reads v's identifier (an exp that folded a - b reads a and b). */
@@ -856,6 +942,9 @@ static bool read_in_loop(cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *v)
 {
     for (int i = 0; i < sp->n_nodes; i++) {
         const cf_ir_node *u = sp->nodes[i];
+        const cf_ir_node *unscaled = scale_into_exp(c, u, NULL);   /* its max and carry read v */
+        if (unscaled == v)
+            return true;
         if (u->kind == CF_IR_STORE || !emitted(c, sp, u))
             continue;
         const cf_ir_node *d = exp_sub_of(u), *reads = d ? d : u;   /* op_exp_sub(a, b) reads a and b */
@@ -1344,8 +1433,10 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
             const cf_ir_node *n = sp->nodes[i];
             if (c->arr[n->id] < 0 || c->pass[n->id] || n->kind == CF_IR_ACC || n->kind == CF_IR_PLACEHOLDER)
                 continue;
-            line(c, "%s = %s;  /* %s */", slot_ref(c, n, where, sizeof where), ident(n, id, sizeof id),
-                 carried_out(sp, n) ? "carried to the next stage" : "kept for the store");
+            const cf_ir_node *v = scale_into_exp(c, n, NULL);
+            line(c, "%s = %s;  /* %s */", slot_ref(c, n, where, sizeof where), ident(v ? v : n, id, sizeof id),
+                 v ? "carried to the next stage unscaled (op_exp_sub_scaled)"
+                   : carried_out(sp, n) ? "carried to the next stage" : "kept for the store");
         }
         if (c->in_late) {
             line(c, "if (r %% 8 == 7)");
@@ -1354,6 +1445,17 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         }
         c->indent--;
         line(c, "}");
+        double k = 0;
+        const cf_ir_node *v = red ? scale_into_exp(c, red->args[0], &k) : NULL;
+        if (v) {
+            char sid[96], vid[96];
+            ident(red, id, sizeof id);
+            ident(v, vid, sizeof vid);
+            line(c, "#pragma unroll");
+            line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+            line(c, "    red_%s[s] *= %.9gf;  /* the max of %s = %.9g * %s: %s's max, scaled */", id, k,
+                 ident(red->args[0], sid, sizeof sid), k, vid, vid);
+        }
     }
     if (!c->in_late && c->ir->n_stages[0] > 1)
         trace_mark(c, "the loop above");

@@ -913,6 +913,45 @@ static void test_corrected_scale(void)
     }
 }
 
+/* s = k * v with a constant k > 0 whose stage takes only its max and whose next stage reads it
+ * only in exp(s - max): v is carried, its max scaled by k, and k folded into the exponent.  Not
+ * for k <= 0, nor where s is read otherwise. */
+static void test_scale_into_exp(void)
+{
+    const struct {
+        const char *body;
+        bool folded;
+    } cases[] = {
+        {"s = 0.125 * (X @ W)\nm = max(s)\ne = exp(s - m)\noutput Y: bf16 = e / sum(e)\n", true},
+        {"s = (X @ W) * 0.5\ne = exp(s - max(s))\noutput Y: bf16 = e / sum(e)\n", true},
+        {"s = -0.125 * (X @ W)\nm = max(s)\ne = exp(s - m)\noutput Y: bf16 = e / sum(e)\n", false},
+        {"s = 0.125 * (X @ W)\nm = min(s)\ne = exp(s - m)\noutput Y: bf16 = e / sum(e)\n", false},
+        {"s = 0.125 * (X @ W)\nm = max(s)\ne = exp(s - m)\noutput Y: bf16 = e / sum(e)\noutput S: bf16 = s\n",
+         false},
+        {"s = 0.125 * (X @ W)\nm = max(s)\ne = exp(s - m) + s\noutput Y: bf16 = e / sum(e)\n", false},
+    };
+    for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
+        char src[512];
+        snprintf(src, sizeof src, "input X: bf16[M, K]\ninput W: bf16[K, N]\n%s", cases[i].body);
+        cf_graph *g = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, cf_spec_parse(src, strlen(src), "scaled.cf", &g, &err));
+        if (!g)
+            continue;
+        cf_options opt = cf_options_for(g, 16384, 2048, 1024);
+        cf_kernel *k = NULL;
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "scaled", &k, &err));
+        const char *text = k ? cf_kernel_source(k) : NULL;
+        CHECK_EQ_INT(cases[i].folded, text && strstr(text, "op_exp_sub_scaled(") != NULL);
+        if (cases[i].folded) {
+            CHECK(text && strstr(text, cases[i].body[4] == '0' ? "[s] *= 0.125f;" : "[s] *= 0.5f;"));
+            CHECK(text && !strstr(text, "op_exp_sub("));
+        }
+        cf_kernel_free(k);
+        cf_graph_free(g);
+    }
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -927,6 +966,7 @@ int main(void)
     test_mid_part();
     test_post_first();
     test_corrected_scale();
+    test_scale_into_exp();
     test_pair_tiles();
     test_gelu_at_store();
     return tu_finish("test_codegen");

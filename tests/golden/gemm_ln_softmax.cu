@@ -38,13 +38,12 @@ struct cf_pre {
 #include "cf_reduce.cuh"  /* row reductions: shuffles and the cluster exchange */
 
 /* Helpers used by this epilogue (NaN-propagating like the reference). */
-/* exp(a - b) for a per-row (or column, or scalar) b: 2^(a log2 e - b log2 e), one FFMA
- * (b log2 e is computed once per row) where a - b then * log2 e took two FP32 instructions;
- * 0 exactly at a == b, inf/NaN as exp(a - b). */
-static __device__ __forceinline__ float op_exp_sub(float a, float b)
+/* exp(c a - b) for a constant c > 0 that Psi took out of a max's operand (the max of a,
+ * scaled by c after the loop, is b): the same FFMA as op_exp_sub, c a folded into it. */
+static __device__ __forceinline__ float op_exp_sub_scaled(float a, float b, float c)
 {
     float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(fmaf(a, 1.44269504f, -(b * 1.44269504f))));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(fmaf(a, c * 1.44269504f, -(b * 1.44269504f))));
     return y;
 }
 
@@ -142,12 +141,13 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         const float v16 = (v14 * gamma_15);
         const float beta_17 = cv_beta_17[cf_col_slot(r)];  /* row-vector broadcast */
         const float ln_18 = (v16 + beta_17);
-        const float v19 = 0.5f;  /* scalar broadcast */
-        const float s_20 = (v19 * ln_18);
         if (col < t.N)  /* columns past N hold TMA's zero fill, not data */
-            red_m_21[cf_acc_slot(r)] = cf_red_combine<CF_RED_MAX>(red_m_21[cf_acc_slot(r)], s_20);
-        T0[r] = s_20;  /* carried to the next stage */
+            red_m_21[cf_acc_slot(r)] = cf_red_combine<CF_RED_MAX>(red_m_21[cf_acc_slot(r)], ln_18);
+        T0[r] = ln_18;  /* carried to the next stage unscaled (op_exp_sub_scaled) */
     }
+    #pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s)
+        red_m_21[s] *= 0.5f;  /* the max of s_20 = 0.5 * ln_18: ln_18's max, scaled */
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 4);  /* trace section: the loop above */
     float (&raw_m_21)[CF_ROWS] = late.raw_m_21;  /* this tile's own max, for the merged exchange */
     cf_local_max(red_m_21, raw_m_21);  /* quad shuffles; the next stage shifts by this tile's max */
@@ -162,9 +162,9 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
         (void)row;
         (void)col;
-        const float s_22 = T0[r];  /* bypass: s_20, carried from stage 2 */
+        const float s_22 = T0[r];  /* bypass: s_20 without its constant factor, carried from stage 2 */
         const float m_23 = red_m_21[cf_acc_slot(r)];  /* statistic of the previous stage */
-        const float e_25 = op_exp_sub(s_22, m_23);
+        const float e_25 = op_exp_sub_scaled(s_22, m_23, 0.5f);  /* exp(s_20 - m_23), s_20 = 0.5 * s_22 */
         if (col < t.N)  /* columns past N hold TMA's zero fill, not data */
             red_v26[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v26[cf_acc_slot(r)], e_25);
         T0[r] = e_25;  /* carried to the next stage */

@@ -27,13 +27,12 @@ struct cf_pre {
 #include "cf_reduce.cuh"  /* row reductions: shuffles and the cluster exchange */
 
 /* Helpers used by this epilogue (NaN-propagating like the reference). */
-/* exp(a - b) for a per-row (or column, or scalar) b: 2^(a log2 e - b log2 e), one FFMA
- * (b log2 e is computed once per row) where a - b then * log2 e took two FP32 instructions;
- * 0 exactly at a == b, inf/NaN as exp(a - b). */
-static __device__ __forceinline__ float op_exp_sub(float a, float b)
+/* exp(c a - b) for a constant c > 0 that Psi took out of a max's operand (the max of a,
+ * scaled by c after the loop, is b): the same FFMA as op_exp_sub, c a folded into it. */
+static __device__ __forceinline__ float op_exp_sub_scaled(float a, float b, float c)
 {
     float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(fmaf(a, 1.44269504f, -(b * 1.44269504f))));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(fmaf(a, c * 1.44269504f, -(b * 1.44269504f))));
     return y;
 }
 
@@ -65,12 +64,13 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         (void)row;
         (void)col;
         const float v0 = acc[r];  /* accumulator entry */
-        const float v1 = 0.125f;  /* scalar broadcast */
-        const float s_2 = (v1 * v0);
         if (col < t.N)  /* columns past N hold TMA's zero fill, not data */
-            red_m_3[cf_acc_slot(r)] = cf_red_combine<CF_RED_MAX>(red_m_3[cf_acc_slot(r)], s_2);
-        T0[r] = s_2;  /* carried to the next stage */
+            red_m_3[cf_acc_slot(r)] = cf_red_combine<CF_RED_MAX>(red_m_3[cf_acc_slot(r)], v0);
+        T0[r] = v0;  /* carried to the next stage unscaled (op_exp_sub_scaled) */
     }
+    #pragma unroll
+    for (int s = 0; s < CF_ROWS; ++s)
+        red_m_3[s] *= 0.125f;  /* the max of s_2 = 0.125 * v0: v0's max, scaled */
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 0);  /* trace section: the loop above */
     cf_row_reduce<CF_RED_MAX, 0>(args, t, red_m_3);  /* quad shuffles, then across the row's CTAs */
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 1);  /* trace section: exchange */
@@ -84,9 +84,9 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
         (void)row;
         (void)col;
-        const float s_4 = T0[r];  /* bypass: s_2, carried from stage 0 */
+        const float s_4 = T0[r];  /* bypass: s_2 without its constant factor, carried from stage 0 */
         const float m_5 = red_m_3[cf_acc_slot(r)];  /* statistic of the previous stage */
-        const float e_7 = op_exp_sub(s_4, m_5);
+        const float e_7 = op_exp_sub_scaled(s_4, m_5, 0.125f);  /* exp(s_2 - m_5), s_2 = 0.125 * s_4 */
         if (col < t.N)  /* columns past N hold TMA's zero fill, not data */
             red_v8[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v8[cf_acc_slot(r)], e_7);
         T0[r] = e_7;  /* carried to the next stage */
