@@ -406,9 +406,10 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
         ident(d->args[1], a1, sizeof a1);
         tmpl = "op_exp_sub(%1, %2)";
         if (d->args[0]->kind == CF_IR_PLACEHOLDER && scale_into_exp(c, d->args[0]->ref, &k)) {
-            char sid[96];
-            snprintf(scaled, sizeof scaled, "op_exp_sub_scaled(%%1, %%2, %.9gf);  /* exp(%s - %%2), %s = %.9g * %%1 */",
-                     k, ident(d->args[0]->ref, sid, sizeof sid), sid, k);
+            char sid[96], lit[64];
+            float_literal(k, lit, sizeof lit);
+            snprintf(scaled, sizeof scaled, "op_exp_sub_scaled(%%1, %%2, %s);  /* exp(%s - %%2), %s = %.9g * %%1 */",
+                     lit, ident(d->args[0]->ref, sid, sizeof sid), sid, k);
             tmpl = scaled;
         }
     } else {
@@ -1448,12 +1449,13 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         double k = 0;
         const cf_ir_node *v = red ? scale_into_exp(c, red->args[0], &k) : NULL;
         if (v) {
-            char sid[96], vid[96];
+            char sid[96], vid[96], lit[64];
             ident(red, id, sizeof id);
             ident(v, vid, sizeof vid);
+            float_literal(k, lit, sizeof lit);
             line(c, "#pragma unroll");
             line(c, "for (int s = 0; s < CF_ROWS; ++s)");
-            line(c, "    red_%s[s] *= %.9gf;  /* the max of %s = %.9g * %s: %s's max, scaled */", id, k,
+            line(c, "    red_%s[s] *= %s;  /* the max of %s = %.9g * %s: %s's max, scaled */", id, lit,
                  ident(red->args[0], sid, sizeof sid), k, vid, vid);
         }
     }

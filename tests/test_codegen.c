@@ -929,6 +929,8 @@ static void test_scale_into_exp(void)
         {"s = 0.125 * (X @ W)\nm = max(s)\ne = exp(s - m)\noutput Y: bf16 = e / sum(e)\noutput S: bf16 = s\n",
          false},
         {"s = 0.125 * (X @ W)\nm = max(s)\ne = exp(s - m) + s\noutput Y: bf16 = e / sum(e)\n", false},
+        /* an integral factor is a float literal too ("2.0f", not "2f"): NVRTC compiles it below */
+        {"s = 2 * (X @ W)\nm = max(s)\ne = exp(s - m)\noutput Y: bf16 = e / sum(e)\n", true},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         char src[512];
@@ -944,8 +946,15 @@ static void test_scale_into_exp(void)
         const char *text = k ? cf_kernel_source(k) : NULL;
         CHECK_EQ_INT(cases[i].folded, text && strstr(text, "op_exp_sub_scaled(") != NULL);
         if (cases[i].folded) {
-            CHECK(text && strstr(text, cases[i].body[4] == '0' ? "[s] *= 0.125f;" : "[s] *= 0.5f;"));
+            const char *lit = cases[i].body[4] == '0' ? "0.125f" : cases[i].body[4] == '2' ? "2.0f" : "0.5f";
+            char scaled[64];
+            snprintf(scaled, sizeof scaled, "[s] *= %s;", lit);
+            CHECK_CONTAINS(text, scaled);
+            snprintf(scaled, sizeof scaled, ", %s);", lit);
+            CHECK_CONTAINS(text, scaled);
             CHECK(text && !strstr(text, "op_exp_sub("));
+            if (cases[i].body[4] == '2')
+                CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
         }
         cf_kernel_free(k);
         cf_graph_free(g);
