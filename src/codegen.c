@@ -316,7 +316,11 @@ static const cf_ir_node *corrected_scaled(const cg_ctx *c, const cf_ir_node *n, 
 
 static int n_users(const cf_ir_spec *sp, const cf_ir_node *v, const cf_ir_node **user);
 static bool carried_out(const cf_ir_spec *sp, const cf_ir_node *v);
-static int cls_of(cf_shape s);
+
+static int cls_of(cf_shape s)
+{
+    return s == CF_SHAPE_VEC_M ? CLS_ROW : s == CF_SHAPE_SCALAR ? CLS_SCALAR : CLS_TILE;
+}
 
 /* The stage holding n. */
 static const cf_ir_spec *spec_of(const cg_ctx *c, const cf_ir_node *n)
@@ -399,19 +403,18 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
     if (n->op == CF_OP_DIV && n->args[1]->shape != n->shape)
         tmpl = "(%1 * (1.0f / %2))";
     const cf_ir_node *d = exp_sub_of(n);   /* emit_nodes leaves out d's line if nothing else reads it */
-    char scaled[320];
     double k = 0;
     if (d) {
         ident(d->args[0], a0, sizeof a0);
         ident(d->args[1], a1, sizeof a1);
-        tmpl = "op_exp_sub(%1, %2)";
         if (d->args[0]->kind == CF_IR_PLACEHOLDER && scale_into_exp(c, d->args[0]->ref, &k)) {
             char sid[96], lit[64];
             float_literal(k, lit, sizeof lit);
-            snprintf(scaled, sizeof scaled, "op_exp_sub_scaled(%%1, %%2, %s);  /* exp(%s - %%2), %s = %.9g * %%1 */",
-                     lit, ident(d->args[0]->ref, sid, sizeof sid), sid, k);
-            tmpl = scaled;
+            line(c, "const float %s = op_exp_sub_scaled(%s, %s, %s);  /* exp(%s - %s), %s = %.9g * %s */",
+                 ident(n, id, sizeof id), a0, a1, lit, ident(d->args[0]->ref, sid, sizeof sid), a1, sid, k, a0);
+            return;
         }
+        tmpl = "op_exp_sub(%1, %2)";
     } else {
         ident(n->args[0], a0, sizeof a0);
         if (n->nargs == 2)
@@ -427,16 +430,8 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
             cf_sb_puts(&e, ch);
         }
     }
-    if (k > 0)   /* the template ends the statement, with its comment */
-        line(c, "const float %s = %s", ident(n, id, sizeof id), e.data);
-    else
-        line(c, "const float %s = %s;", ident(n, id, sizeof id), e.data ? e.data : "0");
+    line(c, "const float %s = %s;", ident(n, id, sizeof id), e.data ? e.data : "0");
     cf_sb_free(&e);
-}
-
-static int cls_of(cf_shape s)
-{
-    return s == CF_SHAPE_VEC_M ? CLS_ROW : s == CF_SHAPE_SCALAR ? CLS_SCALAR : CLS_TILE;
 }
 
 /* "T1[r]", "R0[cf_acc_slot(r)]" or "S_7": the storage of node n. */
