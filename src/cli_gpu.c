@@ -609,7 +609,8 @@ static void print_trace(fused_ctx *f)
     double t_epi = 0, t_fin = 0, t_drain = 0, t_other = 0;   /* the tail, in order */
     double order = 0, both = 0;   /* the order barrier; both warpgroups in a mainloop (the drain) */
     double w_data = 0, w_mma = 0, w_issue = 0, w_rest = 0, w_drain = 0, w_loop = 0;   /* CF_TRACE=2: the k-loop */
-    int ctas = 0, tiles = 0;
+    double f_wait = 0, f_work = 0, f_done = 0;   /* finisher: waiting for a park, its work; consumer: waiting for it */
+    int ctas = 0, tiles = 0, f_tiles = 0, d_tiles = 0;
     for (int c = 0; c < TR_CTAS; c++) {
         const int n0 = (int)AT(c, 0, TR_TILES, 2), n1 = (int)AT(c, 1, TR_TILES, 2);
         if (n0 <= 0 || n0 + n1 > 2 * TR_TILES)
@@ -638,6 +639,15 @@ static void print_trace(fused_ctx *f)
             if (AT(c, w, j, 10))
                 w_loop += AT(c, w, j, 10) - AT(c, w, j, 9);
             ep += AT(c, w, j, 3) - acc;
+            if (AT(c, w, j, 12) && AT(c, w, j, 13)) {
+                f_wait += AT(c, w, j, 12) - AT(c, w, j, 11);
+                f_work += AT(c, w, j, 13) - AT(c, w, j, 12);
+                f_tiles++;
+            }
+            if (AT(c, w, j, 15)) {
+                f_done += AT(c, w, j, 15) - AT(c, w, j, 14);
+                d_tiles++;
+            }
             if (i == 0)
                 first_acc = acc;
             if (acc > last_acc) {
@@ -688,6 +698,10 @@ static void print_trace(fused_ctx *f)
         for (int q = 6; q < TR_CATS; q++)
             printf(" %.2f", cat[q] / tiles / 1e3);
         printf("\n");
+        if (f_tiles)
+            printf("  trace, the finisher per tile (kcycles, thread 0): waiting for the park %.2f, its work %.2f; "
+                   "the consumer waiting for it before the late finish %.2f\n", f_wait / f_tiles / 1e3,
+                   f_work / f_tiles / 1e3, d_tiles ? f_done / d_tiles / 1e3 : 0.0);
         printf("  trace, the tail (kcycles): last tile's epilogue %.2f, final late finish %.2f, store drain %.2f, "
                "other warpgroup's lag %.2f\n", t_epi / ctas / 1e3, t_fin / ctas / 1e3, t_drain / ctas / 1e3,
                t_other / ctas / 1e3);

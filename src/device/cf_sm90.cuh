@@ -346,6 +346,37 @@ __shared__ long long cf_tr_cat[2][CF_TRC_N];
 #define CF_TRC_COUNT(t, cat) ((void)0)
 #endif
 
+/* ---- CF_TRACE (diagnostics only: bench/probe.sh) ---------------------------------------
+ * Per (CTA, consumer WG, tile) clock64 stamps: [0] at the order barrier, [1] just after it,
+ * [2] accumulator complete, [3] epilogue done, and with CF_TRACE=2 the mainloop's cycles spent
+ * [4] waiting for operands (full barriers) and [5] for wgmma groups (wait<1>).  Slot
+ * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end, its tile count, [3..8] its
+ * epilogue parts (cf_tr_cat: cycles of the gather, park, store waits, late finish, the gather's
+ * loads, a count of the gather's re-polls, then [9..16] the sections Psi marks in the epilogue's
+ * first part) and [19] the end of its last tile's late finish.  With a finisher, a tile's [11] and
+ * [12] bracket the finisher's wait for its park, [13] ends the finisher's work on it, and (CF_MID)
+ * [14] and [15] bracket the consumer's wait for the finisher before its late finish.
+ * [1] is not where the wait ends: ptxas emits BAR.SYNC.DEFER_BLOCKING, and the warp reads the
+ * clock before the barrier completes; read [0] -> [2] as order wait + mainloop.
+ * Compiled out unless CF_TRACE is defined (CF_TRACE=1 in the environment of the runtime). */
+#ifdef CF_TRACE
+#define CF_TRACE_WAITS (CF_TRACE > 1)   /* CF_TRACE=2 also times the mainloop's waits (more registers) */
+#define CF_TRACE_CTAS 160
+#define CF_TRACE_TILES 31
+#define CF_TRACE_EV 20
+extern "C" { __device__ long long cf_trace[CF_TRACE_CTAS * 2 * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
+__device__ __forceinline__ void cf_trace_at(int w, int j, int ev, int tid, long long v) {
+    if (tid == 0 && blockIdx.x < CF_TRACE_CTAS && j <= CF_TRACE_TILES)
+        cf_trace[((blockIdx.x * 2 + w) * (CF_TRACE_TILES + 1) + j) * CF_TRACE_EV + ev] = v;
+}
+/* value v (or the clock) as event ev of tile j; tiles past CF_TRACE_TILES are not kept */
+#define CF_TR_V(w, j, ev, tid, v) cf_trace_at(w, (j) < CF_TRACE_TILES ? (j) : CF_TRACE_TILES + 1, ev, tid, v)
+#define CF_TR(w, j, ev, tid) CF_TR_V(w, j, ev, tid, clock64())
+#else
+#define CF_TRACE_WAITS 0
+#define CF_TR(w, j, ev, tid) ((void)0)
+#endif
+
 /* ----------------------------------------------------------------------------------------
  * Small helpers
  * -------------------------------------------------------------------------------------- */
@@ -912,7 +943,9 @@ __device__ __forceinline__ void cf_epilogue_mid(const cf_gemm_args &args, const 
 /* A consumer's late finish of its parked tile (with CF_MID, once the finisher's mid part is done). */
 __device__ __forceinline__ void cf_finish_parked(const cf_gemm_args &args, const cf_tile &parked, cf_late &late) {
 #if CF_MID
+    CF_TR(parked.wg, parked.parks, 14, parked.tid);
     cf_mbar_wait(parked.fin_bar + 8, (unsigned)(parked.parks & 1));
+    CF_TR(parked.wg, parked.parks, 15, parked.tid);
 #endif
     cf_epilogue_finish(args, parked, late);
 }
@@ -947,34 +980,6 @@ extern "C" __device__ const int cf_kernel_info[21] = {
     CF_IN_F16, CF_NUM_OUT, CF_PINGPONG, CF_NUM_THREADS, CF_STG_CHUNKS, CF_GROUP_M, CF_A_BOX_ROWS,
     CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED, CF_LATE_FINISH, CF_OUT_BOX_ROWS};
 
-/* ---- CF_TRACE (diagnostics only: bench/probe.sh) ---------------------------------------
- * Per (CTA, consumer WG, tile) clock64 stamps: [0] at the order barrier, [1] just after it,
- * [2] accumulator complete, [3] epilogue done, and with CF_TRACE=2 the mainloop's cycles spent
- * [4] waiting for operands (full barriers) and [5] for wgmma groups (wait<1>).  Slot
- * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end, its tile count, [3..8] its
- * epilogue parts (cf_tr_cat: cycles of the gather, park, store waits, late finish, the gather's
- * loads, a count of the gather's re-polls, then [9..16] the sections Psi marks in the epilogue's
- * first part) and [19] the end of its last tile's late finish.
- * [1] is not where the wait ends: ptxas emits BAR.SYNC.DEFER_BLOCKING, and the warp reads the
- * clock before the barrier completes; read [0] -> [2] as order wait + mainloop.
- * Compiled out unless CF_TRACE is defined (CF_TRACE=1 in the environment of the runtime). */
-#ifdef CF_TRACE
-#define CF_TRACE_WAITS (CF_TRACE > 1)   /* CF_TRACE=2 also times the mainloop's waits (more registers) */
-#define CF_TRACE_CTAS 160
-#define CF_TRACE_TILES 31
-#define CF_TRACE_EV 20
-extern "C" { __device__ long long cf_trace[CF_TRACE_CTAS * 2 * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
-__device__ __forceinline__ void cf_trace_at(int w, int j, int ev, int tid, long long v) {
-    if (tid == 0 && blockIdx.x < CF_TRACE_CTAS && j <= CF_TRACE_TILES)
-        cf_trace[((blockIdx.x * 2 + w) * (CF_TRACE_TILES + 1) + j) * CF_TRACE_EV + ev] = v;
-}
-/* value v (or the clock) as event ev of tile j; tiles past CF_TRACE_TILES are not kept */
-#define CF_TR_V(w, j, ev, tid, v) cf_trace_at(w, (j) < CF_TRACE_TILES ? (j) : CF_TRACE_TILES + 1, ev, tid, v)
-#define CF_TR(w, j, ev, tid) CF_TR_V(w, j, ev, tid, clock64())
-#else
-#define CF_TRACE_WAITS 0
-#define CF_TR(w, j, ev, tid) ((void)0)
-#endif
 
 /* The CTA's i-th tile -> (row tile, column tile): row-group tile ct = cid + (i / CF_GROUP_TILES) *
  * nclusters, of which the CTA with rank `rank` takes CF_GROUP_TILES adjacent column tiles. */
@@ -1120,7 +1125,9 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.m0 = tm * CF_TILE_M; t.n0 = tn * CF_BN;
             t.stg = stg0 + w * CF_STG_BYTES;
             t.fin_bar = bar_fin + 16 * w;
+            CF_TR(w, i >> 1, 11, t.tid);
             cf_mbar_wait(t.fin_bar, (unsigned)(i >> 1) & 1u);   /* that warpgroup's (i / 2)-th park */
+            CF_TR(w, i >> 1, 12, t.tid);
 #if CF_MID
             cf_epilogue_mid(args, t);
             cf_mbar_arrive(t.fin_bar + 8);   /* release: the consumer's late finish sees the tile */
@@ -1132,6 +1139,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
                 cf_mbar_arrive(t.fin_bar + 8);
             }
 #endif
+            CF_TR(w, i >> 1, 13, t.tid);
         }
         if (t.tid == 0) cf_bulk_wait0();
 #endif
