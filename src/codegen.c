@@ -335,10 +335,10 @@ static const cf_ir_spec *spec_of(const cg_ctx *c, const cf_ir_node *n)
  * exp(s - max): v is carried instead of s, the max of v scaled by k after the loop (rounding
  * is monotonic, so that is the max of s exactly) and k goes into the exponent's FFMA
  * (op_exp_sub_scaled): one FMUL an element fewer for softmax's 0.125 z.  Returns v (k in *k),
- * else NULL.  Not with the finisher's mid part, which recomputes stages from the park. */
+ * else NULL. */
 static const cf_ir_node *scale_into_exp(const cg_ctx *c, const cf_ir_node *s, double *k)
 {
-    if (c->mid || s->kind != CF_IR_COMPUTE || s->op != CF_OP_MUL || s->nargs != 2 || cls_of(s->shape) != CLS_TILE)
+    if (s->kind != CF_IR_COMPUTE || s->op != CF_OP_MUL || s->nargs != 2 || cls_of(s->shape) != CLS_TILE)
         return NULL;
     const cf_ir_spec *sp = spec_of(c, s);
     const cf_ir_node *u = NULL;
@@ -441,10 +441,11 @@ static const char *slot_ref(cg_ctx *c, const cf_ir_node *n, char *buf, size_t le
     if (c->in_mid && cls_of(n->shape) == CLS_TILE) {
         /* only bypasses read storage there: the parked group pk, or the value itself,
          * computed earlier in the same loop */
+        const cf_ir_node *v = scale_into_exp(c, n->ref, NULL);   /* s = k * v: v is what is there */
         if (n == c->mid_parked)
             snprintf(buf, len, "pk[r %% 8]");
         else
-            ident(n->ref, buf, len);
+            ident(v ? v : n->ref, buf, len);
         return buf;
     }
     if (c->in_late && cls_of(n->shape) == CLS_TILE) {
@@ -1124,6 +1125,24 @@ static const cf_ir_spec *find_mid(cg_ctx *c)
     return s2;
 }
 
+/* After the loop of a max whose operand's constant factor went into the exponent
+ * (scale_into_exp): the thread's partial maxima of v, scaled to those of s. */
+static void emit_max_scale(cg_ctx *c, const cf_ir_node *red)
+{
+    double k = 0;
+    const cf_ir_node *v = scale_into_exp(c, red->args[0], &k);
+    if (!v)
+        return;
+    char id[96], sid[96], vid[96], lit[64];
+    ident(red, id, sizeof id);
+    ident(v, vid, sizeof vid);
+    float_literal(k, lit, sizeof lit);
+    line(c, "#pragma unroll");
+    line(c, "for (int s = 0; s < CF_ROWS; ++s)");
+    line(c, "    red_%s[s] *= %s;  /* the max of %s = %.9g * %s: %s's max, scaled */", id, lit,
+         ident(red->args[0], sid, sizeof sid), k, vid, vid);
+}
+
 /* Ends cf_epilogue after s1 (red): posts the first exchange's pairs, parks s2's value for the
  * finisher, and opens cf_epilogue_mid with the fold of the row's pairs. */
 static void emit_mid_split(cg_ctx *c, const cf_ir_node *red)
@@ -1162,6 +1181,7 @@ static void emit_mid(cg_ctx *c, const cf_ir_spec *s2)
     emit_nodes(c, s2);
     c->indent--;
     line(c, "}");
+    emit_max_scale(c, s2->terminal);
     emit_tile_stat(c, s2->terminal, c->merge_of[s2->depth], false);
     /* pass 2: s2 again, then s3; the late stage's value restaged in place */
     line(c, "/* ---- stages %d and %d (PostOp of the reduction above): pass 2, stage %d recomputed from the "
@@ -1441,18 +1461,8 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         }
         c->indent--;
         line(c, "}");
-        double k = 0;
-        const cf_ir_node *v = red ? scale_into_exp(c, red->args[0], &k) : NULL;
-        if (v) {
-            char sid[96], vid[96], lit[64];
-            ident(red, id, sizeof id);
-            ident(v, vid, sizeof vid);
-            float_literal(k, lit, sizeof lit);
-            line(c, "#pragma unroll");
-            line(c, "for (int s = 0; s < CF_ROWS; ++s)");
-            line(c, "    red_%s[s] *= %s;  /* the max of %s = %.9g * %s: %s's max, scaled */", id, lit,
-                 ident(red->args[0], sid, sizeof sid), k, vid, vid);
-        }
+        if (red)
+            emit_max_scale(c, red);
     }
     if (!c->in_late && c->ir->n_stages[0] > 1)
         trace_mark(c, "the loop above");

@@ -959,6 +959,21 @@ static void test_scale_into_exp(void)
         cf_kernel_free(k);
         cf_graph_free(g);
     }
+    /* the finisher's mid part too: its two passes over the parked tile read v */
+    cf_graph *lnsm = parse("examples/gemm_ln_softmax.cf");
+    cf_options opt = lnsm ? cf_options_for(lnsm, 16384, 1024, 1024) : (cf_options){0};
+    cf_kernel *k = NULL;
+    cf_error err;
+    CHECK_EQ_INT(CF_OK, lnsm ? cf_kernel_build(lnsm, &opt, "scaled-mid", &k, &err) : CF_ERR_INTERNAL);
+    const char *text = k ? cf_kernel_source(k) : NULL;
+    CHECK_CONTAINS(text, "#define CF_MID 1");
+    const char *mid = text ? strstr(text, "void cf_epilogue_mid(") : NULL;
+    CHECK(mid != NULL);
+    mid = after(mid, "red_m_21[s] *= 0.5f;");
+    mid = after(mid, "const float s_22 = ln_18;");
+    after(mid, "op_exp_sub_scaled(s_22, m_23, 0.5f);");
+    cf_kernel_free(k);
+    cf_graph_free(lnsm);
 }
 
 int main(void)
