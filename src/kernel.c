@@ -47,6 +47,19 @@ struct cf_kernel {
     } wide;
 };
 
+/* [N] vectors (LN's gamma and beta) the epilogue's last stage reads: what a finisher does a
+ * tile grows with them. */
+static int last_stage_vectors(const cf_ir *ir)
+{
+    const cf_ir_spec *sp = ir->epi[0];
+    while (sp->post)
+        sp = sp->post;
+    int n = 0;
+    for (int i = 0; i < sp->n_nodes; i++)
+        n += sp->nodes[i]->kind == CF_IR_BCAST && sp->nodes[i]->shape == CF_SHAPE_VEC_N;
+    return n;
+}
+
 static bool has_reductions(const cf_graph *g)
 {
     for (int i = 0; i < g->n_nodes; i++)
@@ -107,13 +120,16 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
             /* A finisher warpgroup pays where a consumer's epilogue (first part and late finish,
              * ~3.2k cycles per reduction + ~2.4k per round of 8 ranks' L2 loads) outlasts the
              * other warpgroup's mainloop (~8.3 K cycles a tile), and only if the finisher keeps
-             * up: ~3k + 2.4k per round a tile.  Fitted to perf-notes v12 §4: at 16384x1024x1024
-             * softmax 1.27 -> 1.18 and LN 1.31 -> 1.28, RMSNorm (epilogue hidden) and K = 4096
-             * unchanged, N = 2048 at K <= 1024 (not kept up) 4-14 % slower. */
+             * up: ~3k + 2.4k per round a tile, and ~1.2k per [N] vector its stage reads (with
+             * 120 registers it reloads them).  Fitted to perf-notes v12 §4 (at 16384x1024x1024
+             * softmax 1.27 -> 1.18, RMSNorm (epilogue hidden) and K = 4096 unchanged, N = 2048 at
+             * K <= 1024 (not kept up) 4-14 % slower) and v19 §2: there LN's finisher works 8.8k
+             * a tile (softmax's 6.8k) and LN ran 1.198 with it against 1.141 without. */
             const int rounds = (o.cluster_n + 7) / 8, reductions = ir->n_stages[0] - 1;
             const double mainloop = 8.3 * (double)k;
+            const double finisher_work = 3000.0 + 2400.0 * rounds + 1200.0 * last_stage_vectors(ir);
             cg.finisher = true;
-            if (o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) && 3000.0 + 2400.0 * rounds <= 0.8 * mainloop &&
+            if (o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) && finisher_work <= 0.8 * mainloop &&
                 3200.0 * reductions + 2400.0 * rounds > 0.9 * mainloop) {
                 o.schedule = CF_SCHEDULE_FINISHER;
                 paired = false;

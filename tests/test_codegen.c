@@ -512,7 +512,11 @@ static void test_default_options(void)
     cf_options sync = {.sync_finish = true};
     cf_options_fill(&sync, cf_options_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(6, sync.stages);
-    CHECK_EQ_INT(0, o.pair_tiles); /* the finisher's shape (8 CTAs: one round of pairs either way) */
+    CHECK_EQ_INT(0, o.pair_tiles); /* 8 CTAs: one round of pairs either way */
+    CHECK_EQ_INT(CF_SCHEDULE_PINGPONG, o.schedule); /* a finisher would reload gamma and beta per group */
+    cf_graph *softmax = parse("examples/gemm_softmax.cf");
+    CHECK(softmax && cf_options_for(softmax, 16384, 1024, 1024).schedule == CF_SCHEDULE_FINISHER);
+    cf_graph_free(softmax);
     /* two column tiles per CTA where a lane would gather 32 partials or more: 16 CTAs of pairs,
      * 32 of single partials (RMSNorm), not 8 of pairs nor 16 of single partials */
     o = cf_options_for(ln, 16384, 2048, 1024);
