@@ -601,7 +601,7 @@ static void print_trace(fused_ctx *f)
         free(tr);
         return;
     }
-#define AT(c, w, j, e) tr[(((size_t)(c) * 2 + (w)) * (TR_TILES + 1) + (j)) * TR_EV + (e)]
+#define AT(c, w, j, e) tr[(((size_t)(c) * 3 + (w)) * (TR_TILES + 1) + (j)) * TR_EV + (e)]
     /* a tile's k-loop starts at event 9, once its turn has come; bar.sync defers its blocking, so
      * event 1's clock is read before the turn (kernels from before event 9: event 1) */
 #define TURN(c, w, j) (AT(c, w, j, 9) ? AT(c, w, j, 9) : AT(c, w, j, 1))
@@ -609,7 +609,7 @@ static void print_trace(fused_ctx *f)
     double t_epi = 0, t_fin = 0, t_drain = 0, t_other = 0;   /* the tail, in order */
     double order = 0, both = 0;   /* the order barrier; both warpgroups in a mainloop (the drain) */
     double w_data = 0, w_mma = 0, w_issue = 0, w_rest = 0, w_drain = 0, w_loop = 0;   /* CF_TRACE=2: the k-loop */
-    double f_wait = 0, f_work = 0, f_done = 0;   /* finisher: waiting for a park, its work; consumer: waiting for it */
+    double f_wait = 0, f_work = 0, f_done = 0, f_cat[TR_CATS] = {0};   /* finisher: waiting for a park, its work; consumer: waiting for it */
     int ctas = 0, tiles = 0, f_tiles = 0, d_tiles = 0;
     for (int c = 0; c < TR_CTAS; c++) {
         const int n0 = (int)AT(c, 0, TR_TILES, 2), n1 = (int)AT(c, 1, TR_TILES, 2);
@@ -672,6 +672,8 @@ static void print_trace(fused_ctx *f)
         for (int w = 0; w < 2; w++)
             for (int q = 0; q < TR_CATS; q++)
                 cat[q] += (double)AT(c, w, TR_TILES, 3 + q);
+        for (int q = 0; q < TR_CATS; q++)
+            f_cat[q] += (double)AT(c, 2, TR_TILES, 3 + q);
         tiles += n0 + n1;
         ctas++;
     }
@@ -702,6 +704,10 @@ static void print_trace(fused_ctx *f)
             printf("  trace, the finisher per tile (kcycles, thread 0): waiting for the park %.2f, its work %.2f; "
                    "the consumer waiting for it before the late finish %.2f\n", f_wait / f_tiles / 1e3,
                    f_work / f_tiles / 1e3, d_tiles ? f_done / d_tiles / 1e3 : 0.0);
+        if (f_tiles)
+            printf("  trace, the finisher's parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, "
+                   "re-polls %.1f), store waits %.2f\n", f_cat[0] / f_tiles / 1e3, f_cat[4] / f_tiles / 1e3,
+                   f_cat[5] / f_tiles, f_cat[2] / f_tiles / 1e3);
         printf("  trace, the tail (kcycles): last tile's epilogue %.2f, final late finish %.2f, store drain %.2f, "
                "other warpgroup's lag %.2f\n", t_epi / ctas / 1e3, t_fin / ctas / 1e3, t_drain / ctas / 1e3,
                t_other / ctas / 1e3);

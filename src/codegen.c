@@ -175,6 +175,8 @@ typedef struct cg_ctx {
                                     warpgroup runs it and the next (CF_MID), else NULL */
     const cf_ir_node *mid_parked; /* that stage's value from the park (the shifted one) */
     int in_mid;          /* emitting the mid part: 1 its first pass, 2 its second */
+    bool prev_finished;  /* post first: the previous tile's finish is already emitted, between
+                            a synchronous exchange's post and its gather */
     int trc_sec;         /* CF_TRACE sections of the first part marked so far    */
     int n_unpark;        /* cf_unpark_stream variables declared so far           */
     bool *at_store;      /* by node id: a GELU its 16-bit store computes (gelu_at_store) */
@@ -1040,7 +1042,7 @@ static void emit_finish_open(cg_ctx *c, const cf_ir_node *red)
 }
 
 /* A consumer that finishes its own unpaired tiles late posts a tile's partials before it
- * finishes the previous tile (cf_sm90.cuh's CF_POST_FIRST; the finish is passed as before_park). */
+ * finishes the previous tile (cf_sm90.cuh's CF_POST_FIRST; the finish is passed as finish_prev). */
 static bool post_first(const cg_ctx *c)
 {
     return c->late && !c->opt->pair_tiles && !c->opt->finisher;
@@ -1053,8 +1055,8 @@ static void emit_post_park(cg_ctx *c, const cf_ir_node *red, const cf_ir_node *p
     char pid[96];
     emit_post(c, red);
     trace_mark(c, "post");
-    if (parked == c->late_parked && post_first(c)) {
-        line(c, "before_park();  /* the previous tile's finish, while these partials travel */");
+    if (parked == c->late_parked && post_first(c) && !c->prev_finished) {
+        line(c, "finish_prev();  /* the previous tile's finish, while these partials travel */");
         trace_mark(c, "previous finish");
     }
     ident(parked->ref, pid, sizeof pid);
@@ -1513,10 +1515,25 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         char id1[96];
         ident(red, id, sizeof id);
         ident(c->merge_r1, id1, sizeof id1);
+        const char *kind = c->merge_prev == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX";
+        const char *what = c->merge_prev == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps";
         line(c, "float corr_%s[CF_ROWS];", id1);
-        line(c, "cf_row_merge<%s, %d, %d>(args, t, raw_%s, red_%s, red_%s, corr_%s);  /* one exchange: %s */",
-             c->merge_prev == MERGE_VAR ? "CF_MERGE_VAR" : "CF_MERGE_SOFTMAX", c->merge_index, c->n_red++, id1, id1,
-             id, id1, c->merge_prev == MERGE_VAR ? "mean and sum of squares" : "max and sum of exps");
+        if (post_first(c) && !c->in_late && !c->in_mid && !c->prev_finished) {
+            /* The tile waits for this exchange: the previous tile finishes meanwhile, between
+             * the post and the gather (its partials came during the mainloop; LN+softmax's
+             * first exchange, perf-notes v19). */
+            line(c, "cf_row_merge_post<%s, %d, %d>(args, t, raw_%s, red_%s);  /* post (%s) pairs for the row */", kind,
+                 c->merge_index, c->n_red, id1, id, what);
+            trace_mark(c, "post");
+            line(c, "finish_prev();  /* the previous tile's finish, while these partials travel */");
+            trace_mark(c, "previous finish");
+            line(c, "cf_row_merge_finish<%s, %d, %d, true>(args, t, raw_%s, red_%s, red_%s, corr_%s);  /* the row's "
+                    "pairs: %s */", kind, c->merge_index, c->n_red++, id1, id1, id, id1, what);
+            c->prev_finished = true;
+        } else {
+            line(c, "cf_row_merge<%s, %d, %d>(args, t, raw_%s, red_%s, red_%s, corr_%s);  /* one exchange: %s */", kind,
+                 c->merge_index, c->n_red++, id1, id1, id, id1, what);
+        }
         emit_mean_scale(c, red, id, false);
         trace_mark(c, "exchange");
     } else if (red) {
@@ -1670,9 +1687,9 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     emit_preload(&e);
     if (e.late) {
         line(&e, "/* Part 1, right after the tile's mainloop: every stage up to the last exchange. */");
-        line(&e, "template <class BeforePark>");
+        line(&e, "template <class FinishPrev>");
         line(&e, "__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, "
-                 "float (&acc)[CF_ACC_REGS], const cf_pre &pre, cf_late &late, const BeforePark &before_park)");
+                 "float (&acc)[CF_ACC_REGS], const cf_pre &pre, cf_late &late, const FinishPrev &finish_prev)");
     } else {
         line(&e, "/* Runs once per tile of a consumer warpgroup, after its mainloop. */");
         line(&e, "__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, "
@@ -1685,7 +1702,7 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     line(&e, "(void)pre;");
     if (e.late) {
         line(&e, "(void)late;");
-        line(&e, "(void)before_park;");
+        line(&e, "(void)finish_prev;");
     }
     line(&e, "float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */");
     if (ir->n_stages[0] > 1)

@@ -790,13 +790,21 @@ static void test_mid_part(void)
     after(p, "cf_store_staged(args, t, 0);");
     CHECK(text && !strstr(text, "cf_row_merge<"));   /* no exchange waited for in the first part */
     cf_kernel_free(k);
-    /* PingPong: the first exchange is waited for in the first part, as before */
+    /* PingPong: the first exchange is waited for in the first part, and the previous tile
+     * finishes between its post and its gather */
     cf_options pp = fin;
     pp.schedule = CF_SCHEDULE_PINGPONG;
     k = NULL;
     CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &pp, "pingpong", &k, &err));
     text = k ? cf_kernel_source(k) : NULL;
-    CHECK_CONTAINS(text, "cf_row_merge<CF_MERGE_VAR, 0, 1>");
+    p = after(text, "cf_row_merge_post<CF_MERGE_VAR, 0, 1>(args, t, raw_");
+    p = after(p, "finish_prev();");
+    p = after(p, "cf_row_merge_finish<CF_MERGE_VAR, 0, 1, true>(args, t, raw_");
+    p = after(p, "cf_row_merge_post<CF_MERGE_SOFTMAX, 2, 3>(args, t, raw_");
+    p = after(p, "cf_park_tile<CF_PARK_F16>(t, ");
+    CHECK(p && !strstr(text, "cf_row_merge<"));
+    if (p)   /* once */
+        CHECK(strstr(strstr(text, "finish_prev();") + 1, "finish_prev();") == NULL);
     CHECK(text && !strstr(text, "CF_MID") && !strstr(text, "CF_FINISHER"));
     cf_kernel_free(k);
     /* 32 CTAs a row: both exchanges merged, their pairs gathered staged (synchronous), so no
@@ -853,7 +861,7 @@ static void test_mid_part(void)
 }
 
 /* An unpaired late kernel posts a tile's partials, then finishes the previous tile, then parks
- * (cf_sm90.cuh's consumer loop passes that finish as before_park); paired tiles and the
+ * (cf_sm90.cuh's consumer loop passes that finish as finish_prev); paired tiles and the
  * finisher's kernels have no such call. */
 static void test_post_first(void)
 {
@@ -875,10 +883,10 @@ static void test_post_first(void)
         CHECK_EQ_INT(cases[i].post_first, text && strstr(text, "#define CF_POST_FIRST 1") != NULL);
         if (cases[i].post_first) {
             const char *p = after(text, "cf_row_post<CF_RED_SUM, 0>(args, t, ");
-            p = after(p, "before_park();");
+            p = after(p, "finish_prev();");
             after(p, "cf_park_tile<CF_PARK_BF16>(t, ");
         } else {
-            CHECK(text && !strstr(text, "before_park();"));
+            CHECK(text && !strstr(text, "finish_prev();"));
         }
         cf_kernel_free(k);
     }

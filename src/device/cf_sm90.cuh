@@ -142,7 +142,7 @@
 #define CF_MID 0
 #endif
 /* CF_POST_FIRST (Psi, late finish on the consumer, no pairs, no finisher): a tile posts its
- * partials, then the previous tile finishes (cf_epilogue's before_park), then it parks. */
+ * partials, then the previous tile finishes (cf_epilogue's finish_prev), then it parks. */
 #ifndef CF_POST_FIRST
 #define CF_POST_FIRST 0
 #endif
@@ -332,12 +332,13 @@ struct cf_tile {
 #define CF_TRC_SPINS 5    /* the gather's re-polls of a rank that had not posted yet (a count) */
 #define CF_TRC_SEC0 6     /* 6..13: sections of the epilogue's first part, as Psi marks them */
 #define CF_TRC_N 14
-__shared__ long long cf_tr_cat[2][CF_TRC_N];
-#define CF_TRC_COUNT(t, cat) do { if ((t).tid == 0) cf_tr_cat[(t).wg][cat] += 1; } while (0)
+__shared__ long long cf_tr_cat[3][CF_TRC_N];   /* consumer WGs 0, 1; the finisher */
+#define CF_TRC_IDX(t) ((t).bar_id == CF_BAR_FIN ? 2 : (t).wg)
+#define CF_TRC_COUNT(t, cat) do { if ((t).tid == 0) cf_tr_cat[CF_TRC_IDX(t)][cat] += 1; } while (0)
 #define CF_TRC_T0(v) const long long v = clock64()
-#define CF_TRC_ADD(t, cat, v) do { if ((t).tid == 0) cf_tr_cat[(t).wg][cat] += clock64() - (v); } while (0)
+#define CF_TRC_ADD(t, cat, v) do { if ((t).tid == 0) cf_tr_cat[CF_TRC_IDX(t)][cat] += clock64() - (v); } while (0)
 #define CF_TRC_START(v) long long v = clock64()
-#define CF_TRC_STEP(t, v, cat) do { const long long n_ = clock64(); if ((t).tid == 0) cf_tr_cat[(t).wg][cat] += n_ - (v); (v) = n_; } while (0)
+#define CF_TRC_STEP(t, v, cat) do { const long long n_ = clock64(); if ((t).tid == 0) cf_tr_cat[CF_TRC_IDX(t)][cat] += n_ - (v); (v) = n_; } while (0)
 #else
 #define CF_TRC_START(v) ((void)0)
 #define CF_TRC_STEP(t, v, cat) ((void)0)
@@ -347,7 +348,7 @@ __shared__ long long cf_tr_cat[2][CF_TRC_N];
 #endif
 
 /* ---- CF_TRACE (diagnostics only: bench/probe.sh) ---------------------------------------
- * Per (CTA, consumer WG, tile) clock64 stamps: [0] at the order barrier, [1] just after it,
+ * Per (CTA, consumer WG, tile) clock64 stamps (WG 2: the finisher's slot CF_TRACE_TILES, its parts): [0] at the order barrier, [1] just after it,
  * [2] accumulator complete, [3] epilogue done, and with CF_TRACE=2 the mainloop's cycles spent
  * [4] waiting for operands (full barriers) and [5] for wgmma groups (wait<1>).  Slot
  * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end, its tile count, [3..8] its
@@ -364,10 +365,10 @@ __shared__ long long cf_tr_cat[2][CF_TRC_N];
 #define CF_TRACE_CTAS 160
 #define CF_TRACE_TILES 31
 #define CF_TRACE_EV 20
-extern "C" { __device__ long long cf_trace[CF_TRACE_CTAS * 2 * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
+extern "C" { __device__ long long cf_trace[CF_TRACE_CTAS * 3 * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
 __device__ __forceinline__ void cf_trace_at(int w, int j, int ev, int tid, long long v) {
     if (tid == 0 && blockIdx.x < CF_TRACE_CTAS && j <= CF_TRACE_TILES)
-        cf_trace[((blockIdx.x * 2 + w) * (CF_TRACE_TILES + 1) + j) * CF_TRACE_EV + ev] = v;
+        cf_trace[((blockIdx.x * 3 + w) * (CF_TRACE_TILES + 1) + j) * CF_TRACE_EV + ev] = v;
 }
 /* value v (or the clock) as event ev of tile j; tiles past CF_TRACE_TILES are not kept */
 #define CF_TR_V(w, j, ev, tid, v) cf_trace_at(w, (j) < CF_TRACE_TILES ? (j) : CF_TRACE_TILES + 1, ev, tid, v)
@@ -930,9 +931,9 @@ struct cf_pre;
 #if CF_LATE_FINISH
 /* Per-row values a late finish needs. */
 struct cf_late;
-template <class BeforePark>
+template <class FinishPrev>
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
-                                            const cf_pre &pre, cf_late &late, const BeforePark &before_park);
+                                            const cf_pre &pre, cf_late &late, const FinishPrev &finish_prev);
 struct cf_no_op {
     __device__ __forceinline__ void operator()() const {}
 };
@@ -1039,7 +1040,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
 
 #ifdef CF_TRACE
-    if (tid < 2 * CF_TRC_N) cf_tr_cat[tid / CF_TRC_N][tid % CF_TRC_N] = 0;
+    if (tid < 3 * CF_TRC_N) cf_tr_cat[tid / CF_TRC_N][tid % CF_TRC_N] = 0;
 #endif
     if (tid == 0) {
 #pragma unroll 1
@@ -1142,6 +1143,9 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             CF_TR(w, i >> 1, 13, t.tid);
         }
         if (t.tid == 0) cf_bulk_wait0();
+#ifdef CF_TRACE
+        for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(2, CF_TRACE_TILES, 3 + c, t.tid, cf_tr_cat[2][c]);
+#endif
 #endif
     } else {
         /* ---------------- consumer warpgroups ---------------- */

@@ -60,14 +60,14 @@ __device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, co
 }
 
 /* Part 1, right after the tile's mainloop: every stage up to the last exchange. */
-template <class BeforePark>
-__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS], const cf_pre &pre, cf_late &late, const BeforePark &before_park)
+template <class FinishPrev>
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS], const cf_pre &pre, cf_late &late, const FinishPrev &finish_prev)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
     (void)pre;
     (void)late;
-    (void)before_park;
+    (void)finish_prev;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
     CF_TRC_START(trs);  /* CF_TRACE: clock at the start of each section below */
     /* ---- stage 0: 4 nodes, streamed one accumulator register at a time ---- */
@@ -113,11 +113,15 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     }
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 2);  /* trace section: the loop above */
     float corr_mu_3[CF_ROWS];
-    cf_row_merge<CF_MERGE_VAR, 0, 1>(args, t, raw_mu_3, red_mu_3, red_var_8, corr_mu_3);  /* one exchange: mean and sum of squares */
+    cf_row_merge_post<CF_MERGE_VAR, 0, 1>(args, t, raw_mu_3, red_var_8);  /* post (mean and sum of squares) pairs for the row */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 3);  /* trace section: post */
+    finish_prev();  /* the previous tile's finish, while these partials travel */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 4);  /* trace section: previous finish */
+    cf_row_merge_finish<CF_MERGE_VAR, 0, 1, true>(args, t, raw_mu_3, red_mu_3, red_var_8, corr_mu_3);  /* the row's pairs: mean and sum of squares */
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_var_8[s] *= cf_rcp((float)t.N);
-    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 3);  /* trace section: exchange */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 5);  /* trace section: exchange */
     /* ---- stage 2 (PostOp of the reduction above): 13 nodes ---- */
     float (&red_m_21)[CF_ROWS] = late.red_m_21;  /* max over N: partials, then this tile's own */
     #pragma unroll
@@ -148,10 +152,10 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s)
         red_m_21[s] *= 0.5f;  /* the max of s_20 = 0.5 * ln_18: ln_18's max, scaled */
-    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 4);  /* trace section: the loop above */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 6);  /* trace section: the loop above */
     float (&raw_m_21)[CF_ROWS] = late.raw_m_21;  /* this tile's own max, for the merged exchange */
     cf_local_max(red_m_21, raw_m_21);  /* quad shuffles; the next stage shifts by this tile's max */
-    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 5);  /* trace section: the tile's max */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 7);  /* trace section: the tile's max */
     /* ---- stage 3 (PostOp of the reduction above): 5 nodes ---- */
     float red_v26[CF_ROWS];  /* sum over N: thread-local partials per row */
     #pragma unroll
@@ -169,11 +173,9 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
             red_v26[cf_acc_slot(r)] = cf_red_combine<CF_RED_SUM>(red_v26[cf_acc_slot(r)], e_25);
         T0[r] = e_25;  /* carried to the next stage */
     }
-    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 6);  /* trace section: the loop above */
+    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 7);  /* trace section: the loop above */
     cf_row_merge_post<CF_MERGE_SOFTMAX, 2, 3>(args, t, raw_m_21, red_v26);  /* post (max, partial) pairs for the row */
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 7);  /* trace section: post */
-    before_park();  /* the previous tile's finish, while these partials travel */
-    CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 7);  /* trace section: previous finish */
     cf_park_tile<CF_PARK_F16>(t, T0);  /* e_25 waits in shared memory while the next mainloop runs */
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 7);  /* trace section: park */
 }

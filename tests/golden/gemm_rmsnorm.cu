@@ -45,14 +45,14 @@ __device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, co
 }
 
 /* Part 1, right after the tile's mainloop: every stage up to the last exchange. */
-template <class BeforePark>
-__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS], const cf_pre &pre, cf_late &late, const BeforePark &before_park)
+template <class FinishPrev>
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS], const cf_pre &pre, cf_late &late, const FinishPrev &finish_prev)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
     (void)pre;
     (void)late;
-    (void)before_park;
+    (void)finish_prev;
     float (&T0)[CF_ACC_REGS] = acc;  /* the first tile array is the accumulator itself */
     CF_TRC_START(trs);  /* CF_TRACE: clock at the start of each section below */
     /* ---- stage 0: 3 nodes, streamed one accumulator register at a time ---- */
@@ -73,7 +73,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 0);  /* trace section: the loop above */
     cf_row_post<CF_RED_SUM, 0>(args, t, red_v2);  /* quad shuffles, then post the partials for the row */
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 1);  /* trace section: post */
-    before_park();  /* the previous tile's finish, while these partials travel */
+    finish_prev();  /* the previous tile's finish, while these partials travel */
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 2);  /* trace section: previous finish */
     cf_park_tile<CF_PARK_BF16>(t, T0);  /* x_0 waits in shared memory while the next mainloop runs */
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 3);  /* trace section: park */
