@@ -706,8 +706,12 @@ static void print_trace(fused_ctx *f)
                    f_work / f_tiles / 1e3, d_tiles ? f_done / d_tiles / 1e3 : 0.0);
         if (f_tiles)
             printf("  trace, the finisher's parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, "
-                   "re-polls %.1f), store waits %.2f\n", f_cat[0] / f_tiles / 1e3, f_cat[4] / f_tiles / 1e3,
-                   f_cat[5] / f_tiles, f_cat[2] / f_tiles / 1e3);
+                   "re-polls %.1f), store waits %.2f; by section (as marked in the source):", f_cat[0] / f_tiles / 1e3,
+                   f_cat[4] / f_tiles / 1e3, f_cat[5] / f_tiles, f_cat[2] / f_tiles / 1e3);
+        for (int q = 6; f_tiles && q < TR_CATS; q++)
+            printf(" %.2f", f_cat[q] / f_tiles / 1e3);
+        if (f_tiles)
+            printf("\n");
         printf("  trace, the tail (kcycles): last tile's epilogue %.2f, final late finish %.2f, store drain %.2f, "
                "other warpgroup's lag %.2f\n", t_epi / ctas / 1e3, t_fin / ctas / 1e3, t_drain / ctas / 1e3,
                t_other / ctas / 1e3);

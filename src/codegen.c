@@ -1160,10 +1160,13 @@ static void emit_mid_split(cg_ctx *c, const cf_ir_node *red)
     c->indent++;
     line(c, "const cf_epi_params &p = args.epi;");
     line(c, "(void)p;");
+    line(c, "CF_TRC_START(trs);  /* CF_TRACE: the finisher's sections */");
+    c->trc_sec = 0;
     line(c, "float raw_%s[CF_ROWS], red_%s[CF_ROWS], red_%s[CF_ROWS], corr_%s[CF_ROWS];  /* the tile's own %s: "
             "rebuilt from its posted pair */", id1, id1, id, id1, c->merge_prev == MERGE_VAR ? "mean" : "max");
     emit_merge_finish(c, red, "");
     emit_mean_scale(c, red, id, false);
+    trace_mark(c, "the row's pairs");
 }
 
 /* The mid part's stages s2 and s3, then the second exchange's post; opens cf_epilogue_finish. */
@@ -1184,7 +1187,9 @@ static void emit_mid(cg_ctx *c, const cf_ir_spec *s2)
     c->indent--;
     line(c, "}");
     emit_max_scale(c, s2->terminal);
+    trace_mark(c, "pass 1");
     emit_tile_stat(c, s2->terminal, c->merge_of[s2->depth], false);
+    trace_mark(c, "the tile's statistic");
     /* pass 2: s2 again, then s3; the late stage's value restaged in place */
     line(c, "/* ---- stages %d and %d (PostOp of the reduction above): pass 2, stage %d recomputed from the "
             "parked tile ---- */", s2->depth, s3->depth, s2->depth);
@@ -1202,8 +1207,10 @@ static void emit_mid(cg_ctx *c, const cf_ir_spec *s2)
     line(c, "    cf_restage8<%s>(t, r / 8, y8);", late_park_fmt(c) ? "CF_PARK_F16" : "CF_PARK_BF16");
     c->indent--;
     line(c, "}");
+    trace_mark(c, "pass 2");
     c->merge_prev = c->merge_of[s2->depth];
     emit_post(c, s3->terminal);
+    trace_mark(c, "post");
     c->indent--;
     line(c, "}");
     blank(c);
