@@ -108,15 +108,18 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
             if (late || (o.cluster_n > 16 && o.cluster_n <= 32))
                 o.stages = 5;
             /* Two column tiles per CTA halve the ranks a row gathers, where the late exchange
-             * is the only one; it pays where a lane would load 32 partials or more (16 CTAs
-             * of pairs, 32 of single partials).  perf-notes v14: LN and softmax 5-7 % faster
-             * at 16 CTAs a row, 3-4 % at 32; RMSNorm within 1 % at 8 and 16; slower than the
-             * finisher at 8.  v16: with 8-byte pairs (one round of loads either way) LN still
-             * 1.288 -> 1.230 at 16 CTAs. */
+             * is the only one.  It pays where a lane would load 32 partials or more (16 CTAs
+             * of pairs, 32 of single partials; perf-notes v14: LN and softmax 5-7 % faster at
+             * 16 CTAs a row, 3-4 % at 32; v16: LN 1.288 -> 1.230 at 16 CTAs), and with K >= 1024
+             * from 8 CTAs a row, where it also beats the finisher (v19, same call: softmax
+             * 1.152 with the finisher, 1.082 paired at 16384x1024x1024; RMSNorm 1.048 -> 1.018
+             * at 16384x2048x1024, 1.073 -> 1.063 at 8 CTAs; LN +0.6 %).  Not at K = 512
+             * (RMSNorm 1.194 -> 1.22 at 16 CTAs) nor at 4 CTAs (1.15 -> 1.23). */
             cf_cg_options pair = cg;
             pair.row_ctas = o.cluster_n / 2;
             pair.pair_tiles = true;
-            bool paired = o.cluster_n >= 4 && cf_cg_can_pair(ir, &pair) && cf_cg_gather_words(ir, &cg) >= 32;
+            bool paired = o.cluster_n >= 4 && cf_cg_can_pair(ir, &pair) &&
+                          (cf_cg_gather_words(ir, &cg) >= 32 || (o.cluster_n >= 8 && k >= 1024));
             /* A finisher warpgroup pays where a consumer's epilogue (first part and late finish,
              * ~3.2k cycles per reduction + ~2.4k per round of 8 ranks' L2 loads) outlasts the
              * other warpgroup's mainloop (~8.3 K cycles a tile), and only if the finisher keeps
@@ -129,11 +132,9 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
             const double mainloop = 8.3 * (double)k;
             const double finisher_work = 3000.0 + 2400.0 * rounds + 1200.0 * last_stage_vectors(ir);
             cg.finisher = true;
-            if (o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) && finisher_work <= 0.8 * mainloop &&
-                3200.0 * reductions + 2400.0 * rounds > 0.9 * mainloop) {
+            if (!paired && o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) && finisher_work <= 0.8 * mainloop &&
+                3200.0 * reductions + 2400.0 * rounds > 0.9 * mainloop)
                 o.schedule = CF_SCHEDULE_FINISHER;
-                paired = false;
-            }
             if (paired) {
                 o.pair_tiles = 1;
                 o.cluster_n /= 2;

@@ -80,8 +80,9 @@ int main(int argc, char **argv)
     /* The schedule explain reports (kernel options -> the fused kernel line):
      * - cooperative 256x128 over a 2-CTA cluster for elementwise epilogues from K = 4096 (4 stages
      *   of 48 KB fit), pingpong below;
-     * - a finisher warpgroup where the epilogue outlasts the mainloop and the finisher keeps up
-     *   (softmax: two reductions, one round of 8 ranks at K = 1024); not where its last stage
+     * - two column tiles per CTA from 8 CTAs a row at K >= 1024, or 16 of pairs at K = 512;
+     * - else a finisher warpgroup where the epilogue outlasts the mainloop and the finisher keeps up
+     *   (softmax at 4 CTAs a row, K = 1024); not where its last stage
      *   reads [N] vectors it must reload (LN's gamma and beta), not where the epilogue is hidden
      *   (RMSNorm there, K = 4096), not at N = 2048 with K <= 1024, not with a given
      *   --sync-finish, and PingPong when asked for where no tile finishes late. */
@@ -97,7 +98,10 @@ int main(int argc, char **argv)
         {"--shape M=8192,N=4096,K=4096 examples/gemm_rmsnorm.cf",
          "5 stages, pingpong, cluster 1x1, row reductions over 16 CTAs of two column tiles each through L2, "
          "tiles finished late, 384 threads"},
-        {"--shape M=16384,N=2048,K=1024 examples/gemm_rmsnorm.cf",   /* one round of 16 words either way */
+        {"--shape M=16384,N=2048,K=1024 examples/gemm_rmsnorm.cf",   /* K >= 1024: pairs from 8 CTAs a row */
+         "5 stages, pingpong, cluster 1x1, row reductions over 8 CTAs of two column tiles each through L2, "
+         "tiles finished late"},
+        {"--shape M=4096,N=2048,K=512 examples/gemm_rmsnorm.cf",   /* K = 512, 16 single words: no pairs */
          "5 stages, pingpong, cluster 1x1, row reductions over 16 CTAs through L2, tiles finished late"},
         {"--shape M=16384,N=2048,K=1024 --pair-tiles off examples/gemm_bias_ln.cf",
          "5 stages, pingpong, cluster 1x1, row reductions over 16 CTAs through L2, tiles finished late"},
@@ -106,10 +110,13 @@ int main(int argc, char **argv)
         {"--shape M=16384,N=1024,K=1024 --pair-tiles on examples/gemm_bias_ln.cf",   /* not the finisher's */
          "5 stages, pingpong, cluster 1x1, row reductions over 4 CTAs of two column tiles each through L2"},
         {"--shape M=16384,N=1024,K=1024 examples/gemm_rmsnorm.cf", "5 stages, pingpong, cluster 1x1"},
-        {"--shape M=16384,N=1024,K=1024 examples/gemm_softmax.cf",
-         "5 stages, pingpong + a finisher warpgroup, cluster 1x1, row reductions over 8 CTAs through L2, "
+        {"--shape M=16384,N=1024,K=1024 examples/gemm_softmax.cf",   /* pairs beat the finisher */
+         "5 stages, pingpong, cluster 1x1, row reductions over 4 CTAs of two column tiles each through L2, "
+         "tiles finished late, 384 threads"},
+        {"--shape M=16384,N=512,K=1024 examples/gemm_softmax.cf",   /* 4 CTAs: no pairs, the finisher */
+         "5 stages, pingpong + a finisher warpgroup, cluster 1x1, row reductions over 4 CTAs through L2, "
          "tiles finished late, 512 threads"},
-        {"--shape M=16384,N=1024,K=1024 examples/gemm_bias_ln.cf",
+        {"--shape M=16384,N=1024,K=1024 --pair-tiles off examples/gemm_bias_ln.cf",   /* a finisher would reload */
          "5 stages, pingpong, cluster 1x1, row reductions over 8 CTAs through L2, tiles finished late, 384 threads"},
         {"--shape M=16384,N=1024,K=1024 --schedule finisher examples/gemm_bias_ln.cf", "pingpong + a finisher warpgroup"},
         {"--shape M=16384,N=2048,K=1024 examples/gemm_bias_ln.cf",

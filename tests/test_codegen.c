@@ -483,10 +483,11 @@ static void test_late_finish(void)
         /* the park, or a staged gather, takes the sixth stage, only when used */
         CHECK_EQ_INT((late || staged ? 5 : 6) - fewer, opt.stages);
         cf_kernel_free(k);
-        /* the same graph finishing every tile at once, or with no room to park */
-        cf_options sync = opt, full = opt;
-        sync.sync_finish = true;
-        full.stages = 6;
+        /* the same graph finishing every tile at once, or with no room to park (as the CLI
+         * fills them in: a CTA per column tile again, since pairs need the late finish) */
+        cf_options sync = {.sync_finish = true}, full = {.stages = 6};
+        cf_options_fill(&sync, opt);
+        cf_options_fill(&full, opt);
         for (int j = 0; j < 2; j++) {
             CHECK_EQ_INT(CF_OK, cf_kernel_build(g, j ? &full : &sync, "late", &k, &err));
             CHECK(k && !strstr(cf_kernel_source(k), "CF_LATE_FINISH") && !strstr(cf_kernel_source(k), "cf_park_tile"));
@@ -506,19 +507,21 @@ static void test_default_options(void)
         goto done;
     cf_options o = cf_options_for(ln, 16384, 1024, 1024);
     CHECK_EQ_INT(CF_REDUCE_GLOBAL, o.reduce_mode);
-    CHECK_EQ_INT(8, o.cluster_n);
+    CHECK_EQ_INT(4, o.cluster_n);   /* 8 column tiles, two a CTA */
     CHECK_EQ_INT(5, o.stages); /* the sixth stage's room parks tiles for their late finish */
     CHECK_EQ_INT(128, o.block_n);
     cf_options sync = {.sync_finish = true};
     cf_options_fill(&sync, cf_options_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(6, sync.stages);
-    CHECK_EQ_INT(0, o.pair_tiles); /* 8 CTAs: one round of pairs either way */
-    CHECK_EQ_INT(CF_SCHEDULE_PINGPONG, o.schedule); /* a finisher would reload gamma and beta per group */
+    CHECK_EQ_INT(1, o.pair_tiles); /* 8 CTAs at K = 1024: pairs, not the finisher */
+    CHECK_EQ_INT(CF_SCHEDULE_PINGPONG, o.schedule);
     cf_graph *softmax = parse("examples/gemm_softmax.cf");
-    CHECK(softmax && cf_options_for(softmax, 16384, 1024, 1024).schedule == CF_SCHEDULE_FINISHER);
+    CHECK(softmax && cf_options_for(softmax, 16384, 1024, 1024).pair_tiles == 1);
+    CHECK(softmax && cf_options_for(softmax, 16384, 512, 1024).schedule == CF_SCHEDULE_FINISHER);   /* 4 CTAs */
     cf_graph_free(softmax);
-    /* two column tiles per CTA where a lane would gather 32 partials or more: 16 CTAs of pairs,
-     * 32 of single partials (RMSNorm), not 8 of pairs nor 16 of single partials */
+    /* two column tiles per CTA where a lane would gather 32 partials or more (16 CTAs of pairs,
+     * 32 of single partials), or from 8 CTAs a row with K >= 1024; not at K = 512 with 16 CTAs
+     * of single partials (RMSNorm), nor at 4 CTAs */
     o = cf_options_for(ln, 16384, 2048, 1024);
     CHECK_EQ_INT(1, o.pair_tiles);
     CHECK_EQ_INT(8, o.cluster_n);
@@ -532,7 +535,9 @@ static void test_default_options(void)
     CHECK_EQ_INT(1, cf_options_for(ln, 8192, 4096, 4096).pair_tiles);
     cf_graph *rms = parse("examples/gemm_rmsnorm.cf");
     CHECK_EQ_INT(1, rms ? cf_options_for(rms, 8192, 4096, 4096).pair_tiles : 0);
-    CHECK_EQ_INT(0, rms ? cf_options_for(rms, 16384, 2048, 1024).pair_tiles : 1);
+    CHECK_EQ_INT(1, rms ? cf_options_for(rms, 16384, 2048, 1024).pair_tiles : 0);
+    CHECK_EQ_INT(0, rms ? cf_options_for(rms, 4096, 2048, 512).pair_tiles : 1);
+    CHECK_EQ_INT(0, rms ? cf_options_for(rms, 16384, 512, 1024).pair_tiles : 1);
     cf_graph_free(rms);
     CHECK_EQ_INT(64, cf_options_for(ln, 64, 30000, 256).cluster_n); /* wider rows: the wide path */
     CHECK_EQ_INT(1, cf_options_for(gelu, 16384, 1024, 1024).cluster_n);
