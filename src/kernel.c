@@ -113,13 +113,19 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
              * 16 CTAs a row, 3-4 % at 32; v16: LN 1.288 -> 1.230 at 16 CTAs), and with K >= 1024
              * from 8 CTAs a row, where it also beats the finisher (v19, same call: softmax
              * 1.152 with the finisher, 1.082 paired at 16384x1024x1024; RMSNorm 1.048 -> 1.018
-             * at 16384x2048x1024, 1.073 -> 1.063 at 8 CTAs; LN +0.6 %).  Not at K = 512
-             * (RMSNorm 1.194 -> 1.22 at 16 CTAs) nor at 4 CTAs (1.15 -> 1.23). */
+             * at 16384x2048x1024, 1.073 -> 1.063 at 8 CTAs).  Not at K = 512 with 16 CTAs of
+             * single partials (RMSNorm 1.194 -> 1.22), nor at 4 CTAs (1.15 -> 1.23), nor where
+             * the late stage reads two [N] vectors (LN's gamma and beta: its finish is the
+             * heaviest) unless K >= 1024 and a round is saved (v19: LN unpaired 1.375 -> 1.317
+             * at 4096x2048x512, 1.155 -> 1.147 at 16384x1024x1024; paired 1.158 -> 1.124 at
+             * 16384x2048x1024). */
             cf_cg_options pair = cg;
             pair.row_ctas = o.cluster_n / 2;
             pair.pair_tiles = true;
+            const bool heavy_finish = last_stage_vectors(ir) >= 2, long_k = k >= 1024;
             bool paired = o.cluster_n >= 4 && cf_cg_can_pair(ir, &pair) &&
-                          (cf_cg_gather_words(ir, &cg) >= 32 || (o.cluster_n >= 8 && k >= 1024));
+                          ((cf_cg_gather_words(ir, &cg) >= 32 && (long_k || !heavy_finish)) ||
+                           (o.cluster_n >= 8 && long_k && !heavy_finish));
             /* A finisher warpgroup pays where a consumer's epilogue (first part and late finish,
              * ~3.2k cycles per reduction + ~2.4k per round of 8 ranks' L2 loads) outlasts the
              * other warpgroup's mainloop (~8.3 K cycles a tile), and only if the finisher keeps

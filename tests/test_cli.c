@@ -69,6 +69,8 @@ int main(int argc, char **argv)
     CHECK_CONTAINS(buf, "fused kernel (no --shape: default options): tile 128x128");
     CHECK_CONTAINS(buf, "static (reduction exchange)");
     CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 examples/gemm_bias_ln.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "cluster 1x1, row reductions over 16 CTAs through L2");   /* K = 512: LN keeps a CTA a tile */
+    CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 examples/gemm_softmax.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "cluster 1x1, row reductions over 8 CTAs of two column tiles each through L2");
     CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 --reduce-mode leader examples/gemm_bias_ln.cf", buf,
                        sizeof buf));
@@ -80,7 +82,8 @@ int main(int argc, char **argv)
     /* The schedule explain reports (kernel options -> the fused kernel line):
      * - cooperative 256x128 over a 2-CTA cluster for elementwise epilogues from K = 4096 (4 stages
      *   of 48 KB fit), pingpong below;
-     * - two column tiles per CTA from 8 CTAs a row at K >= 1024, or 16 of pairs at K = 512;
+     * - two column tiles per CTA from 8 CTAs a row at K >= 1024, or 16 of pairs at K = 512, but
+     *   for LN (its finish reads gamma and beta) only where that saves a round at K >= 1024;
      * - else a finisher warpgroup where the epilogue outlasts the mainloop and the finisher keeps up
      *   (softmax at 4 CTAs a row, K = 1024); not where its last stage
      *   reads [N] vectors it must reload (LN's gamma and beta), not where the epilogue is hidden
@@ -116,7 +119,7 @@ int main(int argc, char **argv)
         {"--shape M=16384,N=512,K=1024 examples/gemm_softmax.cf",   /* 4 CTAs: no pairs, the finisher */
          "5 stages, pingpong + a finisher warpgroup, cluster 1x1, row reductions over 4 CTAs through L2, "
          "tiles finished late, 512 threads"},
-        {"--shape M=16384,N=1024,K=1024 --pair-tiles off examples/gemm_bias_ln.cf",   /* a finisher would reload */
+        {"--shape M=16384,N=1024,K=1024 examples/gemm_bias_ln.cf",   /* no pairs (gamma, beta), no finisher */
          "5 stages, pingpong, cluster 1x1, row reductions over 8 CTAs through L2, tiles finished late, 384 threads"},
         {"--shape M=16384,N=1024,K=1024 --schedule finisher examples/gemm_bias_ln.cf", "pingpong + a finisher warpgroup"},
         {"--shape M=16384,N=2048,K=1024 examples/gemm_bias_ln.cf",

@@ -507,14 +507,15 @@ static void test_default_options(void)
         goto done;
     cf_options o = cf_options_for(ln, 16384, 1024, 1024);
     CHECK_EQ_INT(CF_REDUCE_GLOBAL, o.reduce_mode);
-    CHECK_EQ_INT(4, o.cluster_n);   /* 8 column tiles, two a CTA */
+    CHECK_EQ_INT(8, o.cluster_n);
     CHECK_EQ_INT(5, o.stages); /* the sixth stage's room parks tiles for their late finish */
     CHECK_EQ_INT(128, o.block_n);
     cf_options sync = {.sync_finish = true};
     cf_options_fill(&sync, cf_options_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(6, sync.stages);
-    CHECK_EQ_INT(1, o.pair_tiles); /* 8 CTAs at K = 1024: pairs, not the finisher */
-    CHECK_EQ_INT(CF_SCHEDULE_PINGPONG, o.schedule);
+    CHECK_EQ_INT(0, o.pair_tiles); /* LN's finish reads gamma and beta: no pairs at 8 CTAs, */
+    CHECK_EQ_INT(CF_SCHEDULE_PINGPONG, o.schedule); /* nor a finisher, which would reload them */
+    CHECK_EQ_INT(0, cf_options_for(ln, 4096, 2048, 512).pair_tiles);   /* nor at K = 512 */
     cf_graph *softmax = parse("examples/gemm_softmax.cf");
     CHECK(softmax && cf_options_for(softmax, 16384, 1024, 1024).pair_tiles == 1);
     CHECK(softmax && cf_options_for(softmax, 16384, 512, 1024).schedule == CF_SCHEDULE_FINISHER);   /* 4 CTAs */
