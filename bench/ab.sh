@@ -7,7 +7,7 @@
 #   bench/ab.sh build/ab-ref.tar[,more.tar ...] "SPEC SHAPE [bench options]" ...   (GPU machine)
 # Env: AB_REPS (turns per tree, default 3), AB_ITERS (launches per bench, default 100).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export PATH="/usr/local/cuda/bin:$PATH"
 [ $# -ge 2 ] || { echo "usage: bench/ab.sh REF.tar[,REF2.tar...] \"SPEC SHAPE [options]\" ..." >&2; exit 2; }
 IFS=, read -r -a tarballs <<<"$1"
@@ -28,31 +28,12 @@ for c in "$@"; do
     read -r spec shape opts <<<"$c"
     for d in "${trees[@]}"; do echo "$d/build/comfuse compile --shape $shape $opts $spec"; done
 done | xargs -P "$(nproc)" -I{} sh -c '{} >/dev/null 2>&1'
-ratio() {   # tree spec shape opts...
-    local bin=$1/build/comfuse spec=$2 shape=$3
-    shift 3
-    timeout 40 "$bin" bench --iters "${AB_ITERS:-100}" --shape "$shape" "$@" "$spec" 2>&1 |
-        awk -F'\t' '/^BENCH/ { printf "%.3f", $8; found = 1 } END { if (!found) printf "err" }'
-}
-median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# shellcheck source=bench/turns.sh
+. bench/turns.sh
 echo "fused/cuBLAS per turn; [median / first tree's median]; trees: ${names[*]}"
 for c in "$@"; do
     read -r spec shape opts <<<"$c"
-    declare -A got=()
-    for ((i = 0; i < ${AB_REPS:-3}; i++)); do
-        for ((j = 0; j < ${#trees[@]}; j++)); do
-            # shellcheck disable=SC2086
-            got[$j]+="$(ratio "${trees[$j]}" "$spec" "$shape" $opts) "
-        done
-    done
-    line=$(printf "%-36s %-22s" "$(basename "$spec") $opts" "$shape")
-    m0=$(median ${got[0]})
-    for ((j = 0; j < ${#trees[@]}; j++)); do
-        # shellcheck disable=SC2086
-        m=$(median ${got[$j]})
-        line+=$(printf " | %s: %s[%s]" "${names[$j]}" "${got[$j]}" \
-            "$(awk -v x="$m0" -v y="$m" 'BEGIN { if (x + 0 > 0 && y + 0 > 0) printf "%.3f", y / x; else print "-" }')")
-    done
-    echo "$line"
-    unset got
+    # shellcheck disable=SC2086
+    variant_ratio() { bench_ratio "${trees[$1]}/build/comfuse" "$spec" "$shape" $opts; }
+    run_turns "$(printf "%-36s %-22s" "$(basename "$spec") $opts" "$shape")" "${names[@]}"
 done

@@ -6,11 +6,14 @@
 #   bench/opts.sh "SPEC SHAPE" [more cases ...] -- "" "--schedule pingpong" "--schedule finisher"
 # ("" is the default options).  Env: AB_REPS (turns, default 3), AB_ITERS (launches per bench).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export PATH="/usr/local/cuda/bin:$PATH"
 cases=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do cases+=("$1"); shift; done
-[ $# -gt 1 ] && [ ${#cases[@]} -gt 0 ] || { echo "usage: bench/opts.sh \"SPEC SHAPE\" ... -- OPTS1 OPTS2 ..." >&2; exit 2; }
+if [ $# -lt 2 ] || [ ${#cases[@]} -eq 0 ]; then
+    echo "usage: bench/opts.sh \"SPEC SHAPE\" ... -- OPTS1 OPTS2 ..." >&2
+    exit 2
+fi
 shift
 sets=("$@")
 make -j"$(nproc)" all >/dev/null 2>&1 || { echo "opts: build failed" >&2; exit 1; }
@@ -19,30 +22,13 @@ for c in "${cases[@]}"; do   # NVRTC first, all at once, so the timed part loads
     read -r spec shape <<<"$c"
     for o in "${sets[@]}"; do echo "build/comfuse compile --shape $shape $o $spec"; done
 done | xargs -P "$(nproc)" -I{} sh -c '{} >/dev/null 2>&1'
-ratio() {   # spec shape opts...
-    local spec=$1 shape=$2
-    shift 2
-    timeout 40 build/comfuse bench --iters "${AB_ITERS:-100}" --shape "$shape" "$@" "$spec" 2>&1 |
-        awk -F'\t' '/^BENCH/ { printf "%.3f", $8; found = 1 } END { if (!found) printf "err" }'
-}
-median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# shellcheck source=bench/turns.sh
+. bench/turns.sh
+names=()
+for o in "${sets[@]}"; do names+=("${o:-default}"); done
 for c in "${cases[@]}"; do
     read -r spec shape <<<"$c"
-    got=()
-    for ((i = 0; i < ${AB_REPS:-3}; i++)); do
-        for ((j = 0; j < ${#sets[@]}; j++)); do
-            # shellcheck disable=SC2086
-            got[$j]+="$(ratio "$spec" "$shape" ${sets[$j]}) "
-        done
-    done
-    line=$(printf "%-22s %-22s" "$(basename "$spec" .cf)" "$shape")
     # shellcheck disable=SC2086
-    m0=$(median ${got[0]})
-    for ((j = 0; j < ${#sets[@]}; j++)); do
-        # shellcheck disable=SC2086
-        m=$(median ${got[$j]})
-        line+=$(printf " | %s: %s[%s]" "${sets[$j]:-default}" "${got[$j]}" \
-            "$(awk -v x="$m0" -v y="$m" 'BEGIN { if (x + 0 > 0 && y + 0 > 0) printf "%.3f", y / x; else print "-" }')")
-    done
-    echo "$line"
+    variant_ratio() { bench_ratio build/comfuse "$spec" "$shape" ${sets[$1]}; }
+    run_turns "$(printf "%-22s %-22s" "$(basename "$spec" .cf)" "$shape")" "${names[@]}"
 done
