@@ -29,7 +29,7 @@ static const char *op_expr(cf_op op)
     case CF_OP_SQRT: return "sqrtf(%1)";
     case CF_OP_RSQRT: return "rsqrtf(%1)";
     case CF_OP_SQUARE: return "(%1 * %1)";
-    case CF_OP_RECIP: return "(1.0f / %1)";
+    case CF_OP_RECIP: return "op_recip(%1)";
     case CF_OP_RELU: return "op_relu(%1)";
     case CF_OP_GELU: return "op_gelu_tanh(%1)";
     case CF_OP_GELU_ERF: return "op_gelu_erf(%1)";
@@ -97,6 +97,15 @@ static const struct {
      "static __device__ __forceinline__ float op_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }"},
     {"op_silu", "static __device__ __forceinline__ float op_silu(float x) { return x / (1.0f + op_exp(-x)); }"},
     {"op_sigmoid", "static __device__ __forceinline__ float op_sigmoid(float x) { return 1.0f / (1.0f + op_exp(-x)); }"},
+    {"op_recip",
+     "/* 1 / x within 1 ulp, subnormals and inf/NaN as IEEE; an IEEE division calls a slow path,\n"
+     " * and ptxas spilled the registers live across those calls (perf-notes v19). */\n"
+     "static __device__ __forceinline__ float op_recip(float x)\n"
+     "{\n"
+     "    float d;\n"
+     "    asm(\"rcp.approx.f32 %0, %1;\" : \"=f\"(d) : \"f\"(x));\n"
+     "    return d;\n"
+     "}"},
     {"op_max",
      "/* max.NaN: one instruction, NaN if either operand is NaN (torch semantics). */\n"
      "static __device__ __forceinline__ float op_max(float a, float b)\n"
@@ -385,7 +394,7 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
         char where[96], corr[96], ref[96], bb[96], be[128];
         const cf_ir_node *shift = c->shifted_by[par->ref->id];
         ident(b, bb, sizeof bb);
-        snprintf(be, sizeof be, n->op == CF_OP_DIV ? "(1.0f / %s)" : "%s", bb);
+        snprintf(be, sizeof be, n->op == CF_OP_DIV ? "op_recip(%s)" : "%s", bb);
         slot_ref(c, par, where, sizeof where);
         ident(shift, corr, sizeof corr);
         ident(par->ref, ref, sizeof ref);
@@ -401,9 +410,9 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
     const char *tmpl = op_expr(n->op);
     /* Dividing a tile by a per-row (or per-column, or scalar) value: multiply
      * by its reciprocal, which the unrolled loop computes once per row — one
-     * FMUL per element instead of an IEEE divide (within 2 ulp). */
+     * FMUL per element instead of an IEEE divide (within 2 ulp; op_recip). */
     if (n->op == CF_OP_DIV && n->args[1]->shape != n->shape)
-        tmpl = "(%1 * (1.0f / %2))";
+        tmpl = "(%1 * op_recip(%2))";
     const cf_ir_node *d = exp_sub_of(n);   /* emit_nodes leaves out d's line if nothing else reads it */
     double k = 0;
     if (d) {

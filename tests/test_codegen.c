@@ -914,7 +914,7 @@ static void test_corrected_scale(void)
         {"examples/gemm_bias_ln.cf", true, "const float v16 = fmaf(T0[r], v15, corr_mu_5[cf_acc_slot(r)] * v15);",
          "= T0[r] + corr_mu_5"},
         {"examples/gemm_softmax.cf", false,
-         "const float Y_11 = pk[r % 8] * (corr_m_3[cf_acc_slot(r)] * (1.0f / v10));", "= pk[r % 8] * corr_m_3"},
+         "const float Y_11 = pk[r % 8] * (corr_m_3[cf_acc_slot(r)] * op_recip(v10));", "= pk[r % 8] * corr_m_3"},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         cf_graph *g = parse(cases[i].spec);

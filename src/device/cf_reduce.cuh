@@ -225,7 +225,7 @@ template <int OP> __device__ __forceinline__ void cf_row_reduce_local(float (&pa
 __device__ __forceinline__ float cf_own_cols_inv(const cf_tile &t)
 {
     const int n = cf_imax(0, cf_imin(CF_BN, t.N - t.n0));
-    return n > 0 ? 1.0f / (float)n : 0.0f;
+    return n > 0 ? cf_rcp((float)n) : 0.0f;   /* a count: no subnormal or special value */
 }
 /* The tile's own mean (raw keeps its sum for the exchange). */
 __device__ __forceinline__ void cf_local_mean(const cf_tile &t, float (&stat)[CF_ROWS], float (&raw)[CF_ROWS])

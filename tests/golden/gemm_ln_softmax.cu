@@ -46,6 +46,14 @@ static __device__ __forceinline__ float op_exp_sub_scaled(float a, float b, floa
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(fmaf(a, c * 1.44269504f, -(b * 1.44269504f))));
     return y;
 }
+/* 1 / x within 1 ulp, subnormals and inf/NaN as IEEE; an IEEE division calls a slow path,
+ * and ptxas spilled the registers live across those calls (perf-notes v19). */
+static __device__ __forceinline__ float op_recip(float x)
+{
+    float d;
+    asm("rcp.approx.f32 %0, %1;" : "=f"(d) : "f"(x));
+    return d;
+}
 
 /* Before each tile's mainloop: stage 0's vectors into registers, the later stages' into L1. */
 __device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, const cf_tile &t, cf_pre &pre)
@@ -200,7 +208,7 @@ __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, con
         if (r % 8 == 0)
             unpark0.next(t, r / 8, pk);
         const float v28 = red_v26[cf_acc_slot(r)];  /* statistic of the previous stage */
-        const float Y_29 = pk[r % 8] * (corr_m_21[cf_acc_slot(r)] * (1.0f / v28));  /* bypass e_25, corrected to the row's max, / v28 */
+        const float Y_29 = pk[r % 8] * (corr_m_21[cf_acc_slot(r)] * op_recip(v28));  /* bypass e_25, corrected to the row's max, / v28 */
         y8[r % 8] = Y_29;  /* kept for the store */
         if (r % 8 == 7)
             cf_restage8<CF_PARK_BF16>(t, r / 8, y8);  /* in place, as the output's 16-bit type */

@@ -35,6 +35,14 @@ static __device__ __forceinline__ float op_exp_sub_scaled(float a, float b, floa
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(fmaf(a, c * 1.44269504f, -(b * 1.44269504f))));
     return y;
 }
+/* 1 / x within 1 ulp, subnormals and inf/NaN as IEEE; an IEEE division calls a slow path,
+ * and ptxas spilled the registers live across those calls (perf-notes v19). */
+static __device__ __forceinline__ float op_recip(float x)
+{
+    float d;
+    asm("rcp.approx.f32 %0, %1;" : "=f"(d) : "f"(x));
+    return d;
+}
 
 /* Before each tile's mainloop: stage 0's vectors into registers, the later stages' into L1. */
 __device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, const cf_tile &t, cf_pre &pre)
@@ -102,7 +110,7 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
         (void)col;
         const float e_9 = T0[r];  /* bypass: e_7, carried from stage 1 */
         const float v10 = red_v8[cf_acc_slot(r)];  /* statistic of the previous stage */
-        const float Y_11 = (e_9 * (1.0f / v10));
+        const float Y_11 = (e_9 * op_recip(v10));
         T0[r] = Y_11;  /* kept for the store */
     }
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 4);  /* trace section: the loop above */
