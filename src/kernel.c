@@ -133,12 +133,16 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
              * 120 registers it reloads them).  Fitted to perf-notes v12 §4 (at 16384x1024x1024
              * softmax 1.27 -> 1.18, RMSNorm (epilogue hidden) and K = 4096 unchanged, N = 2048 at
              * K <= 1024 (not kept up) 4-14 % slower) and v19 §2: there LN's finisher works 8.8k
-             * a tile (softmax's 6.8k) and LN ran 1.198 with it against 1.141 without. */
+             * a tile (softmax's 6.8k) and LN ran 1.198 with it against 1.141 without.  Not for
+             * more than two reductions (LN+softmax's mid part, CF_MID): since its PingPong kernel
+             * finishes the previous tile inside its first wait, that ran 1.448 against the mid
+             * part's 1.507 at 16384x1024x1024 (v19 §10); --schedule finisher still builds it. */
             const int rounds = (o.cluster_n + 7) / 8, reductions = ir->n_stages[0] - 1;
             const double mainloop = 8.3 * (double)k;
             const double finisher_work = 3000.0 + 2400.0 * rounds + 1200.0 * last_stage_vectors(ir);
             cg.finisher = true;
-            if (!paired && o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) && finisher_work <= 0.8 * mainloop &&
+            if (!paired && reductions <= 2 && o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) &&
+                finisher_work <= 0.8 * mainloop &&
                 3200.0 * reductions + 2400.0 * rounds > 0.9 * mainloop)
                 o.schedule = CF_SCHEDULE_FINISHER;
             if (paired) {

@@ -127,7 +127,10 @@ int main(int argc, char **argv)
          "tiles finished late, 384 threads"},
         {"--shape M=16384,N=1024,K=1024 --sync-finish examples/gemm_bias_ln.cf",
          "6 stages, pingpong, cluster 1x1, row reductions over 8 CTAs through L2, 384 threads"},
-        {"--shape M=16384,N=1024,K=1024 examples/gemm_ln_softmax.cf", "4 stages, pingpong + a finisher warpgroup"},
+        {"--shape M=16384,N=1024,K=1024 examples/gemm_ln_softmax.cf",   /* the mid part is asked for, not default */
+         "4 stages, pingpong, cluster 1x1, row reductions over 8 CTAs through L2, tiles finished late, 384 threads"},
+        {"--shape M=16384,N=1024,K=1024 --schedule finisher examples/gemm_ln_softmax.cf",
+         "4 stages, pingpong + a finisher warpgroup"},
         {"--shape M=16384,N=2048,K=1024 examples/gemm_ln_softmax.cf", "4 stages, pingpong, cluster 1x1"},
         {"--shape M=4096,N=2048,K=512 --schedule finisher --sync-finish examples/gemm_softmax.cf",
          "pingpong, cluster 1x1, row reductions over 16 CTAs through L2, 384 threads"},
