@@ -142,7 +142,8 @@
 #define CF_MID 0
 #endif
 /* CF_POST_FIRST (Psi, late finish on the consumer, no pairs, no finisher): a tile posts its
- * partials, then the previous tile finishes (cf_epilogue's finish_prev), then it parks. */
+ * partials, then the previous tile finishes (cf_epilogue's finish_prev), then it parks; with a
+ * synchronous exchange before (LN+softmax's first), the finish runs in that exchange's wait. */
 #ifndef CF_POST_FIRST
 #define CF_POST_FIRST 0
 #endif
