@@ -52,10 +52,10 @@ struct cf_kernel {
 static int last_stage_vectors(const cf_ir *ir)
 {
     const cf_ir_spec *sp = ir->epi[0];
-    while (sp->post)
+    while (sp && sp->post)
         sp = sp->post;
     int n = 0;
-    for (int i = 0; i < sp->n_nodes; i++)
+    for (int i = 0; sp && i < sp->n_nodes; i++)
         n += sp->nodes[i]->kind == CF_IR_BCAST && sp->nodes[i]->shape == CF_SHAPE_VEC_N;
     return n;
 }
