@@ -122,10 +122,11 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
             cf_cg_options pair = cg;
             pair.row_ctas = o.cluster_n / 2;
             pair.pair_tiles = true;
-            const bool heavy_finish = last_stage_vectors(ir) >= 2, long_k = k >= 1024;
+            const int vectors = last_stage_vectors(ir);
+            const bool heavy_finish = vectors >= 2, long_k = k >= 1024;
+            const bool saves_round = cf_cg_gather_words(ir, &cg) >= 32;
             bool paired = o.cluster_n >= 4 && cf_cg_can_pair(ir, &pair) &&
-                          ((cf_cg_gather_words(ir, &cg) >= 32 && (long_k || !heavy_finish)) ||
-                           (o.cluster_n >= 8 && long_k && !heavy_finish));
+                          (heavy_finish ? saves_round && long_k : saves_round || (o.cluster_n >= 8 && long_k));
             /* A finisher warpgroup pays where a consumer's epilogue (first part and late finish,
              * ~3.2k cycles per reduction + ~2.4k per round of 8 ranks' L2 loads) outlasts the
              * other warpgroup's mainloop (~8.3 K cycles a tile), and only if the finisher keeps
@@ -139,7 +140,7 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
              * part's 1.507 at 16384x1024x1024 (v19 §10); --schedule finisher still builds it. */
             const int rounds = (o.cluster_n + 7) / 8, reductions = ir->n_stages[0] - 1;
             const double mainloop = 8.3 * (double)k;
-            const double finisher_work = 3000.0 + 2400.0 * rounds + 1200.0 * last_stage_vectors(ir);
+            const double finisher_work = 3000.0 + 2400.0 * rounds + 1200.0 * vectors;
             cg.finisher = true;
             if (!paired && reductions <= 2 && o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) &&
                 finisher_work <= 0.8 * mainloop &&
