@@ -220,11 +220,12 @@ typedef struct cf_options {
                             CF_SCHEDULE_FINISHER (PingPong, and a fourth
                             warpgroup finishes the tiles that finish late;
                             PingPong where no tile finishes late)              */
-    bool sync_finish;    /* with CF_REDUCE_GLOBAL, a tile normally posts its row
-                            partials, parks in shared memory and is finished
-                            after the next mainloop (a late finish, where the
-                            epilogue allows it and the stages leave room);
-                            true: every tile waits for its row at once        */
+    int sync_finish;     /* 0 auto, 1 yes, -1 no.  With CF_REDUCE_GLOBAL a tile
+                            posts its row partials, parks in shared memory and
+                            is finished after the next mainloop (a late finish,
+                            where the epilogue allows it and the stages leave
+                            room); 1: every tile waits for its row at once
+                            (the default for four reductions at K <= 512)    */
     int pair_tiles;      /* 0 auto, 1 yes, -1 no.  With a late finish through L2 after the epilogue's only
                             exchange: each CTA takes two adjacent column tiles of a
                             row block (one per warpgroup) and posts their combined

@@ -58,9 +58,10 @@ static const char kernel_opts_usage[] =
     "                      row reductions across those CTAs: DSMEM all-to-all, DSMEM\n"
     "                      via rank 0, or through L2 (the default)\n"
     "  --sync-finish       through L2, finish every tile before the next mainloop\n"
-    "                      (default: post the row partials, park the tile in shared\n"
-    "                      memory and finish it after the next mainloop; needs the\n"
-    "                      stages to leave room, 5 at 128x128)\n"
+    "  --late-finish       post the row partials, park the tile in shared memory and\n"
+    "                      finish it after the next mainloop; needs the stages to\n"
+    "                      leave room, 5 at 128x128 (default: late, but at once for\n"
+    "                      four reductions at K <= 512)\n"
     "  --pair-tiles on|off with a late finish after the epilogue's only exchange:\n"
     "                      each CTA takes two adjacent column tiles of a row block\n"
     "                      (one per warpgroup) and posts one row partial for both,\n"
@@ -214,8 +215,8 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
         if (strcmp(a, "--check") == 0) {
             o->check = true;
             takes = false;
-        } else if (strcmp(a, "--sync-finish") == 0) {
-            o->kopt.sync_finish = true;
+        } else if (strcmp(a, "--sync-finish") == 0 || strcmp(a, "--late-finish") == 0) {
+            o->kopt.sync_finish = a[2] == 's' ? 1 : -1;
             takes = false;
         } else if (strcmp(a, "--unfused") == 0) {
             o->unfused = true;

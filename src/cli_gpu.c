@@ -607,6 +607,7 @@ static void print_trace(fused_ctx *f)
 #define TURN(c, w, j) (AT(c, w, j, 9) ? AT(c, w, j, 9) : AT(c, w, j, 1))
     double ml = 0, ep = 0, head = 0, tail = 0, total = 0, period = 0, cat[TR_CATS] = {0};
     double t_epi = 0, t_fin = 0, t_drain = 0, t_other = 0;   /* the tail, in order */
+    double o_epi = 0, o_fin = 0;   /* the other warpgroup's, from the same point */
     double order = 0, both = 0;   /* the order barrier; both warpgroups in a mainloop (the drain) */
     double w_data = 0, w_mma = 0, w_issue = 0, w_rest = 0, w_drain = 0, w_loop = 0;   /* CF_TRACE=2: the k-loop */
     double f_wait = 0, f_work = 0, f_done = 0, f_cat[TR_CATS] = {0};   /* finisher: waiting for a park, its work; consumer: waiting for it */
@@ -666,6 +667,12 @@ static void print_trace(fused_ctx *f)
         t_fin += fin - e3;
         t_drain += end_w - fin;
         t_other += end - end_w;
+        /* the other warpgroup after the last mainloop: its last epilogue's end, its late finishes' */
+        const int ow = 1 - last_w, on = ow ? n1 : n0;
+        if (on > 0 && on <= TR_TILES) {
+            o_epi += (double)(AT(c, ow, on - 1, 3) - last_acc);
+            o_fin += (double)(AT(c, ow, TR_TILES, 19) - last_acc);
+        }
         total += end - start;
         if (n0 + n1 > 1)
             period += (double)(last_acc - first_acc) / (n0 + n1 - 1);
@@ -713,8 +720,9 @@ static void print_trace(fused_ctx *f)
         if (f_tiles)
             printf("\n");
         printf("  trace, the tail (kcycles): last tile's epilogue %.2f, final late finish %.2f, store drain %.2f, "
-               "other warpgroup's lag %.2f\n", t_epi / ctas / 1e3, t_fin / ctas / 1e3, t_drain / ctas / 1e3,
-               t_other / ctas / 1e3);
+               "other warpgroup's lag %.2f (its last epilogue ends at %.2f, its late finishes at %.2f)\n",
+               t_epi / ctas / 1e3, t_fin / ctas / 1e3, t_drain / ctas / 1e3, t_other / ctas / 1e3, o_epi / ctas / 1e3,
+               o_fin / ctas / 1e3);
     }
     free(tr);
 }

@@ -156,6 +156,15 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
              * v11: 2.61 -> 2.52, 2.22 -> 2.07, 1.99 -> 1.96 of cuBLAS); at K = 4096 not. */
             if (ir->n_stages[0] - 1 >= 4 && k > 0 && k <= 2048)
                 o.stages--;
+            /* With two tiles a warpgroup (K = 512) a late finish defers three quarters of the
+             * output's stores to the tail, where every CTA writes at once.  LN+softmax's first
+             * exchange waits at once anyway, and finishing every tile at once ran 2.03 -> 1.96 of
+             * cuBLAS at 4096x2048x512 (perf-notes v20; 3-15 % slower at K >= 1024, and RMSNorm,
+             * LN, softmax 11-29 % slower at K = 512). */
+            if (ir->n_stages[0] - 1 >= 4 && k > 0 && k <= 512) {
+                o.sync_finish = 1;
+                o.stages = 6;
+            }
         }
         cf_ir_free(ir);
     } else {
@@ -168,17 +177,19 @@ void cf_options_fill(cf_options *o, cf_options def)
 {
     if (!o->reduce_mode)
         o->reduce_mode = def.reduce_mode;
+    if (!o->sync_finish)
+        o->sync_finish = def.sync_finish ? def.sync_finish : -1;
     /* a schedule given against the default's takes that schedule's own cluster */
     if (o->schedule && o->schedule != def.schedule && def.reduce_mode != CF_REDUCE_GLOBAL)
         def.cluster_n = o->schedule == CF_SCHEDULE_COOPERATIVE ? 2 : 1;
     /* the finisher was chosen for the default late finish and its stages */
     const bool shape_given = o->stages || o->block_m || o->block_n || o->cluster_n;
     if (def.schedule == CF_SCHEDULE_FINISHER &&
-        (o->sync_finish || shape_given || (o->reduce_mode && o->reduce_mode != CF_REDUCE_GLOBAL)))
+        (o->sync_finish == 1 || shape_given || (o->reduce_mode && o->reduce_mode != CF_REDUCE_GLOBAL)))
         def.schedule = CF_SCHEDULE_PINGPONG;
     /* the pair was chosen for the default's late finish, row group and schedule */
     if (!o->pair_tiles)
-        o->pair_tiles = def.pair_tiles == 1 && !o->sync_finish && !shape_given &&
+        o->pair_tiles = def.pair_tiles == 1 && o->sync_finish != 1 && !shape_given &&
                                 (!o->reduce_mode || o->reduce_mode == CF_REDUCE_GLOBAL) &&
                                 (!o->schedule || o->schedule == CF_SCHEDULE_PINGPONG)
                             ? 1
@@ -195,8 +206,10 @@ void cf_options_fill(cf_options *o, cf_options def)
     /* def is for a graph with reductions when its mode is global.  The DSMEM
      * modes hold a row in one hardware cluster (at most 16 CTAs: 64x256 tiles
      * past 2048 columns), and their static buffers take two stages' room. */
-    if (def.reduce_mode == CF_REDUCE_GLOBAL && o->reduce_mode == CF_REDUCE_GLOBAL && o->sync_finish)
+    if (def.reduce_mode == CF_REDUCE_GLOBAL && o->reduce_mode == CF_REDUCE_GLOBAL && o->sync_finish == 1)
         def.stages = 6; /* nothing parked in shared memory */
+    else if (def.sync_finish == 1)
+        def.stages = 4; /* the late finish's depth there: a stage parks, one more for the spills */
     if (def.reduce_mode == CF_REDUCE_GLOBAL && o->reduce_mode != CF_REDUCE_GLOBAL) {
         def.stages = 4;
         if (def.cluster_n > 16 && !o->block_m && !o->block_n && !o->cluster_n) {
@@ -298,7 +311,7 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
         cf_cg_options cg = {.bm = o->block_m, .bn = o->block_n, .stages = o->stages,
                             .cluster_n = global ? 1 : o->cluster_n, .row_ctas = o->cluster_n,
                             .red_leader = o->reduce_mode == CF_REDUCE_LEADER, .red_global = global,
-                            .sync_finish = o->sync_finish, .pair_tiles = o->pair_tiles == 1,
+                            .sync_finish = o->sync_finish == 1, .pair_tiles = o->pair_tiles == 1,
                             .cooperative = o->schedule == CF_SCHEDULE_COOPERATIVE,
                             .finisher = o->schedule == CF_SCHEDULE_FINISHER};
         st = cf_codegen(k->ir, &cg, title, &k->src, err);

@@ -132,6 +132,10 @@ int main(int argc, char **argv)
         {"--shape M=16384,N=1024,K=1024 --schedule finisher examples/gemm_ln_softmax.cf",
          "4 stages, pingpong + a finisher warpgroup"},
         {"--shape M=16384,N=2048,K=1024 examples/gemm_ln_softmax.cf", "4 stages, pingpong, cluster 1x1"},
+        {"--shape M=4096,N=2048,K=512 examples/gemm_ln_softmax.cf",   /* two tiles a warpgroup: at once */
+         "6 stages, pingpong, cluster 1x1, row reductions over 16 CTAs through L2, 384 threads"},
+        {"--shape M=4096,N=2048,K=512 --late-finish examples/gemm_ln_softmax.cf",
+         "4 stages, pingpong, cluster 1x1, row reductions over 16 CTAs through L2, tiles finished late, 384 threads"},
         {"--shape M=4096,N=2048,K=512 --schedule finisher --sync-finish examples/gemm_softmax.cf",
          "pingpong, cluster 1x1, row reductions over 16 CTAs through L2, 384 threads"},
         {"--shape M=4096,N=2048,K=512 --schedule finisher examples/gemm_softmax.cf",

@@ -485,7 +485,7 @@ static void test_late_finish(void)
         cf_kernel_free(k);
         /* the same graph finishing every tile at once, or with no room to park (as the CLI
          * fills them in: a CTA per column tile again, since pairs need the late finish) */
-        cf_options sync = {.sync_finish = true}, full = {.stages = 6};
+        cf_options sync = {.sync_finish = 1}, full = {.stages = 6};
         cf_options_fill(&sync, opt);
         cf_options_fill(&full, opt);
         for (int j = 0; j < 2; j++) {
@@ -510,7 +510,7 @@ static void test_default_options(void)
     CHECK_EQ_INT(8, o.cluster_n);
     CHECK_EQ_INT(5, o.stages); /* the sixth stage's room parks tiles for their late finish */
     CHECK_EQ_INT(128, o.block_n);
-    cf_options sync = {.sync_finish = true};
+    cf_options sync = {.sync_finish = 1};
     cf_options_fill(&sync, cf_options_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(6, sync.stages);
     CHECK_EQ_INT(0, o.pair_tiles); /* LN's finish reads gamma and beta: no pairs at 8 CTAs, */
@@ -544,8 +544,29 @@ static void test_default_options(void)
     CHECK_EQ_INT(1, cf_options_for(gelu, 16384, 1024, 1024).cluster_n);
     cf_graph *lns = parse("examples/gemm_ln_softmax.cf");   /* 4 reductions: a stage fewer up to K = 2048 */
     CHECK_EQ_INT(4, lns ? cf_options_for(lns, 16384, 1024, 1024).stages : 0);
-    CHECK_EQ_INT(4, lns ? cf_options_for(lns, 4096, 2048, 512).stages : 0);
     CHECK_EQ_INT(5, lns ? cf_options_for(lns, 8192, 4096, 4096).stages : 0);   /* the staged gather's room */
+    /* ... and every tile finishes at once at K = 512 (two tiles a warpgroup), in 6 stages;
+     * --late-finish there gets the late finish's 4 */
+    if (lns) {
+        CHECK_EQ_INT(0, cf_options_for(lns, 16384, 1024, 1024).sync_finish);
+        o = cf_options_for(lns, 4096, 2048, 512);
+        CHECK_EQ_INT(1, o.sync_finish);
+        CHECK_EQ_INT(6, o.stages);
+        cf_options late = {.sync_finish = -1}, dflt = {0};
+        cf_options_fill(&late, o);
+        cf_options_fill(&dflt, o);
+        CHECK_EQ_INT(4, late.stages);
+        CHECK_EQ_INT(-1, late.sync_finish);
+        CHECK_EQ_INT(6, dflt.stages);
+        CHECK_EQ_INT(1, dflt.sync_finish);
+        cf_kernel *k = NULL;
+        cf_error err;
+        for (int j = 0; j < 2; j++) {
+            CHECK_EQ_INT(CF_OK, cf_kernel_build(lns, j ? &late : &dflt, "lns", &k, &err));
+            CHECK_EQ_INT(j, k && strstr(cf_kernel_source(k), "#define CF_LATE_FINISH 1") != NULL);
+            cf_kernel_free(k);
+        }
+    }
     cf_graph_free(lns);
 
     cf_options peer = {.reduce_mode = CF_REDUCE_PEER};
