@@ -906,7 +906,11 @@ static void emit_loop_open(cg_ctx *c, int park_fmt)
     /* Two groups ahead: LN 2-3 %, LN+softmax 6-7 % faster at K <= 1024 (perf-notes v15); four
      * spilled.  The finisher's own late finish loads at use: ahead, softmax ran 3 % slower. */
     const int ahead = c->opt->finisher && !c->mid && c->in_late ? 0 : 2;
-    if (park_fmt != PARK_NONE)
+    if (park_fmt != PARK_NONE && c->in_late)   /* cf_epilogue_finish: parked, or kept in registers */
+        line(c, "cf_unpark_stream<%s, %d, KEPT> unpark%d(t);  /* the parked groups, loaded that many ahead of use "
+                "(KEPT: the registers) */",
+             park_fmt == PARK_F16 ? "CF_PARK_F16" : "CF_PARK_BF16", ahead, ++c->n_unpark - 1);
+    else if (park_fmt != PARK_NONE)
         line(c, "cf_unpark_stream<%s, %d> unpark%d(t);  /* the parked groups, loaded that many ahead of use */",
              park_fmt == PARK_F16 ? "CF_PARK_F16" : "CF_PARK_BF16", ahead, ++c->n_unpark - 1);
     line(c, "#pragma unroll");
@@ -917,7 +921,7 @@ static void emit_loop_open(cg_ctx *c, int park_fmt)
     line(c, "(void)col;");
     if (park_fmt != PARK_NONE) {
         line(c, "if (r %% 8 == 0)");
-        line(c, "    unpark%d.next(t, r / 8, pk);", c->n_unpark - 1);
+        line(c, "    unpark%d.next(t, r / 8, pk%s);", c->n_unpark - 1, c->in_late ? ", kept" : "");
     }
 }
 
@@ -1031,13 +1035,15 @@ static void emit_finish_open(cg_ctx *c, const cf_ir_node *red)
     const int merge = c->merge_prev;
     ident(red, id, sizeof id);
     line(c, "/* Part %d, after this warpgroup's next mainloop: the row's partials have arrived. */", c->mid ? 3 : 2);
+    line(c, "template <bool KEPT>  /* the tile still in registers (kept), not parked: a warpgroup's last */");
     line(c, "__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, "
-            "cf_late &late)");
+            "cf_late &late, const float *kept)");
     line(c, "{");
     c->indent++;
     line(c, "const cf_epi_params &p = args.epi;");
     line(c, "(void)p;");
     line(c, "(void)late;");
+    line(c, "(void)kept;");
     line(c, "float red_%s[CF_ROWS];", id);
     if (merge) {
         ident(c->merge_r1, id1, sizeof id1);

@@ -771,8 +771,8 @@ static void test_pair_tiles(void)
     const struct {
         int schedule;
         const char *stream;
-    } reads[] = {{CF_SCHEDULE_PINGPONG, "cf_unpark_stream<CF_PARK_BF16, 2> unpark0(t);"},
-                 {CF_SCHEDULE_FINISHER, "cf_unpark_stream<CF_PARK_BF16, 0> unpark0(t);"}};
+    } reads[] = {{CF_SCHEDULE_PINGPONG, "cf_unpark_stream<CF_PARK_BF16, 2, KEPT> unpark0(t);"},
+                 {CF_SCHEDULE_FINISHER, "cf_unpark_stream<CF_PARK_BF16, 0, KEPT> unpark0(t);"}};
     for (int i = 0; i < CF_ARRAY_LEN(reads); i++) {
         cf_options ro = {128, 128, 5, 8, CF_REDUCE_GLOBAL, reads[i].schedule, false, -1};
         k = NULL;
@@ -812,8 +812,9 @@ static void test_mid_part(void)
     p = after(p, "cf_row_merge_post<CF_MERGE_SOFTMAX, 2, 3>(args, t, raw_");
     p = after(p, "void cf_epilogue_finish(");
     p = after(p, "cf_row_merge_finish<CF_MERGE_SOFTMAX, 2, 3>");
-    p = after(p, "cf_unpark_stream<CF_PARK_F16, 2> unpark2(t);");   /* the consumer's late finish */
-    p = after(p, "unpark2.next(t, r / 8, pk);");
+    /* the consumer's late finish: parked, or (a warpgroup's last tile) kept in registers */
+    p = after(p, "cf_unpark_stream<CF_PARK_F16, 2, KEPT> unpark2(t);");
+    p = after(p, "unpark2.next(t, r / 8, pk, kept);");
     after(p, "cf_store_staged(args, t, 0);");
     CHECK(text && !strstr(text, "cf_row_merge<"));   /* no exchange waited for in the first part */
     cf_kernel_free(k);

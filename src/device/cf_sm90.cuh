@@ -147,6 +147,11 @@
 #ifndef CF_POST_FIRST
 #define CF_POST_FIRST 0
 #endif
+/* CF_KEEP_LAST (late finish on the consumers): a warpgroup's last tile finishes from registers
+ * instead of being parked; not where four reductions (LN+softmax) spill more with it. */
+#ifndef CF_KEEP_LAST
+#define CF_KEEP_LAST (CF_NUM_RED < 4)
+#endif
 #ifndef CF_REG_PRODUCER
 #define CF_REG_PRODUCER (CF_FINISHER ? 24 : 40)
 #endif
@@ -320,6 +325,7 @@ struct cf_tile {
     unsigned fin_bar;  /* CF_FINISHER: this WG's mbarriers, parked (+0) and staging free (+8) */
     unsigned pair_bar; /* CF_PAIR_TILES: the handoff's mbarriers, full (+0) and empty (+8), then its words (+16) */
     int parks;         /* CF_FINISHER: tiles this WG has parked before this one */
+    int kept;          /* CF_LATE_FINISH: this WG's last tile, finished from registers, not parked */
 };
 
 /* CF_TRACE: cycles thread 0 of each consumer warpgroup spends in parts of the epilogue,
@@ -850,20 +856,27 @@ template <int F16> __device__ __forceinline__ void cf_stmatrix8(unsigned addr, c
  * ldmatrix issued just before its math waits out the whole shared-memory latency, which is long
  * while the other warpgroup's wgmma streams its operands (ncu: a fifth of LN's late finish).
  * Slots are registers (the loop over groups is unrolled); group g + AHEAD is loaded before
- * group g is restaged in place, another address.  AHEAD 0 loads each group at its use. */
-template <int F16, int AHEAD> struct cf_unpark_stream {
-    unsigned raw[AHEAD > 0 ? AHEAD : 1][4];
+ * group g is restaged in place, another address.  AHEAD 0 loads each group at its use.
+ * KEPT: the tile was not parked (a warpgroup's last, t.kept); its groups come from registers. */
+template <int F16, int AHEAD, bool KEPT = false> struct cf_unpark_stream {
+    unsigned raw[AHEAD > 0 && !KEPT ? AHEAD : 1][4];
     __device__ __forceinline__ void load(const cf_tile &t, int g, unsigned (&r)[4]) {
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(cf_group_addr(t, g)) : "memory");
     }
     __device__ __forceinline__ explicit cf_unpark_stream(const cf_tile &t) {
 #pragma unroll
-        for (int g = 0; g < AHEAD; ++g)
+        for (int g = 0; g < (KEPT ? 0 : AHEAD); ++g)
             load(t, g, raw[g]);
     }
     /* group g into y, then the load of group g + AHEAD into its slot */
-    __device__ __forceinline__ void next(const cf_tile &t, int g, float (&y)[8]) {
+    __device__ __forceinline__ void next(const cf_tile &t, int g, float (&y)[8], const float *kept = nullptr) {
+        if (KEPT) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                y[j] = kept[8 * g + j];
+            return;
+        }
         unsigned(&r)[4] = raw[AHEAD > 0 ? g % AHEAD : 0];
         if (AHEAD == 0)
             load(t, g, r);
@@ -885,7 +898,8 @@ template <int F16, int AHEAD> struct cf_unpark_stream {
             load(t, g + AHEAD, r);
     }
 };
-/* Parks v (16-bit) once the previous tile's TMA store has read the buffer. */
+/* Parks v (16-bit) once the previous tile's TMA store has read the buffer; a kept tile (t.kept)
+ * only waits for that, and is restaged there from registers. */
 template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t, const float (&v)[CF_ACC_REGS]) {
     CF_TRC_T0(tr0);
 #if CF_FINISHER && !CF_MID
@@ -895,6 +909,8 @@ template <int F16> __device__ __forceinline__ void cf_park_tile(const cf_tile &t
     cf_named_bar_sync(t.bar_id, 128);
 #endif
     CF_TRC_ADD(t, CF_TRC_PARK, tr0);
+    if (t.kept)
+        return;
 #pragma unroll
     for (int g = 0; g < CF_ACC_REGS / 8; ++g)
         cf_stmatrix8<F16>(cf_group_addr(t, g), v + 8 * g);
@@ -938,7 +954,9 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
 struct cf_no_op {
     __device__ __forceinline__ void operator()() const {}
 };
-__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late);
+template <bool KEPT>
+__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late,
+                                                   const float *kept);
 #if CF_MID
 __device__ __forceinline__ void cf_epilogue_mid(const cf_gemm_args &args, const cf_tile &t);
 #endif
@@ -949,7 +967,7 @@ __device__ __forceinline__ void cf_finish_parked(const cf_gemm_args &args, const
     cf_mbar_wait(parked.fin_bar + 8, (unsigned)(parked.parks & 1));
     CF_TR(parked.wg, parked.parks, 15, parked.tid);
 #endif
-    cf_epilogue_finish(args, parked, late);
+    cf_epilogue_finish<false>(args, parked, late, nullptr);
 }
 #else
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
@@ -1004,6 +1022,7 @@ __device__ __forceinline__ cf_tile cf_wg_tile(const cf_gemm_args &args, int M, i
     t.tid = tid & 127; t.warp = t.tid >> 5; t.lane = tid & 31;
     t.rank = rank; t.bar_id = bar_id;
     t.parks = 0;
+    t.kept = 0;
     t.pair_bar = 0;
 #if CF_RED_GLOBAL && CF_ROW_CTAS > 1
     t.epoch = cf_ld_relaxed_u32(&args.xsync[0]);   /* bumped only after every CTA has read it */
@@ -1135,7 +1154,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             cf_mbar_arrive(t.fin_bar + 8);   /* release: the consumer's late finish sees the tile */
 #else
             cf_late late;   /* rebuilt from the tile's own posted words (cf_reduce.cuh) */
-            cf_epilogue_finish(args, t, late);
+            cf_epilogue_finish<false>(args, t, late, nullptr);
             if (t.tid == 0) {
                 cf_bulk_wait_read<0>();
                 cf_mbar_arrive(t.fin_bar + 8);
@@ -1270,6 +1289,12 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
             t.n0 = tn * CF_BN;
             t.parks = i / istep;
+#if CF_LATE_FINISH && !CF_FINISHER
+            /* A warpgroup's last tile is not parked: it finishes from registers after the loop,
+             * so the tail has no park and unpark (perf-notes v20: LN 1.4 %, softmax 0.6 % faster at
+             * K = 512; LN+softmax spills 44 bytes more with it and ran 0.9 % slower). */
+            t.kept = CF_KEEP_LAST && i + istep >= my_n;
+#endif
 #if CF_LATE_FINISH && CF_FINISHER && !CF_MID
             cf_epilogue(args, t, acc, pre, late, cf_no_op{});   /* parks the tile for the finisher */
 #elif CF_LATE_FINISH && !CF_POST_FIRST
@@ -1301,9 +1326,17 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
             CF_TR(w, i / istep, 3, t.tid);
         }
-#if CF_POST_FIRST
+#if CF_LATE_FINISH && !CF_FINISHER && CF_KEEP_LAST
+        if (t.kept) {   /* the last tile, in registers; the one before it finished in its epilogue */
+            CF_TRC_T0(trf);
+            cf_epilogue_finish<true>(args, t, late, acc);
+            CF_TRC_ADD(t, CF_TRC_FINISH, trf);
+        }
+#elif CF_POST_FIRST
         if (parked_ok) cf_finish_parked(args, parked, late_prev);
-#elif CF_LATE_FINISH && (!CF_FINISHER || CF_MID)
+#elif CF_LATE_FINISH && !CF_FINISHER
+        if (parked_ok) cf_finish_parked(args, parked, late);
+#elif CF_MID
         if (parked_ok) cf_finish_parked(args, parked, late);
 #endif
 #ifdef CF_TRACE

@@ -189,24 +189,26 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
 }
 
 /* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */
-__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late)
+template <bool KEPT>  /* the tile still in registers (kept), not parked: a warpgroup's last */
+__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late, const float *kept)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
     (void)late;
+    (void)kept;
     float red_v26[CF_ROWS];
     float corr_m_21[CF_ROWS];
     cf_row_merge_finish<CF_MERGE_SOFTMAX, 2, 3>(args, t, late.raw_m_21, late.red_m_21, red_v26, corr_m_21);  /* max and sum of exps */
     /* ---- stage 4 (PostOp of the reduction above): 4 nodes ---- */
     float pk[8], y8[8];  /* one 8-register group: parked e_25 in, output out */
-    cf_unpark_stream<CF_PARK_F16, 2> unpark0(t);  /* the parked groups, loaded that many ahead of use */
+    cf_unpark_stream<CF_PARK_F16, 2, KEPT> unpark0(t);  /* the parked groups, loaded that many ahead of use (KEPT: the registers) */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
         (void)row;
         (void)col;
         if (r % 8 == 0)
-            unpark0.next(t, r / 8, pk);
+            unpark0.next(t, r / 8, pk, kept);
         const float v28 = red_v26[cf_acc_slot(r)];  /* statistic of the previous stage */
         const float Y_29 = pk[r % 8] * (corr_m_21[cf_acc_slot(r)] * op_recip(v28));  /* bypass e_25, corrected to the row's max, / v28 */
         y8[r % 8] = Y_29;  /* kept for the store */

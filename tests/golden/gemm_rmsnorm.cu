@@ -80,11 +80,13 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
 }
 
 /* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */
-__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late)
+template <bool KEPT>  /* the tile still in registers (kept), not parked: a warpgroup's last */
+__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late, const float *kept)
 {
     const cf_epi_params &p = args.epi;
     (void)p;
     (void)late;
+    (void)kept;
     float red_v2[CF_ROWS];
     cf_row_finish<CF_RED_SUM, 0>(args, t, red_v2);  /* the row's mean */
     #pragma unroll
@@ -94,14 +96,14 @@ __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, con
     float cv_gamma_9[CF_COLS];
     cf_load_cols(t, p.gamma, cv_gamma_9);
     float pk[8], y8[8];  /* one 8-register group: parked x_0 in, output out */
-    cf_unpark_stream<CF_PARK_BF16, 2> unpark0(t);  /* the parked groups, loaded that many ahead of use */
+    cf_unpark_stream<CF_PARK_BF16, 2, KEPT> unpark0(t);  /* the parked groups, loaded that many ahead of use (KEPT: the registers) */
     #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; ++r) {
         const int row = t.m0 + cf_acc_row(t, r), col = t.n0 + cf_acc_col(t, r);
         (void)row;
         (void)col;
         if (r % 8 == 0)
-            unpark0.next(t, r / 8, pk);
+            unpark0.next(t, r / 8, pk, kept);
         const float x_3 = pk[r % 8];  /* bypass: x_0, carried from stage 0 */
         const float v4 = red_v2[cf_acc_slot(r)];  /* statistic of the previous stage */
         const float v5 = 1e-06f;  /* scalar broadcast */
