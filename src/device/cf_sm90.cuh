@@ -164,6 +164,13 @@
 
 #define CF_BK 64                                   /* K elements per stage (one 128-B swizzle row) */
 #define CF_NUM_THREADS (CF_FINISHER ? 512 : 384)
+/* setmaxnreg.inc waits until the registers it asks for are free: what the producer (and finisher)
+ * give back from the launch's share must cover what the consumers take, or the kernel hangs */
+#define CF_LAUNCH_REGS ((65536 / CF_NUM_THREADS) & ~7)
+#if (CF_LAUNCH_REGS - CF_REG_PRODUCER) * 128 + (CF_FINISHER ? (CF_LAUNCH_REGS - CF_REG_FINISHER) * 128 : 0) < \
+    (CF_REG_CONSUMER - CF_LAUNCH_REGS) * 256
+#error "setmaxnreg: the consumers' registers exceed what the producer (and finisher) give back"
+#endif
 #if CF_PINGPONG
 #define CF_TILE_M CF_BM                            /* rows of a scheduler tile */
 #else
