@@ -216,7 +216,7 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
             o->check = true;
             takes = false;
         } else if (strcmp(a, "--sync-finish") == 0 || strcmp(a, "--late-finish") == 0) {
-            o->kopt.sync_finish = a[2] == 's' ? 1 : -1;
+            o->kopt.sync_finish = strcmp(a, "--sync-finish") == 0 ? 1 : -1;
             takes = false;
         } else if (strcmp(a, "--unfused") == 0) {
             o->unfused = true;

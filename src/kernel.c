@@ -301,6 +301,9 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     else if (o->pair_tiles < -1 || o->pair_tiles > 1)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "pair_tiles %d: must be 0 (auto), 1 or -1",
                        o->pair_tiles);
+    else if (o->sync_finish < -1 || o->sync_finish > 1)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "sync_finish %d: must be 0 (auto), 1 or -1",
+                       o->sync_finish);
     else if (o->cluster_n < 1 || o->cluster_n > (global ? 64 : 16) || (o->cluster_n & (o->cluster_n - 1)))
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cluster_n %d: must be 1, 2, 4, 8 or 16%s",
                        o->cluster_n, reduces ? " (32 or 64 with reduce mode global)" : "");

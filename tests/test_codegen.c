@@ -767,6 +767,10 @@ static void test_pair_tiles(void)
     k = NULL;
     CHECK_EQ_INT(CF_ERR_INVALID_ARG, ln ? cf_kernel_build(ln, &odd, "odd", &k, &err) : CF_ERR_INTERNAL);
     CHECK_CONTAINS(err.msg, "pair_tiles 2: must be 0 (auto), 1 or -1");
+    cf_options odd_finish = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 3, -1};
+    k = NULL;
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, ln ? cf_kernel_build(ln, &odd_finish, "odd", &k, &err) : CF_ERR_INTERNAL);
+    CHECK_CONTAINS(err.msg, "sync_finish 3: must be 0 (auto), 1 or -1");
     /* a consumer's late finish reads its parked groups two ahead; the finisher's, at use */
     const struct {
         int schedule;

@@ -1341,9 +1341,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         }
 #elif CF_POST_FIRST
         if (parked_ok) cf_finish_parked(args, parked, late_prev);
-#elif CF_LATE_FINISH && !CF_FINISHER
-        if (parked_ok) cf_finish_parked(args, parked, late);
-#elif CF_MID
+#elif CF_LATE_FINISH && (!CF_FINISHER || CF_MID)
         if (parked_ok) cf_finish_parked(args, parked, late);
 #endif
 #ifdef CF_TRACE
