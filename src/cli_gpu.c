@@ -587,7 +587,7 @@ static void set_why(why *w, const cf_error *err)
 
 /* With CF_TRACE=1 the kernel carries clock64 stamps per (CTA, consumer warpgroup,
  * tile) (cf_sm90.cuh): one more launch, then where a CTA's cycles went. */
-enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 20, TR_CATS = 14 };
+enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 20, TR_CATS = 15, TR_SECTIONS = 14 };
 static void print_trace(fused_ctx *f)
 {
     cf_error err;
@@ -700,11 +700,12 @@ static void print_trace(fused_ctx *f)
                    w_rest / tiles / 1e3, w_drain / tiles / 1e3);
         printf("\n");
         printf("  trace, epilogue parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, re-polls %.1f), "
-               "park wait %.2f, store waits %.2f, late finish %.2f\n", cat[0] / tiles / 1e3, cat[4] / tiles / 1e3,
-               cat[5] / tiles, cat[1] / tiles / 1e3, cat[2] / tiles / 1e3, cat[3] / tiles / 1e3);
+               "park wait %.2f, store waits %.2f, late finish %.2f (every late finish's vector loads and loop "
+               "over the tile %.2f)\n", cat[0] / tiles / 1e3, cat[4] / tiles / 1e3, cat[5] / tiles, cat[1] / tiles / 1e3,
+               cat[2] / tiles / 1e3, cat[3] / tiles / 1e3, cat[14] / tiles / 1e3);
         /* the sections Psi marks (CF_TRC_STEP in the generated source: loops, reductions, post, park) */
         printf("  trace, epilogue's first part by section (kcycles per tile, thread 0, as marked in the source):");
-        for (int q = 6; q < TR_CATS; q++)
+        for (int q = 6; q < TR_SECTIONS; q++)
             printf(" %.2f", cat[q] / tiles / 1e3);
         printf("\n");
         if (f_tiles)
@@ -715,7 +716,7 @@ static void print_trace(fused_ctx *f)
             printf("  trace, the finisher's parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, "
                    "re-polls %.1f), store waits %.2f; by section (as marked in the source):", f_cat[0] / f_tiles / 1e3,
                    f_cat[4] / f_tiles / 1e3, f_cat[5] / f_tiles, f_cat[2] / f_tiles / 1e3);
-        for (int q = 6; f_tiles && q < TR_CATS; q++)
+        for (int q = 6; f_tiles && q < TR_SECTIONS; q++)
             printf(" %.2f", f_cat[q] / f_tiles / 1e3);
         if (f_tiles)
             printf("\n");

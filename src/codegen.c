@@ -1462,6 +1462,8 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
     }
     if (red)
         emit_red_init(c, red, red == c->late_r1);
+    if (c->in_late)
+        line(c, "CF_TRC_T0(trl);  /* CF_TRACE: the finish's vector loads and loop */");
     emit_col_loads(c, sp);
     if (c->in_late)
         line(c, "float pk[8], y8[8];  /* one 8-register group: parked %s in, output out */",
@@ -1488,6 +1490,8 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         if (red)
             emit_max_scale(c, red);
     }
+    if (c->in_late)
+        line(c, "CF_TRC_ADD(t, CF_TRC_FLOOP, trl);");
     if (!c->in_late && c->ir->n_stages[0] > 1)
         trace_mark(c, "the loop above");
     /* Stores of this stage, from the values' arrays. */

@@ -345,7 +345,8 @@ struct cf_tile {
 #define CF_TRC_LOADS 4    /* the gather's first round of loads until every epoch matched (no fold) */
 #define CF_TRC_SPINS 5    /* the gather's re-polls of a rank that had not posted yet (a count) */
 #define CF_TRC_SEC0 6     /* 6..13: sections of the epilogue's first part, as Psi marks them */
-#define CF_TRC_N 14
+#define CF_TRC_FLOOP 14   /* a late finish's vector loads and loop over the parked tile */
+#define CF_TRC_N 15
 __shared__ long long cf_tr_cat[3][CF_TRC_N];   /* consumer WGs 0, 1; the finisher */
 #define CF_TRC_IDX(t) ((t).bar_id == CF_BAR_FIN ? 2 : (t).wg)
 #define CF_TRC_COUNT(t, cat) do { if ((t).tid == 0) cf_tr_cat[CF_TRC_IDX(t)][cat] += 1; } while (0)
@@ -368,7 +369,8 @@ __shared__ long long cf_tr_cat[3][CF_TRC_N];   /* consumer WGs 0, 1; the finishe
  * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end, its tile count, [3..8] its
  * epilogue parts (cf_tr_cat: cycles of the gather, park, store waits, late finish, the gather's
  * loads, a count of the gather's re-polls, then [9..16] the sections Psi marks in the epilogue's
- * first part) and [19] the end of its last tile's late finish.  With a finisher, a tile's [11] and
+ * first part, [17] the late finishes' loads and loops) and [19] the end of its last tile's late
+ * finish.  With a finisher, a tile's [11] and
  * [12] bracket the finisher's wait for its park, [13] ends the finisher's work on it, and (CF_MID)
  * [14] and [15] bracket the consumer's wait for the finisher before its late finish.
  * [1] is not where the wait ends: ptxas emits BAR.SYNC.DEFER_BLOCKING, and the warp reads the

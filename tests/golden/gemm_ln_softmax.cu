@@ -200,6 +200,7 @@ __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, con
     float corr_m_21[CF_ROWS];
     cf_row_merge_finish<CF_MERGE_SOFTMAX, 2, 3>(args, t, late.raw_m_21, late.red_m_21, red_v26, corr_m_21);  /* max and sum of exps */
     /* ---- stage 4 (PostOp of the reduction above): 4 nodes ---- */
+    CF_TRC_T0(trl);  /* CF_TRACE: the finish's vector loads and loop */
     float pk[8], y8[8];  /* one 8-register group: parked e_25 in, output out */
     cf_unpark_stream<CF_PARK_F16, 2, KEPT> unpark0(t);  /* the parked groups, loaded that many ahead of use (KEPT: the registers) */
     #pragma unroll
@@ -215,5 +216,6 @@ __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, con
         if (r % 8 == 7)
             cf_restage8<CF_PARK_BF16>(t, r / 8, y8);  /* in place, as the output's 16-bit type */
     }
+    CF_TRC_ADD(t, CF_TRC_FLOOP, trl);
     cf_store_staged(args, t, 0);  /* output Y: bf16 [M,N], restaged where it was parked */
 }

@@ -93,6 +93,7 @@ __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, con
     for (int s = 0; s < CF_ROWS; ++s)
         red_v2[s] *= cf_rcp((float)t.N);
     /* ---- stage 1 (PostOp of the reduction above): 9 nodes ---- */
+    CF_TRC_T0(trl);  /* CF_TRACE: the finish's vector loads and loop */
     float cv_gamma_9[CF_COLS];
     cf_load_cols(t, p.gamma, cv_gamma_9);
     float pk[8], y8[8];  /* one 8-register group: parked x_0 in, output out */
@@ -116,5 +117,6 @@ __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, con
         if (r % 8 == 7)
             cf_restage8<CF_PARK_BF16>(t, r / 8, y8);  /* in place, as the output's 16-bit type */
     }
+    CF_TRC_ADD(t, CF_TRC_FLOOP, trl);
     cf_store_staged(args, t, 0);  /* output Y: bf16 [M,N], restaged where it was parked */
 }
