@@ -1034,8 +1034,10 @@ static void emit_finish_open(cg_ctx *c, const cf_ir_node *red)
     char id[96], id1[96];
     const int merge = c->merge_prev;
     ident(red, id, sizeof id);
-    line(c, "/* Part %d, after this warpgroup's next mainloop: the row's partials have arrived. */", c->mid ? 3 : 2);
-    line(c, "template <bool KEPT>  /* the tile still in registers (kept), not parked: a warpgroup's last */");
+    line(c, "/* Part %d, after this warpgroup's next mainloop: the row's partials have arrived.  KEPT: a "
+            "warpgroup's last tile,", c->mid ? 3 : 2);
+    line(c, " * not parked: finished right after its part 1, from the accumulator registers. */");
+    line(c, "template <bool KEPT>");
     line(c, "__device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, "
             "cf_late &late, const float *kept)");
     line(c, "{");

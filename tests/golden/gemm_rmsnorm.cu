@@ -79,8 +79,9 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 3);  /* trace section: park */
 }
 
-/* Part 2, after this warpgroup's next mainloop: the row's partials have arrived. */
-template <bool KEPT>  /* the tile still in registers (kept), not parked: a warpgroup's last */
+/* Part 2, after this warpgroup's next mainloop: the row's partials have arrived.  KEPT: a warpgroup's last tile,
+ * not parked: finished right after its part 1, from the accumulator registers. */
+template <bool KEPT>
 __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, const cf_tile &t, cf_late &late, const float *kept)
 {
     const cf_epi_params &p = args.epi;
