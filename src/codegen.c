@@ -1065,6 +1065,14 @@ static bool post_first(const cg_ctx *c)
     return c->late && !c->opt->pair_tiles && !c->opt->finisher;
 }
 
+/* The previous tile's finish (cf_epilogue's finish_prev), emitted once per first part. */
+static void emit_finish_prev(cg_ctx *c)
+{
+    line(c, "finish_prev();  /* the previous tile's finish, while these partials travel */");
+    trace_mark(c, "previous finish");
+    c->prev_finished = true;
+}
+
 /* Posts red's row partials (a merged pair when merge_prev), then parks `parked` (the storage
  * of the value the next part reads) and closes the current part. */
 static void emit_post_park(cg_ctx *c, const cf_ir_node *red, const cf_ir_node *parked, bool f16, const char *until)
@@ -1072,10 +1080,8 @@ static void emit_post_park(cg_ctx *c, const cf_ir_node *red, const cf_ir_node *p
     char pid[96];
     emit_post(c, red);
     trace_mark(c, "post");
-    if (parked == c->late_parked && post_first(c) && !c->prev_finished) {
-        line(c, "finish_prev();  /* the previous tile's finish, while these partials travel */");
-        trace_mark(c, "previous finish");
-    }
+    if (parked == c->late_parked && post_first(c) && !c->prev_finished)
+        emit_finish_prev(c);
     ident(parked->ref, pid, sizeof pid);
     line(c, "cf_park_tile<%s>(t, T%d);  /* %s waits in shared memory %s */", f16 ? "CF_PARK_F16" : "CF_PARK_BF16",
          c->arr[parked->id], pid, until);
@@ -1553,11 +1559,9 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
             line(c, "cf_row_merge_post<%s, %d, %d>(args, t, raw_%s, red_%s);  /* post (%s) pairs for the row */", kind,
                  c->merge_index, c->n_red, id1, id, what);
             trace_mark(c, "post");
-            line(c, "finish_prev();  /* the previous tile's finish, while these partials travel */");
-            trace_mark(c, "previous finish");
+            emit_finish_prev(c);
             line(c, "cf_row_merge_finish<%s, %d, %d, true>(args, t, raw_%s, red_%s, red_%s, corr_%s);  /* the row's "
                     "pairs: %s */", kind, c->merge_index, c->n_red++, id1, id1, id, id1, what);
-            c->prev_finished = true;
         } else {
             line(c, "cf_row_merge<%s, %d, %d>(args, t, raw_%s, red_%s, red_%s, corr_%s);  /* one exchange: %s */", kind,
                  c->merge_index, c->n_red++, id1, id1, id, id1, what);

@@ -170,49 +170,49 @@ static void test_nvrtc(void)
         cf_options opt;
         const char *ptx_needs; /* an instruction this configuration must use */
     } cases[] = {
-        {"examples/gemm.cf", true, {128, 128, 6, 2, 0, CF_SCHEDULE_PINGPONG, false, 0}, "multicast::cluster"},
-        {"examples/gemm.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, false, 0}, "multicast::cluster"},
-        {"examples/gemm_bias_gelu.cf", true, {128, 128, 6, 1, 0, CF_SCHEDULE_PINGPONG, false, 0}, "tanh.approx"},
-        {"examples/gemm_bias_gelu.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, false, 0}, "tanh.approx"},
-        {"tests/specs/all_elementwise.cf", false, {64, 128, 4, 1, 0, CF_SCHEDULE_PINGPONG, false, 0}, "ld.global"},
-        {"tests/specs/all_elementwise.cf", false, {64, 256, 4, 1, 0, CF_SCHEDULE_COOPERATIVE, false, 0}, "ld.global"},
-        {"examples/gemm_bias_ln.cf", true, {64, 128, 6, 8, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, false, 0}, "st.async"},
-        {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, false, 0}, "st.async"},
-        {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, false, 0}, "mapa"},
-        {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, false, 0}, "shfl.sync.bfly"},
+        {"examples/gemm.cf", true, {128, 128, 6, 2, 0, CF_SCHEDULE_PINGPONG, 0, 0}, "multicast::cluster"},
+        {"examples/gemm.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, 0, 0}, "multicast::cluster"},
+        {"examples/gemm_bias_gelu.cf", true, {128, 128, 6, 1, 0, CF_SCHEDULE_PINGPONG, 0, 0}, "tanh.approx"},
+        {"examples/gemm_bias_gelu.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, 0, 0}, "tanh.approx"},
+        {"tests/specs/all_elementwise.cf", false, {64, 128, 4, 1, 0, CF_SCHEDULE_PINGPONG, 0, 0}, "ld.global"},
+        {"tests/specs/all_elementwise.cf", false, {64, 256, 4, 1, 0, CF_SCHEDULE_COOPERATIVE, 0, 0}, "ld.global"},
+        {"examples/gemm_bias_ln.cf", true, {64, 128, 6, 8, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, 0, 0}, "st.async"},
+        {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, 0, 0}, "st.async"},
+        {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, 0, 0}, "mapa"},
+        {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, 0, 0}, "shfl.sync.bfly"},
         /* through L2: 8-byte slots with coherent 64-bit loads and stores; a merged pair's second
          * partial rounded to make room for its tag (& -256), a NaN kept NaN (0x7fffff00) */
-        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "2147483392"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "-256;"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "st.relaxed.gpu.global.u64"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "ld.relaxed.gpu.global.u64"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "atom.global.add"},
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0}, "2147483392"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0}, "-256;"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0}, "st.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0}, "ld.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0}, "atom.global.add"},
         /* late finish: the parked tile comes back with ldmatrix beside the next accumulator (LN
          * unpaired spills 36 bytes: the previous tile's statistics stay live while this tile
          * posts first; measured 0.6 % faster than finishing first at 16384x1024x1024) */
-        {"examples/gemm_bias_ln.cf", false, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "ldmatrix.sync.aligned.m8n8.x4"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "ldmatrix.sync.aligned.m8n8.x4"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0}, "cvt.f32.f16"},
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0}, "ldmatrix.sync.aligned.m8n8.x4"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0}, "ldmatrix.sync.aligned.m8n8.x4"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0}, "cvt.f32.f16"},
         /* a finisher warpgroup (512 threads) takes the late finish: 120 registers, the parked tile
          * handed over by mbarriers; the traced kernel of bench/trace.sh compiles too (below) */
-        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 0},
+        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0},
          "setmaxnreg.dec.sync.aligned.u32 120"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 0},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0},
          "setmaxnreg.inc.sync.aligned.u32 184"},
-        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 0},
+        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0},
          "mbarrier.try_wait.parity"},
         /* two column tiles per CTA: WG0 hands its row words to WG1 through shared memory, WG1
          * posts one merged word (pair) per row for both */
-        {"examples/gemm_bias_ln.cf", false, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 1},
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1},
          "st.shared.v2.f32"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 1},
+        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1},
          "ld.shared.v2.f32"},
         /* (12 bytes of spills: the late finish reads its parked groups ahead beside the gather's
          * 16 words; at the 8192x4096x4096 this is the default for, a 36k-cycle mainloop hides it) */
-        {"examples/gemm_rmsnorm.cf", false, {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 1},
+        {"examples/gemm_rmsnorm.cf", false, {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1},
          "mbarrier.arrive"},
         /* LN+softmax: the finisher runs the stages between the two exchanges (CF_MID) */
-        {"examples/gemm_ln_softmax.cf", false, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 0},
+        {"examples/gemm_ln_softmax.cf", false, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0},
          "ex2.approx.ftz.f32"},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
@@ -266,7 +266,7 @@ static void test_nvrtc(void)
         cf_graph *g = parse("examples/gemm_bias_ln.cf");
         cf_kernel *k = NULL;
         cf_error err;
-        cf_options opt = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 0};
+        cf_options opt = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0};
         setenv("CF_TRACE", "1", 1);
         CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "traced", &k, &err));
         CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
@@ -743,7 +743,7 @@ static void test_pair_tiles(void)
     cf_graph *ln = parse("examples/gemm_bias_ln.cf"), *lns = parse("examples/gemm_ln_softmax.cf");
     cf_error err;
     cf_kernel *k = NULL;
-    cf_options o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 1};
+    cf_options o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1};
     CHECK_EQ_INT(CF_OK, ln ? cf_kernel_build(ln, &o, "pair", &k, &err) : CF_ERR_INTERNAL);
     const char *text = k ? cf_kernel_source(k) : NULL;
     CHECK_CONTAINS(text, "#define CF_PAIR_TILES 1");
@@ -753,9 +753,9 @@ static void test_pair_tiles(void)
         cf_graph *g;
         cf_options o;
     } bad[] = {
-        {ln, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 1}},   /* the finisher finishes */
+        {ln, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 1}},   /* the finisher finishes */
         {ln, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, true, 1}},    /* nothing finishes late */
-        {lns, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 1}},  /* two exchanges */
+        {lns, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1}},  /* two exchanges */
     };
     for (int i = 0; i < CF_ARRAY_LEN(bad); i++) {
         k = NULL;
@@ -763,7 +763,7 @@ static void test_pair_tiles(void)
         CHECK_CONTAINS(err.msg, "pair_tiles: needs a late finish");
         CHECK(k == NULL);
     }
-    cf_options odd = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 2};
+    cf_options odd = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 2};
     k = NULL;
     CHECK_EQ_INT(CF_ERR_INVALID_ARG, ln ? cf_kernel_build(ln, &odd, "odd", &k, &err) : CF_ERR_INTERNAL);
     CHECK_CONTAINS(err.msg, "pair_tiles 2: must be 0 (auto), 1 or -1");
@@ -795,7 +795,7 @@ static void test_mid_part(void)
     cf_graph *g = NULL;
     cf_error err;
     CHECK_EQ_INT(CF_OK, cf_spec_parse(lnsm, strlen(lnsm), "mid.cf", &g, &err));
-    cf_options fin = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 0};
+    cf_options fin = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0};
     cf_kernel *k = NULL;
     CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &fin, "mid", &k, &err));
     const char *text = k ? cf_kernel_source(k) : NULL;
@@ -868,7 +868,7 @@ static void test_mid_part(void)
     static const char *lnsrc = "input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\nd = x - mean(x)\n"
                                "output Y: bf16 = d * rsqrt(mean(d * d) + 1e-5)\n";
     CHECK_EQ_INT(CF_OK, cf_spec_parse(lnsrc, strlen(lnsrc), "ln32.cf", &ln2, &err));
-    cf_options ln32 = {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, -1};
+    cf_options ln32 = {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, -1};
     k = NULL;
     CHECK_EQ_INT(CF_OK, ln2 ? cf_kernel_build(ln2, &ln32, "ln32", &k, &err) : CF_ERR_INTERNAL);
     text = k ? cf_kernel_source(k) : NULL;
@@ -902,9 +902,9 @@ static void test_post_first(void)
         cf_options o;
         bool post_first;
     } cases[] = {
-        {{128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, -1}, true},
-        {{128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, false, 1}, false},
-        {{128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 0}, false},
+        {{128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, -1}, true},
+        {{128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1}, false},
+        {{128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0}, false},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         cf_kernel *k = NULL;
@@ -932,14 +932,14 @@ static void test_corrected_scale(void)
 {
     const struct {
         const char *spec;
-        bool sync_finish;
+        int sync_finish;   /* cf_options.sync_finish: 1 at once, -1 late */
         const char *folded, *unfolded;
     } cases[] = {
-        {"examples/gemm_bias_ln.cf", false, "const float v16 = fmaf(pk[r % 8], v15, corr_mu_5[cf_acc_slot(r)] * v15);",
+        {"examples/gemm_bias_ln.cf", -1, "const float v16 = fmaf(pk[r % 8], v15, corr_mu_5[cf_acc_slot(r)] * v15);",
          "= pk[r % 8] + corr_mu_5"},
-        {"examples/gemm_bias_ln.cf", true, "const float v16 = fmaf(T0[r], v15, corr_mu_5[cf_acc_slot(r)] * v15);",
+        {"examples/gemm_bias_ln.cf", 1, "const float v16 = fmaf(T0[r], v15, corr_mu_5[cf_acc_slot(r)] * v15);",
          "= T0[r] + corr_mu_5"},
-        {"examples/gemm_softmax.cf", false,
+        {"examples/gemm_softmax.cf", -1,
          "const float Y_11 = pk[r % 8] * (corr_m_3[cf_acc_slot(r)] * op_recip(v10));", "= pk[r % 8] * corr_m_3"},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
@@ -949,7 +949,7 @@ static void test_corrected_scale(void)
         cf_error err;
         CHECK_EQ_INT(CF_OK, g ? cf_kernel_build(g, &o, "corrected-scale", &k, &err) : CF_ERR_INTERNAL);
         const char *text = k ? cf_kernel_source(k) : NULL;
-        CHECK_CONTAINS(text, cases[i].sync_finish ? "cf_row_merge<" : "cf_row_merge_finish<");
+        CHECK_CONTAINS(text, cases[i].sync_finish == 1 ? "cf_row_merge<" : "cf_row_merge_finish<");
         CHECK_CONTAINS(text, cases[i].folded);
         CHECK(text && !strstr(text, cases[i].unfolded));
         cf_kernel_free(k);
@@ -1005,7 +1005,7 @@ static void test_scale_into_exp(void)
     }
     /* the finisher's mid part too: its two passes over the parked tile read v */
     cf_graph *lnsm = parse("examples/gemm_ln_softmax.cf");
-    cf_options opt = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, false, 0};
+    cf_options opt = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0};
     cf_kernel *k = NULL;
     cf_error err;
     CHECK_EQ_INT(CF_OK, lnsm ? cf_kernel_build(lnsm, &opt, "scaled-mid", &k, &err) : CF_ERR_INTERNAL);

@@ -370,9 +370,9 @@ __shared__ long long cf_tr_cat[3][CF_TRC_N];   /* consumer WGs 0, 1; the finishe
  * epilogue parts (cf_tr_cat: cycles of the gather, park, store waits, late finish, the gather's
  * loads, a count of the gather's re-polls, then [9..16] the sections Psi marks in the epilogue's
  * first part, [17] the late finishes' loads and loops) and [19] the end of its last tile's late
- * finish.  With a finisher, a tile's [11] and
- * [12] bracket the finisher's wait for its park, [13] ends the finisher's work on it, and (CF_MID)
- * [14] and [15] bracket the consumer's wait for the finisher before its late finish.
+ * finish.  With a finisher, a tile's [11] and [12] bracket the finisher's wait for its park, [13]
+ * ends the finisher's work on it, and (CF_MID) [14] and [15] bracket the consumer's wait for the
+ * finisher before its late finish.
  * [1] is not where the wait ends: ptxas emits BAR.SYNC.DEFER_BLOCKING, and the warp reads the
  * clock before the barrier completes; read [0] -> [2] as order wait + mainloop.
  * Compiled out unless CF_TRACE is defined (CF_TRACE=1 in the environment of the runtime). */
