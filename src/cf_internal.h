@@ -299,6 +299,9 @@ bool cf_cg_can_pair(const cf_ir *ir, const cf_cg_options *opt);
 /* Partials a lane of a tile's gathers loads over all its exchanges through L2 (a merged
  * exchange's pair is two). */
 int cf_cg_gather_words(const cf_ir *ir, const cf_cg_options *opt);
+/* Whether a parked tile's late gather loads its words as the next mainloop ends (one round,
+ * one late exchange, a first part without vectors; CF_GATHER_EARLY). */
+bool cf_cg_gathers_early(const cf_ir *ir, const cf_cg_options *opt);
 /* Whether the kernel has a finisher warpgroup (opt->finisher, and tiles finish late). */
 bool cf_cg_has_finisher(const cf_ir *ir, const cf_cg_options *opt);
 /* Whether the ring of `stages` (tile_m x 64 and 64 x bn operand blocks) and staging of

@@ -124,7 +124,10 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
             pair.pair_tiles = true;
             const int vectors = last_stage_vectors(ir);
             const bool heavy_finish = vectors >= 2, long_k = k >= 1024;
-            const bool saves_round = cf_cg_gather_words(ir, &cg) >= 32;
+            /* Below K = 1024 an unpaired tile whose gather loads as the mainloop ends beats the
+             * pair (v21: softmax 1.259 -> 1.235 at 4096x2048x512; paired still wins at K = 1024,
+             * 1.073 against 1.105). */
+            const bool saves_round = cf_cg_gather_words(ir, &cg) >= 32 && (long_k || !cf_cg_gathers_early(ir, &cg));
             bool paired = o.cluster_n >= 4 && cf_cg_can_pair(ir, &pair) &&
                           (heavy_finish ? saves_round && long_k : saves_round || (o.cluster_n >= 8 && long_k));
             /* A finisher warpgroup pays where a consumer's epilogue (first part and late finish,

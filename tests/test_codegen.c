@@ -518,6 +518,10 @@ static void test_default_options(void)
     CHECK_EQ_INT(0, cf_options_for(ln, 4096, 2048, 512).pair_tiles);   /* nor at K = 512 */
     cf_graph *softmax = parse("examples/gemm_softmax.cf");
     CHECK(softmax && cf_options_for(softmax, 16384, 1024, 1024).pair_tiles == 1);
+    /* below K = 1024 an unpaired softmax tile gathers early instead (perf-notes v21) */
+    CHECK(softmax && cf_options_for(softmax, 4096, 2048, 512).pair_tiles == 0);
+    CHECK(softmax && cf_options_for(softmax, 4096, 2048, 512).cluster_n == 16);
+    CHECK(softmax && cf_options_for(softmax, 4096, 4096, 512).pair_tiles == 1);   /* 32 CTAs: two rounds */
     CHECK(softmax && cf_options_for(softmax, 16384, 512, 1024).schedule == CF_SCHEDULE_FINISHER);   /* 4 CTAs */
     cf_graph_free(softmax);
     /* two column tiles per CTA where a lane would gather 32 partials or more (16 CTAs of pairs,
@@ -734,6 +738,56 @@ static const char *after(const char *text, const char *what)
         fprintf(stderr, "generated source: missing \"%s\" (in order)\n", what);
     CHECK(p != NULL);
     return p ? p + strlen(what) : text;
+}
+
+/* A parked tile's late gather loads as the next mainloop ends (CF_GATHER_EARLY = 1 + the late
+ * exchange's slot block) only for unpaired late tiles of at most 16 CTAs a row, one late
+ * exchange, and a first part that loads no vectors (LN's bias: spills). */
+static void test_gather_early(void)
+{
+    const struct {
+        const char *spec;
+        cf_options o;
+        const char *want; /* NULL: no CF_GATHER_EARLY */
+    } cases[] = {
+        {"examples/gemm_rmsnorm.cf", {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1},
+         "#define CF_GATHER_EARLY 1  /* the parked tile's late gather (slot block 0)"},
+        {"examples/gemm_softmax.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1},
+         "#define CF_GATHER_EARLY 1"},   /* merged: the first reduction's block */
+        {"examples/gemm_bias_ln.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1}, NULL},
+        {"examples/gemm_rmsnorm.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, 1}, NULL},
+        {"examples/gemm_rmsnorm.cf", {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 1, -1}, NULL},
+        {"examples/gemm_rmsnorm.cf", {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1}, NULL},
+        {"examples/gemm_rmsnorm.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, -1, -1}, NULL},
+        {"examples/gemm_ln_softmax.cf", {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1}, NULL},
+    };
+    for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
+        cf_graph *g = parse(cases[i].spec);
+        cf_error err;
+        cf_kernel *k = NULL;
+        CHECK_EQ_INT(CF_OK, g ? cf_kernel_build(g, &cases[i].o, "early", &k, &err) : CF_ERR_INTERNAL);
+        const char *text = k ? cf_kernel_source(k) : "";
+        if (cases[i].want) {
+            CHECK_CONTAINS(text, cases[i].want);
+            CHECK_CONTAINS(text, "#define CF_POST_FIRST 1");
+        } else if (strstr(text, "CF_GATHER_EARLY")) {
+            fprintf(stderr, "case %d (%s): unexpected CF_GATHER_EARLY\n", i, cases[i].spec);
+            CHECK(false);
+        }
+        cf_kernel_free(k);
+        cf_graph_free(g);
+    }
+    /* the gate the options' pairing rule asks */
+    cf_graph *rms = parse("examples/gemm_rmsnorm.cf");
+    cf_ir *ir = NULL;
+    cf_error err;
+    CHECK_EQ_INT(CF_OK, rms ? cf_lower(rms, &ir, &err) : CF_ERR_INTERNAL);
+    cf_cg_options cg = {.bm = 128, .bn = 128, .stages = 5, .cluster_n = 1, .row_ctas = 16, .red_global = true};
+    CHECK(ir && cf_cg_gathers_early(ir, &cg));
+    cg.sync_finish = true;
+    CHECK(ir && !cf_cg_gathers_early(ir, &cg));
+    cf_ir_free(ir);
+    cf_graph_free(rms);
 }
 
 /* Two column tiles per CTA (pair_tiles): only where a late finish follows the epilogue's only
@@ -1036,6 +1090,7 @@ int main(void)
     test_corrected_scale();
     test_scale_into_exp();
     test_pair_tiles();
+    test_gather_early();
     test_gelu_at_store();
     return tu_finish("test_codegen");
 }

@@ -471,6 +471,11 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
                 const unsigned w = cf_staged_rank(t, q) + 8 * t.lane;
                 v0[c] = cf_lds_u32(w);
                 v1[c] = cf_lds_u32(w + 4);
+#if CF_GATHER_EARLY
+            } else if (!SYNC && c0 == 0 && q < CF_ROW_CTAS && t.gw_src == mine) {
+                v0[c] = t.gw[0][q];   /* loaded as the mainloop ended (cf_gather_early) */
+                v1[c] = t.gw[1][q];
+#endif
             } else if (q < CF_ROW_CTAS) {
                 cf_xchg_load(mine + q * CF_BM, v0[c], v1[c]);
             }
@@ -524,6 +529,22 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
     }
     CF_TRC_ADD(t, CF_TRC_GATHER, tr0);
 }
+
+#if CF_GATHER_EARLY
+/* Parked tile t's late gather, its loads only: every rank's word for this lane's row (one
+ * round: Psi emits CF_GATHER_EARLY for 128-row tiles of at most 16 CTAs a row), from the late
+ * exchange's block, as cf_gather_rows would load them.  That gather re-polls a stale word. */
+__device__ __forceinline__ void cf_gather_early(const cf_gemm_args &args, cf_tile &t)
+{
+    static_assert(CF_BM == 128 && CF_ROW_CTAS <= 16 && CF_POST_FIRST, "CF_GATHER_EARLY: one round of loads");
+    const unsigned long long *mine =
+        cf_xchg_slots<CF_GATHER_EARLY - 1, 1>(args, t) + 64 * (t.lane >> 4) + 16 * t.warp + (t.lane & 15);
+#pragma unroll
+    for (int q = 0; q < CF_ROW_CTAS; ++q)
+        cf_xchg_load(mine + q * CF_BM, t.gw[0][q], t.gw[1][q]);
+    t.gw_src = mine;
+}
+#endif
 
 template <int OP, int RED>
 __device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args, const cf_tile &t, float (&part)[CF_ROWS])

@@ -191,6 +191,12 @@
  * (64 bf16/f16 columns or 32 f32 columns) x CF_BM rows, 128B-swizzled (the TMA store layout).
  * A bf16 tile has CF_BN/64 chunks; with fewer staging chunks the store runs in several passes. */
 #define CF_STG_CHUNK_BYTES (CF_BM * 128)
+/* CF_GATHER_EARLY (with CF_POST_FIRST; generated): 1 + the late exchange's slot block.  A
+ * parked tile's first round of late-gather words is loaded as the next mainloop ends, into
+ * registers, and the gather re-polls only the words not yet posted (cf_gather_early). */
+#ifndef CF_GATHER_EARLY
+#define CF_GATHER_EARLY 0
+#endif
 #ifndef CF_PAIR_TILES
 #define CF_PAIR_TILES 0   /* 1: a CTA's two warpgroups take adjacent column tiles of one row block (cf_pair_merge) */
 #endif
@@ -333,6 +339,11 @@ struct cf_tile {
     unsigned pair_bar; /* CF_PAIR_TILES: the handoff's mbarriers, full (+0) and empty (+8), then its words (+16) */
     int parks;         /* CF_FINISHER: tiles this WG has parked before this one */
     int kept;          /* CF_LATE_FINISH: this WG's last tile, finished from registers, not parked */
+#if CF_GATHER_EARLY
+    /* a parked tile's late-gather words, loaded as the next mainloop ended (cf_gather_early) */
+    const unsigned long long *gw_src;   /* the lane's first slot they came from; null: not loaded */
+    unsigned gw[2][CF_ROW_CTAS];
+#endif
 };
 
 /* CF_TRACE: cycles thread 0 of each consumer warpgroup spends in parts of the epilogue,
@@ -991,6 +1002,9 @@ __device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, co
 __device__ __forceinline__ void cf_reduce_init();
 #endif
 
+#if CF_GATHER_EARLY
+__device__ __forceinline__ void cf_gather_early(const cf_gemm_args &args, cf_tile &t);
+#endif
 /* a consumer warp releases a ring stage: lane 0 arrives locally, or with multicast lane p < CLUSTER_N
  * arrives on CTA p's empty barrier (every CTA's producer multicasts into this stage) */
 __device__ __forceinline__ void cf_release_stage(unsigned bar, int lane) {
@@ -1033,6 +1047,9 @@ __device__ __forceinline__ cf_tile cf_wg_tile(const cf_gemm_args &args, int M, i
     t.parks = 0;
     t.kept = 0;
     t.pair_bar = 0;
+#if CF_GATHER_EARLY
+    t.gw_src = nullptr;
+#endif
 #if CF_RED_GLOBAL && CF_ROW_CTAS > 1
     t.epoch = cf_ld_relaxed_u32(&args.xsync[0]);   /* bumped only after every CTA has read it */
 #else
@@ -1322,6 +1339,10 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
              * the previous tile finishes (RMSNorm 2-3 %, LN+softmax 2-4 % faster at K <= 1024,
              * perf-notes v17).  Paired tiles keep the finish first: their park then waits for
              * the store just issued, and LN and softmax ran 1 % slower. */
+#if CF_GATHER_EARLY
+            /* the parked tile's words travel while this tile's first part runs (perf-notes v21) */
+            if (parked_ok) cf_gather_early(args, parked);
+#endif
             cf_epilogue(args, t, acc, pre, late, [&] {
                 CF_TRC_T0(trf);
                 if (parked_ok) cf_finish_parked(args, parked, late_prev);
