@@ -260,6 +260,8 @@ typedef struct cf_resources {
     int threads;              /* per CTA                                          */
     int registers;            /* per thread (ptxas)                               */
     int spill_bytes;          /* stores + loads to local memory (ptxas)            */
+    int stack_bytes;          /* local-memory stack frame (ptxas): an array indexed
+                                 at run time, a cost not counted as spills          */
     int smem_bytes;           /* dynamic shared memory per CTA                     */
     int static_smem_bytes;    /* static shared memory (the reduction exchange)     */
     int cluster_n;

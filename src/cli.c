@@ -408,7 +408,7 @@ static void print_resources(const cli_opts *o, const cf_graph *g)
                o->have_shape ? o->shape_text : "no --shape: default options", r.block_m, r.block_n, r.stages,
                cli_layout_text(&r, lay, sizeof lay), r.threads);
         printf("  registers %d/thread at launch (the consumer warpgroups raise theirs with setmaxnreg), "
-               "spills %d bytes\n", r.registers, r.spill_bytes);
+               "spills %d bytes, stack frame %d bytes\n", r.registers, r.spill_bytes, r.stack_bytes);
         printf("  shared memory %d bytes dynamic (operand ring, output staging, barriers) + %d static "
                "(reduction exchange)\n", r.smem_bytes, r.static_smem_bytes);
         if (r.gelu_at_store)
@@ -492,8 +492,8 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
         char lay[128];
         printf("  tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n", r.block_m, r.block_n, r.stages,
                cli_layout_text(&r, lay, sizeof lay), r.threads);
-        printf("  registers %d/thread, spills %d bytes, dynamic shared memory %d bytes\n", r.registers,
-               r.spill_bytes, r.smem_bytes);
+        printf("  registers %d/thread, spills %d bytes, stack frame %d bytes, dynamic shared memory %d bytes\n",
+               r.registers, r.spill_bytes, r.stack_bytes, r.smem_bytes);
         printf("  cubin: %s\n", r.cache_path[0] ? r.cache_path : "(not cached)");
         if (want_ptx)
             fputs(cf_kernel_ptx(k), stdout);

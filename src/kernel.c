@@ -397,6 +397,7 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
     r->registers = k->cubin.registers;
     r->spill_bytes = (k->cubin.spill_store_bytes > 0 ? k->cubin.spill_store_bytes : 0) +
                      (k->cubin.spill_load_bytes > 0 ? k->cubin.spill_load_bytes : 0);
+    r->stack_bytes = k->cubin.stack_bytes > 0 ? k->cubin.stack_bytes : 0;
     r->smem_bytes = k->info[INFO_SMEM];
     r->static_smem_bytes = k->cubin.smem_bytes > 0 ? k->cubin.smem_bytes : 0;
     r->cluster_n = k->info[INFO_CLUSTER_N];

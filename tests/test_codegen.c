@@ -211,6 +211,10 @@ static void test_nvrtc(void)
          * 16 words; at the 8192x4096x4096 this is the default for, a 36k-cycle mainloop hides it) */
         {"examples/gemm_rmsnorm.cf", false, {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1},
          "mbarrier.arrive"},
+        /* RMSNorm at 16 CTAs unpaired: the parked tile's late gather loads as the mainloop ends
+         * (CF_GATHER_EARLY), its words in registers: no spills, no stack frame */
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1},
+         "ld.relaxed.gpu"},
         /* LN+softmax: the finisher runs the stages between the two exchanges (CF_MID) */
         {"examples/gemm_ln_softmax.cf", false, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0},
          "ex2.approx.ftz.f32"},
@@ -247,8 +251,10 @@ static void test_nvrtc(void)
         CHECK(r.smem_bytes > 0 && r.smem_bytes <= 232448);
         CHECK(r.registers > 0);
         CHECK(!r.wgmma_serialized);   /* ptxas C7515 cost 30-60 % (perf-notes v15) */
-        if (cases[i].no_spill)
+        if (cases[i].no_spill) {
             CHECK_EQ_INT(0, r.spill_bytes);
+            CHECK_EQ_INT(0, r.stack_bytes);   /* e.g. an array indexed at run time */
+        }
         CHECK(!r.cache_hit);
         cf_kernel_free(k);
         /* the second build of the same kernel is a cache hit */

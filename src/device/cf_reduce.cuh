@@ -472,9 +472,11 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
                 v0[c] = cf_lds_u32(w);
                 v1[c] = cf_lds_u32(w + 4);
 #if CF_GATHER_EARLY
-            } else if (!SYNC && c0 == 0 && q < CF_ROW_CTAS && t.gw_src == mine) {
-                v0[c] = t.gw[0][q];   /* loaded as the mainloop ended (cf_gather_early) */
-                v1[c] = t.gw[1][q];
+            } else if (!SYNC && c0 == 0 && c < CF_ROW_CTAS && t.gw_src == mine) {
+                /* loaded as the mainloop ended (cf_gather_early; 128-row tiles: q == c).  Indexed
+                 * by the unrolled c: an index ptxas cannot resolve puts the tile on the stack */
+                v0[c] = t.gw[0][c];
+                v1[c] = t.gw[1][c];
 #endif
             } else if (q < CF_ROW_CTAS) {
                 cf_xchg_load(mine + q * CF_BM, v0[c], v1[c]);
