@@ -273,6 +273,8 @@ typedef struct cf_resources {
     int reduce_mode;          /* CF_REDUCE_*, 0 without row reductions             */
     bool late_finish;         /* tiles finish after the next mainloop (sync_finish) */
     bool pair_tiles;          /* each CTA takes two column tiles of a row block (cf_options) */
+    bool gather_early;        /* a parked tile's late gather loads its words as the next
+                                 mainloop ends (Psi's choice; docs/design.md)       */
     bool wgmma_serialized;    /* ptxas serialised the mainloop's wgmma pipeline (its warning
                                  C7515): a kernel-source defect that costs tens of percent */
     int gelu_at_store;        /* 16-bit outputs whose GELU the store computes on packed

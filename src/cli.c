@@ -365,7 +365,9 @@ const char *cli_layout_text(const cf_resources *r, char *buf, size_t n)
     if (r->reduce_mode && r->row_ctas > 1 && len > 0 && (size_t)len < n)
         snprintf(buf + len, n - (size_t)len, ", row reductions over %d CTAs%s through %s%s", r->row_ctas,
                  r->pair_tiles ? " of two column tiles each" : "", how[r->reduce_mode],
-                 r->late_finish ? ", tiles finished late" : "");
+                 !r->late_finish    ? ""
+                 : r->gather_early ? ", tiles finished late (their gather loaded as the next mainloop ends)"
+                                   : ", tiles finished late");
     return buf;
 }
 
@@ -403,7 +405,7 @@ static void print_resources(const cli_opts *o, const cf_graph *g)
     if (st != CF_OK) {
         printf("fused kernel: none (%s)\n", err.msg);
     } else {
-        char lay[128];
+        char lay[256];
         printf("fused kernel (%s): tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n",
                o->have_shape ? o->shape_text : "no --shape: default options", r.block_m, r.block_n, r.stages,
                cli_layout_text(&r, lay, sizeof lay), r.threads);
@@ -489,7 +491,7 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
         cf_kernel_resources(k, &r, &err);
         printf("compiled %s for sm_90a: %s in %.0f ms\n", o.spec, r.cache_hit ? "cache hit" : "NVRTC",
                r.compile_ms);
-        char lay[128];
+        char lay[256];
         printf("  tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n", r.block_m, r.block_n, r.stages,
                cli_layout_text(&r, lay, sizeof lay), r.threads);
         printf("  registers %d/thread, spills %d bytes, stack frame %d bytes, dynamic shared memory %d bytes\n",

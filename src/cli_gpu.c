@@ -833,7 +833,7 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
                    bytes / t_fused / 1e6, r_fused, t_fused / floor_ms);
             snprintf(fused_col, sizeof fused_col, "%.5f", t_fused);
             snprintf(fused_r, sizeof fused_r, "%.4f", r_fused);
-            char lay[128];
+            char lay[256];
             if (have_r)
                 printf("  %-22s %dx%d tiles, %d stages, %s, %d regs, %d+%d B smem, %d CTAs resident\n",
                        "  fused kernel:", r.block_m, r.block_n, r.stages, cli_layout_text(&r, lay, sizeof lay),

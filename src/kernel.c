@@ -413,6 +413,7 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
                                                                           : k->opt.reduce_mode;
     r->late_finish = k->info[INFO_LATE_FINISH] != 0;
     r->pair_tiles = k->opt.pair_tiles == 1;
+    r->gather_early = strstr(k->src.data, "\n#define CF_GATHER_EARLY ") != NULL;   /* as Psi emitted it */
     r->wgmma_serialized = k->cubin.wgmma_serialized;
     r->gelu_at_store = cf_cg_gelu_stores(k->ir);
     r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;

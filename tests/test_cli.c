@@ -70,9 +70,11 @@ int main(int argc, char **argv)
     CHECK_CONTAINS(buf, "static (reduction exchange)");
     CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 examples/gemm_bias_ln.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "cluster 1x1, row reductions over 16 CTAs through L2");   /* K = 512: LN keeps a CTA a tile */
+    CHECK(!strstr(buf, "their gather loaded"));   /* its first part holds the bias: no early gather */
     CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 examples/gemm_softmax.cf", buf, sizeof buf));
     /* K = 512: softmax keeps a CTA a tile too; its late gather loads as the mainloop ends */
-    CHECK_CONTAINS(buf, "cluster 1x1, row reductions over 16 CTAs through L2, tiles finished late");
+    CHECK_CONTAINS(buf, "cluster 1x1, row reductions over 16 CTAs through L2, tiles finished late (their gather "
+                        "loaded as the next mainloop ends)");
     CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=1024 examples/gemm_softmax.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "cluster 1x1, row reductions over 8 CTAs of two column tiles each through L2");
     CHECK_EQ_INT(0, cf("explain --shape M=4096,N=2048,K=512 --reduce-mode leader examples/gemm_bias_ln.cf", buf,
