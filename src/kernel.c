@@ -25,6 +25,7 @@ struct cf_kernel {
     cf_ir *ir;
     cf_options opt;
     cf_strbuf src;
+    bool gather_early;   /* Psi loads a parked tile's late gather as the next mainloop ends */
     cf_rt_cubin cubin;
     bool compiled;
     int info[INFO_COUNT];
@@ -124,11 +125,12 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
             pair.pair_tiles = true;
             const int vectors = last_stage_vectors(ir);
             const bool heavy_finish = vectors >= 2, long_k = k >= 1024;
+            const bool saves_round = cf_cg_gather_words(ir, &cg) >= 32;
             /* Below K = 1024 an unpaired tile whose gather loads as the mainloop ends beats the
              * pair (v21: softmax 1.259 -> 1.235 at 4096x2048x512; paired still wins at K = 1024,
              * 1.073 against 1.105). */
-            const bool saves_round = cf_cg_gather_words(ir, &cg) >= 32 && (long_k || !cf_cg_gathers_early(ir, &cg));
-            bool paired = o.cluster_n >= 4 && cf_cg_can_pair(ir, &pair) &&
+            const bool early = !long_k && cf_cg_gathers_early(ir, &cg);
+            bool paired = o.cluster_n >= 4 && !early && cf_cg_can_pair(ir, &pair) &&
                           (heavy_finish ? saves_round && long_k : saves_round || (o.cluster_n >= 8 && long_k));
             /* A finisher warpgroup pays where a consumer's epilogue (first part and late finish,
              * ~3.2k cycles per reduction + ~2.4k per round of 8 ranks' L2 loads) outlasts the
@@ -321,6 +323,7 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
                             .cooperative = o->schedule == CF_SCHEDULE_COOPERATIVE,
                             .finisher = o->schedule == CF_SCHEDULE_FINISHER};
         st = cf_codegen(k->ir, &cg, title, &k->src, err);
+        k->gather_early = st == CF_OK && cf_cg_gathers_early(k->ir, &cg);
     }
     if (st != CF_OK) {
         cf_kernel_free(k);
@@ -413,7 +416,7 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
                                                                           : k->opt.reduce_mode;
     r->late_finish = k->info[INFO_LATE_FINISH] != 0;
     r->pair_tiles = k->opt.pair_tiles == 1;
-    r->gather_early = strstr(k->src.data, "\n#define CF_GATHER_EARLY ") != NULL;   /* as Psi emitted it */
+    r->gather_early = k->gather_early;
     r->wgmma_serialized = k->cubin.wgmma_serialized;
     r->gelu_at_store = cf_cg_gelu_stores(k->ir);
     r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;
