@@ -906,13 +906,10 @@ static void emit_loop_open(cg_ctx *c, int park_fmt)
     /* Two groups ahead: LN 2-3 %, LN+softmax 6-7 % faster at K <= 1024 (perf-notes v15); four
      * spilled.  The finisher's own late finish loads at use: ahead, softmax ran 3 % slower. */
     const int ahead = c->opt->finisher && !c->mid && c->in_late ? 0 : 2;
-    if (park_fmt != PARK_NONE && c->in_late)   /* cf_epilogue_finish: parked, or kept in registers */
-        line(c, "cf_unpark_stream<%s, %d, KEPT> unpark%d(t);  /* the parked groups, loaded that many ahead of use "
-                "(KEPT: the registers) */",
-             park_fmt == PARK_F16 ? "CF_PARK_F16" : "CF_PARK_BF16", ahead, ++c->n_unpark - 1);
-    else if (park_fmt != PARK_NONE)
-        line(c, "cf_unpark_stream<%s, %d> unpark%d(t);  /* the parked groups, loaded that many ahead of use */",
-             park_fmt == PARK_F16 ? "CF_PARK_F16" : "CF_PARK_BF16", ahead, ++c->n_unpark - 1);
+    if (park_fmt != PARK_NONE)   /* in cf_epilogue_finish: parked, or kept in registers */
+        line(c, "cf_unpark_stream<%s, %d%s> unpark%d(t);  /* the parked groups, loaded that many ahead of use%s */",
+             park_fmt == PARK_F16 ? "CF_PARK_F16" : "CF_PARK_BF16", ahead, c->in_late ? ", KEPT" : "",
+             ++c->n_unpark - 1, c->in_late ? " (KEPT: the registers)" : "");
     line(c, "#pragma unroll");
     line(c, "for (int r = 0; r < CF_ACC_REGS; ++r) {");
     c->indent++;
