@@ -231,6 +231,11 @@ typedef struct cf_options {
                             row block (one per warpgroup) and posts their combined
                             row partials, so a row has half the ranks to gather;
                             cluster_n then counts CTAs of two tiles each       */
+    int multicast;       /* 0 auto, 1 yes, -1 no.  With CF_REDUCE_GLOBAL: adjacent
+                            CTAs of a row group run as hardware clusters of 2
+                            and multicast the X rows they share, halving X's
+                            L2 reads (the default from K = 4096, where the
+                            mainloop is L2-bound)                              */
 } cf_options;
 
 enum { CF_REDUCE_AUTO = 0, CF_REDUCE_PEER = 1, CF_REDUCE_LEADER = 2, CF_REDUCE_GLOBAL = 3 };

@@ -66,7 +66,10 @@ static const char kernel_opts_usage[] =
     "                      each CTA takes two adjacent column tiles of a row block\n"
     "                      (one per warpgroup) and posts one row partial for both,\n"
     "                      so --cluster counts CTAs of two tiles (default: on where\n"
-    "                      it applies and no tile shape is given)\n";
+    "                      it applies and no tile shape is given)\n"
+    "  --multicast on|off  through L2, pairs of adjacent CTAs of a row group run as\n"
+    "                      hardware clusters of 2 and multicast the X rows they\n"
+    "                      share (default: on from K = 4096)\n";
 
 static const char emit_usage[] =
     "usage: comfuse emit [kernel options] SPEC.cf\n"
@@ -264,6 +267,8 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
             o->schedule_asked = o->kopt.schedule;
         } else if (strcmp(a, "--pair-tiles") == 0 && v && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0)) {
             o->kopt.pair_tiles = strcmp(v, "on") == 0 ? 1 : -1;
+        } else if (strcmp(a, "--multicast") == 0 && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0)) {
+            o->kopt.multicast = strcmp(v, "on") == 0 ? 1 : -1;
         } else if (strcmp(a, "--reduce-mode") == 0 &&
                    (strcmp(v, "peer") == 0 || strcmp(v, "leader") == 0 || strcmp(v, "global") == 0)) {
             o->kopt.reduce_mode = strcmp(v, "peer") == 0     ? CF_REDUCE_PEER

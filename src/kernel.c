@@ -170,6 +170,12 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
                 o.sync_finish = 1;
                 o.stages = 6;
             }
+            /* At K = 4096 the 128x128 mainloop is L2-bound (perf-notes v21 §7: back to back the
+             * fused kernels ran 1.08-1.20 of cuBLAS while its cluster-2 GEMM ran 1.01); pairs of
+             * CTAs multicasting their X rows ran 0.90-0.94 of that with W as [N,K], 0.98-1.01
+             * as [K,N], and 1-4.5 % slower at K <= 1024 (v22 §1). */
+            if (k >= 4096 && o.cluster_n % 2 == 0)
+                o.multicast = 1;
         }
         cf_ir_free(ir);
     } else {
@@ -243,6 +249,8 @@ void cf_options_fill(cf_options *o, cf_options def)
     }
     if (!o->cluster_n)
         o->cluster_n = def.cluster_n;
+    if (!o->multicast)
+        o->multicast = def.multicast == 1 && o->reduce_mode == CF_REDUCE_GLOBAL && o->cluster_n % 2 == 0 ? 1 : -1;
 }
 
 void cf_kernel_free(cf_kernel *k)
@@ -312,12 +320,19 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     else if (o->cluster_n < 1 || o->cluster_n > (global ? 64 : 16) || (o->cluster_n & (o->cluster_n - 1)))
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cluster_n %d: must be 1, 2, 4, 8 or 16%s",
                        o->cluster_n, reduces ? " (32 or 64 with reduce mode global)" : "");
+    else if (o->multicast < -1 || o->multicast > 1)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "multicast %d: must be 0 (auto), 1 or -1",
+                       o->multicast);
+    else if (o->multicast == 1 && !global)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                       "multicast: needs row reductions through L2 (reduce mode global) over 2 or more CTAs; "
+                       "the DSMEM modes' cluster already multicasts X");
     else
         st = cf_lower(g, &k->ir, err);
     if (st == CF_OK) {
-        /* Through L2 the row's CTAs need no hardware cluster. */
+        /* Through L2 the row's CTAs need no hardware cluster but the multicast's pairs. */
         cf_cg_options cg = {.bm = o->block_m, .bn = o->block_n, .stages = o->stages,
-                            .cluster_n = global ? 1 : o->cluster_n, .row_ctas = o->cluster_n,
+                            .cluster_n = !global ? o->cluster_n : o->multicast == 1 ? 2 : 1, .row_ctas = o->cluster_n,
                             .red_leader = o->reduce_mode == CF_REDUCE_LEADER, .red_global = global,
                             .sync_finish = o->sync_finish == 1, .pair_tiles = o->pair_tiles == 1,
                             .cooperative = o->schedule == CF_SCHEDULE_COOPERATIVE,

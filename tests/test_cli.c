@@ -103,9 +103,13 @@ int main(int argc, char **argv)
         {"--shape M=8192,N=4096,K=4096 --schedule pingpong examples/gemm.cf", "6 stages, pingpong, cluster 1x1"},
         {"--shape M=64,N=64,K=64 --schedule cooperative examples/gemm.cf",
          "4 stages, cooperative (one tile of 2 x block_m rows), cluster 2x1"},
-        {"--shape M=8192,N=4096,K=4096 examples/gemm_rmsnorm.cf",
-         "5 stages, pingpong, cluster 1x1, row reductions over 16 CTAs of two column tiles each through L2, "
+        {"--shape M=8192,N=4096,K=4096 examples/gemm_rmsnorm.cf",   /* K = 4096: pairs of CTAs multicast X */
+         "5 stages, pingpong, cluster 2x1, row reductions over 16 CTAs of two column tiles each through L2, "
          "tiles finished late, 384 threads"},
+        {"--shape M=8192,N=4096,K=4096 --multicast off examples/gemm_rmsnorm.cf",
+         "5 stages, pingpong, cluster 1x1, row reductions over 16 CTAs of two column tiles each through L2"},
+        {"--shape M=16384,N=1024,K=1024 --multicast on examples/gemm_bias_ln.cf",
+         "5 stages, pingpong, cluster 2x1, row reductions over 8 CTAs through L2"},
         {"--shape M=16384,N=2048,K=1024 examples/gemm_rmsnorm.cf",   /* K >= 1024: pairs from 8 CTAs a row */
          "5 stages, pingpong, cluster 1x1, row reductions over 8 CTAs of two column tiles each through L2, "
          "tiles finished late"},
