@@ -549,6 +549,9 @@ static void test_default_options(void)
     CHECK_EQ_INT(1, rms ? cf_options_for(rms, 16384, 2048, 1024).pair_tiles : 0);
     CHECK_EQ_INT(0, rms ? cf_options_for(rms, 4096, 2048, 512).pair_tiles : 1);
     CHECK_EQ_INT(0, rms ? cf_options_for(rms, 16384, 512, 1024).pair_tiles : 1);
+    /* 8 CTAs of single words at K = 1024: the unpaired tile's early gather beats the pair */
+    CHECK_EQ_INT(0, rms ? cf_options_for(rms, 16384, 1024, 1024).pair_tiles : 1);
+    CHECK_EQ_INT(8, rms ? cf_options_for(rms, 16384, 1024, 1024).cluster_n : 0);
     cf_graph_free(rms);
     /* pairs of a row group's CTAs multicast X from K = 4096 (L2-bound there), not below; asked
      * for, only through L2 */
