@@ -61,13 +61,15 @@ static int last_stage_vectors(const cf_ir *ir)
     return n;
 }
 
-static bool has_reductions(const cf_graph *g)
+static bool has_class(const cf_graph *g, cf_op_class cls)
 {
     for (int i = 0; i < g->n_nodes; i++)
-        if (cf_op_class_of(g->nodes[i].op) == CF_OPC_REDUCE)
+        if (cf_op_class_of(g->nodes[i].op) == cls)
             return true;
     return false;
 }
+
+static bool has_reductions(const cf_graph *g) { return has_class(g, CF_OPC_REDUCE); }
 
 cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
 {
@@ -78,13 +80,14 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
      * 8192x4096x4096). */
     cf_options o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 6, .cluster_n = 1,
                     .schedule = CF_SCHEDULE_PINGPONG};
-    if (g && !has_reductions(g) && k >= 4096) {
-        /* Long mainloops amortise an epilogue that is not hidden: cuBLAS's own shape, both
+    if (g && !has_reductions(g) && !has_class(g, CF_OPC_UNARY) && !has_class(g, CF_OPC_BINARY) && k >= 4096) {
+        /* A bare GEMM has no epilogue to hide, and from K = 4096 cuBLAS's own shape, both
          * warpgroups on one 256x128 tile with X multicast over a 2-CTA cluster, moves a third
-         * fewer operand bytes per FLOP than a PingPong tile.  At 8192x4096x4096 (perf-notes
-         * v12) bias+GELU ran 1.044-1.048 of cuBLAS while the card ran at its full clock, against
-         * 1.050-1.057 PingPong (1.03 vs 1.00 once the power cap slows both); at K = 1024 it ran
-         * 8 % slower than PingPong.  The ring then holds 4 stages of 48 KB. */
+         * fewer operand bytes per FLOP than a PingPong tile (perf-notes v12: 1.026-1.029 of
+         * cuBLAS at full clock against PingPong's 1.044-1.065; a wash under the power cap, v22 §6).
+         * With elementwise work PingPong hides it: bias+GELU at 8192x4096x4096 ran 0.99 against
+         * cooperative's 1.036 under the power cap, in every one of ten turns (v22 §6), and lost
+         * ~1 % at full clock (v12).  The ring then holds 4 stages of 48 KB. */
         o.schedule = CF_SCHEDULE_COOPERATIVE;
         o.cluster_n = 2;
     }

@@ -85,8 +85,8 @@ int main(int argc, char **argv)
     CHECK_EQ_INT(0, cf("explain examples/gemm_bias_gelu.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "GELU of 1 output computed by its store in packed 16-bit math");
     /* The schedule explain reports (kernel options -> the fused kernel line):
-     * - cooperative 256x128 over a 2-CTA cluster for elementwise epilogues from K = 4096 (4 stages
-     *   of 48 KB fit), pingpong below;
+     * - cooperative 256x128 over a 2-CTA cluster for a bare GEMM from K = 4096 (4 stages of 48 KB
+     *   fit), pingpong below and wherever the epilogue computes (it hides there);
      * - two column tiles per CTA from 8 CTAs a row at K >= 1024, or 16 of pairs at K = 512, but
      *   for LN (its finish reads gamma and beta) only where that saves a round at K >= 1024;
      * - else a finisher warpgroup where the epilogue outlasts the mainloop and the finisher keeps up
@@ -97,8 +97,9 @@ int main(int argc, char **argv)
     static const struct {
         const char *args, *want;
     } schedules[] = {
-        {"--shape M=8192,N=4096,K=4096 examples/gemm_bias_gelu.cf",
+        {"--shape M=8192,N=4096,K=4096 examples/gemm.cf",
          "4 stages, cooperative (one tile of 2 x block_m rows), cluster 2x1"},
+        {"--shape M=8192,N=4096,K=4096 examples/gemm_bias_gelu.cf", "6 stages, pingpong, cluster 1x1"},
         {"--shape M=8192,N=4096,K=2048 examples/gemm_bias_gelu.cf", "6 stages, pingpong, cluster 1x1"},
         {"--shape M=8192,N=4096,K=4096 --schedule pingpong examples/gemm.cf", "6 stages, pingpong, cluster 1x1"},
         {"--shape M=64,N=64,K=64 --schedule cooperative examples/gemm.cf",
