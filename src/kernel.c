@@ -128,13 +128,14 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
             pair.pair_tiles = true;
             const int vectors = last_stage_vectors(ir);
             const bool heavy_finish = vectors >= 2, long_k = k >= 1024;
-            const bool saves_round = cf_cg_gather_words(ir, &cg) >= 32;
+            const int words = cf_cg_gather_words(ir, &cg);   /* a lane's, over the row's ranks */
+            const bool saves_round = words >= 32;
             /* Below K = 1024 an unpaired tile whose gather loads as the mainloop ends beats the
              * pair (v21: softmax 1.259 -> 1.235 at 4096x2048x512; paired still wins at K = 1024,
              * 1.073 against 1.105), and at K = 1024 where the row is 8 CTAs of single words
              * (RMSNorm at 16384x1024x1024: 0.4-1 % faster unpaired in five calls, v21-v22; at
              * 16 CTAs the pair wins, 1.018 against 1.036). */
-            const bool single_words = cf_cg_gather_words(ir, &cg) == o.cluster_n;
+            const bool single_words = words == o.cluster_n;   /* 128-row tiles: a lane per row */
             const bool early = (!long_k || (o.cluster_n <= 8 && single_words)) && cf_cg_gathers_early(ir, &cg);
             bool paired = o.cluster_n >= 4 && !early && cf_cg_can_pair(ir, &pair) &&
                           (heavy_finish ? saves_round && long_k : saves_round || (o.cluster_n >= 8 && long_k));
