@@ -615,7 +615,6 @@ __device__ __forceinline__ void cf_bulk_commit() { asm volatile("cp.async.bulk.c
 template <int N> __device__ __forceinline__ void cf_bulk_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
 }
-__device__ __forceinline__ void cf_bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 __device__ __forceinline__ void cf_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cf_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -1188,7 +1187,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
             CF_TR(w, i >> 1, 13, t.tid);
         }
-        if (t.tid == 0) cf_bulk_wait0();
+        if (t.tid == 0) cf_bulk_wait_read<0>();   /* the buffer is read; the writes need not land before exit */
 #ifdef CF_TRACE
         for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(2, CF_TRACE_TILES, 3 + c, t.tid, cf_tr_cat[2][c]);
 #endif
@@ -1370,7 +1369,9 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #ifdef CF_TRACE
         cf_trace_at(w, CF_TRACE_TILES, 19, t.tid, clock64());
 #endif
-        if (t.lane == 0) cf_bulk_wait0();   /* every warp's stores have read the staging buffer */
+        /* every warp's stores have read the staging buffer: all a CTA must wait for before it exits
+         * (the grid completes only once its bulk writes have) */
+        if (t.lane == 0) cf_bulk_wait_read<0>();
 #ifdef CF_TRACE
         cf_trace_at(w, CF_TRACE_TILES, 1, t.tid, clock64());
         cf_trace_at(w, CF_TRACE_TILES, 2, t.tid, (my_n - w + 1) / 2);
