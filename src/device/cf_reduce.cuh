@@ -455,6 +455,11 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
     constexpr bool STAGED = SYNC && cf_staged_gather<WORDS>::on;
     using shape = cf_gather_shape<WORDS, SYNC, STAGED>;
     constexpr int RW = shape::RW, LPR = shape::LPR, PER_LANE = shape::PER_LANE, CHUNK = shape::CHUNK;
+    /* Stale ranks re-polled a round at a time in late gathers: 1-2 % faster at K = 512 (RMSNorm,
+     * softmax, LN).  Not in synchronous ones, which wait for CTAs still in their mainloop; not
+     * with four reductions, where it spilled (LN+softmax 3-10 % slower); not where pairs of CTAs
+     * multicast X (K >= 4096: the mainloop is L2-bound, and LN ran 1.4 % slower; perf-notes v23). */
+    constexpr bool ROUNDS = !SYNC && CF_NUM_RED < 4 && CF_CLUSTER_N == 1;
     const int ri = t.lane % RW;
     const unsigned long long *mine = slots + 64 * (ri >> 4) + 16 * t.warp + (ri & 15);
     if (STAGED) cf_gather_stage<WORDS>(t, slots);   /* then every word below is this tile's */
@@ -482,12 +487,33 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
                 cf_xchg_load(mine + q * CF_BM, v0[c], v1[c]);
             }
         }
+        if (ROUNDS) {
+            /* CTAs that have not got there yet: a late gather (the row mostly posted long ago)
+             * loads every stale rank again, a round at a time, so k late ranks cost the rounds until
+             * the last has posted, not k round trips one after another */
+            unsigned stale = 0;
+#pragma unroll
+            for (int c = 0; c < CHUNK; ++c)
+                if ((c0 + c) * LPR + t.lane / RW < CF_ROW_CTAS && !cf_xchg_fresh<WORDS>(t, v0[c], v1[c]))
+                    stale |= 1u << c;
+            while (stale) {
+                CF_TRC_COUNT(t, CF_TRC_SPINS);
+#pragma unroll
+                for (int c = 0; c < CHUNK; ++c)
+                    if ((stale >> c) & 1u)
+                        cf_xchg_load(mine + ((c0 + c) * LPR + t.lane / RW) * CF_BM, v0[c], v1[c]);
+#pragma unroll
+                for (int c = 0; c < CHUNK; ++c)
+                    if (((stale >> c) & 1u) && cf_xchg_fresh<WORDS>(t, v0[c], v1[c]))
+                        stale &= ~(1u << c);
+            }
+        }
         float nq[CHUNK], w0[CHUNK], w1[CHUNK];
 #pragma unroll
         for (int c = 0; c < CHUNK; ++c) {
             const int q = (c0 + c) * LPR + t.lane / RW;
-            if (q < CF_ROW_CTAS && !STAGED) {
-                /* that CTA has not got there yet: spin (a 64 ns nanosleep here cost 5-10 %) */
+            if (q < CF_ROW_CTAS && !ROUNDS && !STAGED) {
+                /* one rank at a time (a 64 ns nanosleep here cost 5-10 %) */
                 while (!cf_xchg_fresh<WORDS>(t, v0[c], v1[c])) {
                     CF_TRC_COUNT(t, CF_TRC_SPINS);
                     cf_xchg_load(mine + q * CF_BM, v0[c], v1[c]);
