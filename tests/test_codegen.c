@@ -234,6 +234,9 @@ static void test_nvrtc(void)
         CHECK_CONTAINS(ptx, "cp.async.bulk.tensor");
         CHECK_CONTAINS(ptx, "setmaxnreg");
         CHECK_CONTAINS(ptx, cases[i].ptx_needs);
+        /* a CTA waits for its last stores to read shared memory, not for their writes to land (v23) */
+        CHECK(ptx && !strstr(ptx, "cp.async.bulk.wait_group 0;"));
+        CHECK_CONTAINS(ptx, "cp.async.bulk.wait_group.read 0;");
         if (strstr(cases[i].spec, "_ln") || strstr(cases[i].spec, "rmsnorm"))   /* [N] vectors: into L1 early */
             CHECK_CONTAINS(ptx, "prefetch.global.L1");
         if (cases[i].opt.stages == 6 && cases[i].opt.block_m == 128 && cases[i].opt.reduce_mode == 0)
