@@ -455,11 +455,12 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
     constexpr bool STAGED = SYNC && cf_staged_gather<WORDS>::on;
     using shape = cf_gather_shape<WORDS, SYNC, STAGED>;
     constexpr int RW = shape::RW, LPR = shape::LPR, PER_LANE = shape::PER_LANE, CHUNK = shape::CHUNK;
-    /* Stale ranks re-polled a round at a time in late gathers: 1-2 % faster at K = 512 (RMSNorm,
+    /* Stale ranks re-polled a round at a time in late gathers: 1-1.5 % faster at K = 512 (RMSNorm,
      * softmax, LN).  Not in synchronous ones, which wait for CTAs still in their mainloop; not
      * with four reductions, where it spilled (LN+softmax 3-10 % slower); not where pairs of CTAs
      * multicast X (K >= 4096: the mainloop is L2-bound, and LN ran 1.4 % slower; perf-notes v23). */
     constexpr bool ROUNDS = !SYNC && CF_NUM_RED < 4 && CF_CLUSTER_N == 1;
+    static_assert(!ROUNDS || CHUNK <= 32, "a round's stale ranks are a 32-bit mask");
     const int ri = t.lane % RW;
     const unsigned long long *mine = slots + 64 * (ri >> 4) + 16 * t.warp + (ri & 15);
     if (STAGED) cf_gather_stage<WORDS>(t, slots);   /* then every word below is this tile's */
