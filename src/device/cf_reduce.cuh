@@ -492,21 +492,22 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
             /* CTAs that have not got there yet: a late gather (the row mostly posted long ago)
              * loads every stale rank again, a round at a time, so k late ranks cost the rounds until
              * the last has posted, not k round trips one after another */
-            unsigned stale = 0;
+            unsigned stale = 0;   /* the ranks this lane has not seen posted yet */
 #pragma unroll
             for (int c = 0; c < CHUNK; ++c)
-                if ((c0 + c) * LPR + t.lane / RW < CF_ROW_CTAS && !cf_xchg_fresh<WORDS>(t, v0[c], v1[c]))
-                    stale |= 1u << c;
-            while (stale) {
+                stale |= ((c0 + c) * LPR + t.lane / RW < CF_ROW_CTAS ? 1u : 0u) << c;
+            for (;;) {
+#pragma unroll
+                for (int c = 0; c < CHUNK; ++c)
+                    if (((stale >> c) & 1u) && cf_xchg_fresh<WORDS>(t, v0[c], v1[c]))
+                        stale &= ~(1u << c);
+                if (!stale)
+                    break;
                 CF_TRC_COUNT(t, CF_TRC_SPINS);
 #pragma unroll
                 for (int c = 0; c < CHUNK; ++c)
                     if ((stale >> c) & 1u)
                         cf_xchg_load(mine + ((c0 + c) * LPR + t.lane / RW) * CF_BM, v0[c], v1[c]);
-#pragma unroll
-                for (int c = 0; c < CHUNK; ++c)
-                    if (((stale >> c) & 1u) && cf_xchg_fresh<WORDS>(t, v0[c], v1[c]))
-                        stale &= ~(1u << c);
             }
         }
         float nq[CHUNK], w0[CHUNK], w1[CHUNK];
