@@ -9,12 +9,13 @@ those bf16 inputs; the error printed is the relative Frobenius norm over R rows,
 measure `comfuse run --check` prints.  Runs on the GPU machine.
 """
 import argparse
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import WORKLOADS  # noqa: E402
 
 

@@ -198,6 +198,9 @@ static bool parse_shape(const cf_graph *g, const char *text, cli_opts *o)
 
 /* Parses the options shared by emit/compile/run/bench.  Returns 0 on success,
  * else the exit code. */
+/* "on" 1, "off" -1 (cf_options' forced settings), anything else 0 */
+static int on_off(const char *v) { return strcmp(v, "on") == 0 ? 1 : strcmp(v, "off") == 0 ? -1 : 0; }
+
 static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_graph **g, bool *want_ptx)
 {
     memset(o, 0, sizeof *o);
@@ -266,10 +269,10 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
                                : strcmp(v, "cooperative") == 0 ? CF_SCHEDULE_COOPERATIVE
                                                                : CF_SCHEDULE_FINISHER;
             o->schedule_asked = o->kopt.schedule;
-        } else if (strcmp(a, "--pair-tiles") == 0 && v && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0)) {
-            o->kopt.pair_tiles = strcmp(v, "on") == 0 ? 1 : -1;
-        } else if (strcmp(a, "--multicast") == 0 && (strcmp(v, "on") == 0 || strcmp(v, "off") == 0)) {
-            o->kopt.multicast = strcmp(v, "on") == 0 ? 1 : -1;
+        } else if (strcmp(a, "--pair-tiles") == 0 && on_off(v)) {
+            o->kopt.pair_tiles = on_off(v);
+        } else if (strcmp(a, "--multicast") == 0 && on_off(v)) {
+            o->kopt.multicast = on_off(v);
         } else if (strcmp(a, "--reduce-mode") == 0 &&
                    (strcmp(v, "peer") == 0 || strcmp(v, "leader") == 0 || strcmp(v, "global") == 0)) {
             o->kopt.reduce_mode = strcmp(v, "peer") == 0     ? CF_REDUCE_PEER

@@ -167,6 +167,10 @@ int main(int argc, char **argv)
     CHECK_EQ_INT(2, cf("explain --schedule zigzag examples/gemm.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "bad option --schedule zigzag");
     CHECK_EQ_INT(2, cf("explain --reduce-mode bogus examples/gemm_bias_ln.cf", buf, sizeof buf));
+    CHECK_EQ_INT(2, cf("explain --multicast maybe examples/gemm_bias_ln.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "bad option --multicast maybe");
+    CHECK_EQ_INT(2, cf("explain --pair-tiles yes examples/gemm_bias_ln.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "bad option --pair-tiles yes");
     CHECK_EQ_INT(0, cf("explain examples/b2b_ln.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "fused kernel: none (B2B");
 
