@@ -2,8 +2,9 @@
 # Warp instructions per pipe, per consumer warp and tile, of the fused kernels (GPU machine, ncu):
 #   bench/pipes.sh [SHAPE ...]      (default: 16384x1024x1024 and 4096x2048x512)
 # One profiled launch each (ncu --metrics smsp__inst_executed_pipe_*), divided by the tiles and
-# the four warps of the warpgroup that owns a tile; the producer's few instructions are counted
-# too, so compare a kernel with examples/gemm.cf's at the same shape.  Env: CF_CACHE_DIR.
+# the four warps of the warpgroup that owns a tile (128x128 tiles, every default below K = 4096);
+# the producer's few instructions are counted too, so compare a kernel with examples/gemm.cf's at
+# the same shape.  Env: CF_CACHE_DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
