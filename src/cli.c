@@ -196,11 +196,11 @@ static bool parse_shape(const cf_graph *g, const char *text, cli_opts *o)
     return true;
 }
 
-/* Parses the options shared by emit/compile/run/bench.  Returns 0 on success,
- * else the exit code. */
 /* "on" 1, "off" -1 (cf_options' forced settings), anything else 0 */
 static int on_off(const char *v) { return strcmp(v, "on") == 0 ? 1 : strcmp(v, "off") == 0 ? -1 : 0; }
 
+/* Parses the options shared by emit/compile/run/bench.  Returns 0 on success,
+ * else the exit code. */
 static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_graph **g, bool *want_ptx)
 {
     memset(o, 0, sizeof *o);
