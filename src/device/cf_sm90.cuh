@@ -17,7 +17,7 @@
  *     #define CF_IN_F16 0        // 1: operands are f16 instead of bf16
  *     #define CF_NUM_OUT 1       // number of TMA-stored outputs
  *     // optional: CF_PINGPONG (1), CF_MULTICAST (CF_CLUSTER_N > 1), CF_STG_CHUNKS (auto), CF_GROUP_M (8),
- *     //           CF_REG_PRODUCER (40), CF_REG_CONSUMER (232)
+ *     //           CF_REG_PRODUCER (40; 24 with four reductions), CF_REG_CONSUMER (232; 240)
  *     struct cf_epi_params { const float *bias; };       // generated, MUST come before the include
  *     #include "cf_sm90.cuh"
  *     __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t,
@@ -152,11 +152,16 @@
 #ifndef CF_KEEP_LAST
 #define CF_KEEP_LAST (CF_NUM_RED < 4)
 #endif
+/* Four reductions (LN+softmax) spill at 232 registers: there the producer keeps 24 (enough for
+ * its TMA loop) and the consumers take 240 (perf-notes v26: LN+softmax 3.8 % faster at
+ * 4096x2048x512, 0.6 % at 16384x1024x1024; LN, RMSNorm and softmax within 1 %, so they keep
+ * 232 / 40). */
+#define CF_REG_WIDE (!CF_FINISHER && CF_NUM_RED >= 4)
 #ifndef CF_REG_PRODUCER
-#define CF_REG_PRODUCER (CF_FINISHER ? 24 : 40)
+#define CF_REG_PRODUCER (CF_FINISHER || CF_REG_WIDE ? 24 : 40)
 #endif
 #ifndef CF_REG_CONSUMER
-#define CF_REG_CONSUMER (CF_FINISHER ? 184 : 232)
+#define CF_REG_CONSUMER (CF_FINISHER ? 184 : CF_REG_WIDE ? 240 : 232)
 #endif
 #ifndef CF_REG_FINISHER
 #define CF_REG_FINISHER 120
