@@ -468,10 +468,11 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
     float own_w0 = 0.0f;   /* this CTA's own first word of the row, if asked for (a finisher's stats) */
 #pragma unroll 1
     for (int c0 = 0; c0 < PER_LANE; c0 += CHUNK) {
+        const auto rank = [&](int c) { return (c0 + c) * LPR + t.lane / RW; };   /* word c's rank */
         unsigned v0[CHUNK], v1[CHUNK];   /* a slot's low and high halves */
 #pragma unroll
         for (int c = 0; c < CHUNK; ++c) {
-            const int q = (c0 + c) * LPR + t.lane / RW;
+            const int q = rank(c);
             v0[c] = v1[c] = 0u;
             if (q < CF_ROW_CTAS && STAGED) {
                 const unsigned w = cf_staged_rank(t, q) + 8 * t.lane;
@@ -495,7 +496,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
             unsigned stale = 0;   /* the ranks this lane has not seen posted yet */
 #pragma unroll
             for (int c = 0; c < CHUNK; ++c)
-                stale |= ((c0 + c) * LPR + t.lane / RW < CF_ROW_CTAS ? 1u : 0u) << c;
+                stale |= (rank(c) < CF_ROW_CTAS ? 1u : 0u) << c;
             for (;;) {
 #pragma unroll
                 for (int c = 0; c < CHUNK; ++c)
@@ -507,13 +508,13 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
 #pragma unroll
                 for (int c = 0; c < CHUNK; ++c)
                     if ((stale >> c) & 1u)
-                        cf_xchg_load(mine + ((c0 + c) * LPR + t.lane / RW) * CF_BM, v0[c], v1[c]);
+                        cf_xchg_load(mine + rank(c) * CF_BM, v0[c], v1[c]);
             }
         }
         float nq[CHUNK], w0[CHUNK], w1[CHUNK];
 #pragma unroll
         for (int c = 0; c < CHUNK; ++c) {
-            const int q = (c0 + c) * LPR + t.lane / RW;
+            const int q = rank(c);
             if (q < CF_ROW_CTAS && !ROUNDS && !STAGED) {
                 /* one rank at a time (a 64 ns nanosleep here cost 5-10 %) */
                 while (!cf_xchg_fresh<WORDS>(t, v0[c], v1[c])) {
@@ -535,7 +536,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
         } else {
 #pragma unroll
             for (int c = 0; c < CHUNK; ++c)
-                if ((c0 + c) * LPR + t.lane / RW < CF_ROW_CTAS)
+                if (rank(c) < CF_ROW_CTAS)
                     f = cf_fold_add<KIND>(f, nq[c], w0[c], w1[c]);
         }
     }
