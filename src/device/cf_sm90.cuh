@@ -1063,7 +1063,7 @@ __device__ __forceinline__ cf_tile cf_wg_tile(const cf_gemm_args &args, int M, i
  * when replayed from a CUDA graph) cannot take a stale slot for its own.  One thread of the
  * producer's idle warps reads it and counts its CTA in; the CTA counted last advances it for the
  * next launch (0 is never used).  Doing this as the kernel starts, not as each CTA ends, keeps an
- * L2 round trip and a fence off every CTA's exit (perf-notes v27: 1.6-2 % at K = 512). */
+ * L2 round trip and a fence off every CTA's exit (perf-notes v27: 2-3 % at K = 512). */
 __shared__ __align__(8) unsigned long long cf_epoch_bar;   /* completes once cf_epoch_word is set */
 __shared__ unsigned cf_epoch_word;
 __device__ __forceinline__ void cf_count_launch(const cf_gemm_args &args) {
