@@ -497,8 +497,8 @@ static cf_status load_module(cf_kernel *k, cf_error *err)
 }
 
 /* The L2 exchange's slots for tiles_m row tiles, 8 bytes per (reduction, rank, row) (grown,
- * never shrunk), and its counters {epoch 1, 0 CTAs counted in}.  A launch writes every slot of its own
- * row tiles and reads only those; the slots of the row tiles it does not reach are zeroed (no
+ * never shrunk), and its counters {epoch 1, 0 CTAs counted in}.  A launch writes every slot of
+ * its own row tiles and reads only those; the slots of the row tiles it does not reach are zeroed (no
  * epoch or pair tag is 0) on its stream before it runs.  So after any launch -- also one replayed
  * from a CUDA graph, where this runs only at capture -- every slot holds that launch's post or
  * nothing, and a pair's 8-bit tag, which comes round every 255 launches, is never stale. */

@@ -721,7 +721,7 @@ template <int OP, int RED> __device__ __forceinline__ void cf_row_reduce(const c
         part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 1));
         part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 2));
     }
-#if CF_ROW_CTAS > 1 && CF_RED_GLOBAL
+#if CF_XCHG_L2
     cf_global_row_combine<OP, RED>(args, t, part);
 #elif CF_ROW_CTAS > 1
     cf_cluster_row_combine<OP>(t, part);

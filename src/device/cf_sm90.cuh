@@ -120,6 +120,8 @@
 #ifndef CF_RED_GLOBAL
 #define CF_RED_GLOBAL 0
 #endif
+/* Row partials through L2 between a row group's CTAs: the launch epoch tags them (cf_count_launch) */
+#define CF_XCHG_L2 (CF_RED_GLOBAL && CF_ROW_CTAS > 1)
 #if CF_ROW_CTAS % CF_CLUSTER_N != 0
 #error "CF_ROW_CTAS must be a multiple of CF_CLUSTER_N"
 #endif
@@ -320,7 +322,7 @@ struct cf_gemm_args {
     cf_tma_desc tma_b;
     cf_tma_desc tma_out[CF_NUM_OUT];
     unsigned long long *xchg;  /* CF_RED_GLOBAL: row partials, 8-byte slots (cf_reduce.cuh) */
-    unsigned *xsync;           /* CF_RED_GLOBAL: [0] launch epoch, [1] CTAs of this launch that have read it */
+    unsigned *xsync;           /* CF_RED_GLOBAL: [0] launch epoch, [1] CTAs that have read it */
     void *out[CF_NUM_OUT];
     int M, N, K;
     int out_ld[CF_NUM_OUT];
@@ -1058,7 +1060,7 @@ __device__ __forceinline__ cf_tile cf_wg_tile(const cf_gemm_args &args, int M, i
     return t;
 }
 
-#if CF_RED_GLOBAL && CF_ROW_CTAS > 1
+#if CF_XCHG_L2
 /* The launch's epoch tags its partials, so the next launch (stream-ordered after this one, also
  * when replayed from a CUDA graph) cannot take a stale slot for its own.  One thread of the
  * producer's idle warps reads it and counts its CTA in; the CTA counted last advances it for the
@@ -1136,7 +1138,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #if CF_HAS_REDUCE
         cf_reduce_init();
 #endif
-#if CF_RED_GLOBAL && CF_ROW_CTAS > 1
+#if CF_XCHG_L2
         cf_mbar_init(cf_smem_u32(&cf_epoch_bar), 1);
 #endif
         cf_fence_barrier_init();
@@ -1149,7 +1151,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
     if (wg == 0) {
         /* ---------------- producer warpgroup ---------------- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(CF_REG_PRODUCER));
-#if CF_RED_GLOBAL && CF_ROW_CTAS > 1
+#if CF_XCHG_L2
         if (tid == 32) cf_count_launch(args);
 #endif
         if (tid == 0) {
@@ -1195,7 +1197,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
          * to fragment mapping, that warpgroup's staging buffer, its own named barrier. */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(CF_REG_FINISHER));
         cf_tile t = cf_wg_tile(args, M, N, tid, rank, CF_BAR_FIN);
-#if CF_RED_GLOBAL && CF_ROW_CTAS > 1
+#if CF_XCHG_L2
         t.epoch = cf_launch_epoch();
 #endif
 #pragma unroll 1
@@ -1346,7 +1348,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             CF_TR_V(w, i / istep, 7, t.tid, tr_rest);
             CF_TR_V(w, i / istep, 8, t.tid, clock64() - tr_d0);   /* the last k-block's drain */
 #endif
-#if CF_RED_GLOBAL && CF_ROW_CTAS > 1
+#if CF_XCHG_L2
             if (i == istart) t.epoch = cf_launch_epoch();
 #endif
             t.tile_m = tm; t.tile_n = tn;
