@@ -1,54 +1,62 @@
 #!/usr/bin/env bash
-# What a row exchange through L2 costs, split in two (docs/perf-notes.md v8): each spec
-# timed beside cuBLASLt with
+# What the row exchange through L2 costs each case, split in two (perf-notes v8, v28).  Every
+# case is timed beside cuBLASLt, in turns, with three builds of this tree:
 #   real       the exchange as built;
-#   self-only  every CTA reads back only its own slot: the same stores, loads and L2
-#              round trip, but no waiting for the row's other CTAs (wrong results);
-#   none       no exchange at all (wrong results).
-# real - self-only = waiting for the slowest CTA of the row; self-only - none = L2 latency.
-cd "$(dirname "$0")/.."
-export CF_CACHE_DIR=$(mktemp -d)
-make -j16 all >/dev/null || exit 1
-mk() {  # $1: python replacement mode
-  d=$(mktemp -d); cp -r Makefile include src tools "$d"/
-  python3 - "$d/src/device/cf_reduce.cuh" "$1" <<'PY'
+#   self-only  every CTA reads back only its own rank's slot: the same posts, loads and L2 round
+#              trips, but no waiting for the row's other CTAs (wrong results);
+#   none       no posts, no loads, no waiting: every gather folds zeros (wrong results); the
+#              epilogue's arithmetic, parks, finishes and stores are all still there.
+# real - self-only = waiting for the row's slowest CTA; self-only - none = the exchange's loads.
+# `none` bounds what any schedule of the exchange can reach with this mainloop and epilogue.
+#   bench/diag-exchange.sh "SPEC SHAPE [bench options]" ...        (GPU machine; AB_REPS turns)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+export PATH="/usr/local/cuda/bin:$PATH"
+[ $# -ge 1 ] || { echo "usage: bench/diag-exchange.sh \"SPEC SHAPE [options]\" ..." >&2; exit 2; }
+make -j"$(nproc)" all >/dev/null 2>&1 || { echo "diag-exchange: build failed" >&2; exit 1; }
+variant() {   # $1: self | none; prints the variant's tree
+    local d
+    d=$(mktemp -d)
+    cp -r Makefile include src tools "$d"/
+    python3 - "$d/src/device/cf_reduce.cuh" "$1" <<'PY' || return 1
 import sys
-p=sys.argv[1]; s=open(p).read()
-if sys.argv[2] == "self":
-    for a, b in (("mine + q * CF_BM", "mine + t.rank * CF_BM"), ("mine + 2 * q * CF_BM", "mine + 2 * t.rank * CF_BM")):
-        assert a in s
-        s = s.replace(a, b)
+path, mode = sys.argv[1], sys.argv[2]
+s = open(path).read()
+def sub(a, b, count=None):
+    global s
+    n = s.count(a)
+    assert n and (count is None or n == count), (a, n)
+    s = s.replace(a, b)
+if mode == "self":
+    sub("mine + q * CF_BM", "mine + t.rank * CF_BM", 3)
+    sub("mine + rank(c) * CF_BM", "mine + t.rank * CF_BM", 1)
+    sub("slots + q * CF_BM + 64", "slots + t.rank * CF_BM + 64", 1)
 else:
-    for f in ("cf_post_rows", "cf_gather_rows"):
-        i = s.index("__device__ __forceinline__ void " + f)
+    # the three functions every L2 exchange goes through: nothing stored, nothing loaded, all fresh
+    for head in ("void cf_post_rows(", "void cf_xchg_load(", "bool cf_xchg_fresh(", "void cf_gather_stage("):
+        i = s.index(head)
         j = s.index("{", i) + 1
-        s = s[:j] + "\n    if (t.M > 0) return;" + s[j:]
-open(p,'w').write(s)
+        body = {"void cf_xchg_load(": "\n    lo = hi = 0u; if (p) return;",
+                "bool cf_xchg_fresh(": "\n    if (lo == lo) return true;"}.get(head, "\n    if (t.lane >= 0) return;")
+        s = s[:j] + body + s[j:]
+open(path, "w").write(s)
 PY
-  make -C "$d" -j16 all >/dev/null || exit 1
-  echo "$d/build"
+    make -C "$d" -j"$(nproc)" all >/dev/null 2>&1 || { echo "diag-exchange: $1 build failed" >&2; return 1; }
+    echo "$d"
 }
-b_self=$(mk self); b_none=$(mk none)
-# bench/diag-exchange.sh [SPEC...] [-- SHAPE...]: the specs (default sum_only and RMSNorm) in
-# both finish modes (late: parked, finished after the next mainloop; sync: at once).
-specs=() shapes=()
-while [ $# -gt 0 ] && [ "$1" != -- ]; do specs+=("$1"); shift; done
-[ "${1:-}" = -- ] && shift
-shapes=("$@")
-[ ${#specs[@]} = 0 ] && specs=(bench/specs/sum_only.cf examples/gemm_rmsnorm.cf)
-[ ${#shapes[@]} = 0 ] && shapes=(M=16384,N=1024,K=1024 M=4096,N=2048,K=512 M=16384,N=2048,K=1024)
-for b in build $b_self $b_none; do   # NVRTC first, in parallel
-  for shape in "${shapes[@]}"; do for spec in "${specs[@]}"; do for f in "" --sync-finish; do
-    echo "$b/comfuse compile $f --shape $shape $spec"
-  done; done; done
+self_tree=$(variant self) && none_tree=$(variant none) || exit 1
+trees=("$PWD" "$self_tree" "$none_tree")
+export CF_CACHE_DIR=${CF_CACHE_DIR:-$(mktemp -d)}
+for c in "$@"; do   # NVRTC first, everything at once
+    read -r spec shape opts <<<"$c"
+    for d in "${trees[@]}"; do echo "$d/build/comfuse compile --shape $shape $opts $spec"; done
 done | xargs -P "$(nproc)" -I{} sh -c '{} >/dev/null 2>&1'
-for shape in "${shapes[@]}"; do
-  for spec in "${specs[@]}"; do
-    for f in "" --sync-finish; do
-      for b in build $b_self $b_none; do
-        tag=$([ $b = build ] && echo real || ([ $b = $b_self ] && echo self-only || echo none))
-        timeout 60 $b/comfuse bench --iters 60 $f --shape "$shape" $spec 2>&1 | awk -F'\t' -v s="$tag $(basename $spec) ${f:---late}" -v sh="$shape" '/^BENCH/ { printf "%-42s %-22s ratio %.3f  (%.4f ms)\n", s, sh, $8, $4 }'
-      done
-    done
-  done
+# shellcheck source=bench/turns.sh
+. bench/turns.sh
+echo "fused/cuBLAS per turn; [median / real's median]"
+for c in "$@"; do
+    read -r spec shape opts <<<"$c"
+    # shellcheck disable=SC2086
+    variant_ratio() { bench_ratio "${trees[$1]}/build/comfuse" "$spec" "$shape" $opts; }
+    run_turns "$(printf "%-36s %-22s" "$(basename "$spec") $opts" "$shape")" real self-only none
 done
