@@ -32,7 +32,9 @@ if mode == "self":
     sub("mine + rank(c) * CF_BM", "mine + t.rank * CF_BM", 1)
     sub("slots + q * CF_BM + 64", "slots + t.rank * CF_BM + 64", 1)
 else:
-    # the three functions every L2 exchange goes through: nothing stored, nothing loaded, all fresh
+    # the functions every L2 exchange goes through: nothing stored, nothing loaded, all fresh; a
+    # synchronous gather of many ranks reads no staged words either
+    sub("constexpr bool STAGED = SYNC && cf_staged_gather<WORDS>::on;", "constexpr bool STAGED = false;", 1)
     for head in ("void cf_post_rows(", "void cf_xchg_load(", "bool cf_xchg_fresh(", "void cf_gather_stage("):
         i = s.index(head)
         j = s.index("{", i) + 1
