@@ -73,10 +73,10 @@ def time_ms(fn):
     return sorted(times)[len(times) // 2]
 
 
-def comfuse_bench(root, name, m, n, k):
+def comfuse_bench(root, binary, extra, name, m, n, k):
     """Returns (fused, cublas, floor, unfused) in ms from one `comfuse bench`; None where absent."""
-    cmd = [os.path.join(root, "build", "comfuse"), "bench", "--iters", "100", "--shape",
-           f"M={m},N={n},K={k}", os.path.join(root, "examples", name + ".cf")]
+    cmd = [binary, "bench", "--iters", "100", "--shape", f"M={m},N={n},K={k}", *extra,
+           os.path.join(root, "examples", name + ".cf")]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     for line in out.stdout.splitlines():
         if line.startswith("BENCH\t"):
@@ -103,8 +103,17 @@ def main():
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--out", default=None, help="also write the table here")
     ap.add_argument("--deadline", type=float, default=0, help="stop starting new rows after this many seconds")
+    ap.add_argument("--shapes", default=None, help="only these shapes, e.g. 16384,1024,1024;4096,2048,512")
+    ap.add_argument("--comfuse", default=None, help="the comfuse binary to time (default: this tree's build)")
+    ap.add_argument("--bench-args", default="", help="options passed to `comfuse bench`, e.g. --sync-finish")
     args = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    binary = args.comfuse or os.path.join(root, "build", "comfuse")
+    shapes = QUICK if args.quick else SHAPES
+    if args.shapes:
+        shapes = [tuple(int(d) for d in s.split(",")) for s in args.shapes.split(";")]
+        if any(len(s) != 3 for s in shapes):
+            ap.error("--shapes: M,N,K triples separated by ';'")
     torch.manual_seed(0)
     dev = "cuda"
     rows = []
@@ -113,7 +122,7 @@ def main():
               f"{'unfused':>8} {'floor':>8} {'/cuBLAS':>7} {'/compile':>8}")
     for name in args.workloads.split(","):
         fn = WORKLOADS[name]
-        for (m, n, k) in (QUICK if args.quick else SHAPES):
+        for (m, n, k) in shapes:
             if args.deadline and time.time() - t_start > args.deadline:
                 print(f"# deadline reached: {name} {m}x{n}x{k} not run", flush=True)
                 continue
@@ -130,7 +139,7 @@ def main():
             t_eager = time_ms(lambda: fn(x, w, b, g, be))
             t_compile = time_ms(lambda: compiled(x, w, b, g, be))
             t_mm = time_ms(lambda: x @ w)
-            fused, cublaslt, floor, unfused = comfuse_bench(root, name, m, n, k)
+            fused, cublaslt, floor, unfused = comfuse_bench(root, binary, args.bench_args.split(), name, m, n, k)
             rows.append((name, f"{m},{n},{k}", fused, t_mm, t_compile, t_eager, unfused, floor))
             print(f"# {name} {m}x{n}x{k}: torch.compile took {compile_s:.1f} s; cuBLASLt in comfuse bench "
                   f"{fmt(cublaslt).strip()} ms", flush=True)

@@ -9,11 +9,12 @@
 # real - self-only = waiting for the row's slowest CTA; self-only - none = the exchange's loads.
 # `none` bounds what any schedule of the exchange can reach with this mainloop and epilogue.
 #   bench/diag-exchange.sh "SPEC SHAPE [bench options]" ...        (GPU machine; AB_REPS turns)
+#   bench/diag-exchange.sh --tree self|none    builds that variant only and prints its tree, e.g.
+#       python3 bench/compare.py --comfuse "$(bench/diag-exchange.sh --tree none)/build/comfuse"
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export PATH="/usr/local/cuda/bin:$PATH"
-[ $# -ge 1 ] || { echo "usage: bench/diag-exchange.sh \"SPEC SHAPE [options]\" ..." >&2; exit 2; }
-make -j"$(nproc)" all >/dev/null 2>&1 || { echo "diag-exchange: build failed" >&2; exit 1; }
+[ $# -ge 1 ] || { echo "usage: bench/diag-exchange.sh \"SPEC SHAPE [options]\" ... | --tree self|none" >&2; exit 2; }
 variant() {   # $1: self | none; prints the variant's tree
     local d
     d=$(mktemp -d)
@@ -46,6 +47,12 @@ PY
     make -C "$d" -j"$(nproc)" all >/dev/null 2>&1 || { echo "diag-exchange: $1 build failed" >&2; return 1; }
     echo "$d"
 }
+if [ "$1" = --tree ]; then
+    case ${2:-} in self | none) variant "$2"; exit ;; esac
+    echo "diag-exchange: --tree self|none" >&2
+    exit 2
+fi
+make -j"$(nproc)" all >/dev/null 2>&1 || { echo "diag-exchange: build failed" >&2; exit 1; }
 self_tree=$(variant self) && none_tree=$(variant none) || exit 1
 trees=("$PWD" "$self_tree" "$none_tree")
 export CF_CACHE_DIR=${CF_CACHE_DIR:-$(mktemp -d)}
