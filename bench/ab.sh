@@ -22,18 +22,7 @@ done
 make -j"$(nproc)" all >/dev/null 2>&1 || { echo "ab: build of this tree failed" >&2; exit 1; }
 trees+=("$PWD")
 names=("${tarballs[@]##*/}" "this")
-export CF_CACHE_DIR=${CF_CACHE_DIR:-$(mktemp -d)}
-# NVRTC first, everything at once, so the timed part loads cubins from the cache
-for c in "$@"; do
-    read -r spec shape opts <<<"$c"
-    for d in "${trees[@]}"; do echo "$d/build/comfuse compile --shape $shape $opts $spec"; done
-done | xargs -P "$(nproc)" -I{} sh -c '{} >/dev/null 2>&1'
 # shellcheck source=bench/turns.sh
 . bench/turns.sh
 echo "fused/cuBLAS per turn; [median / first tree's median]; trees: ${names[*]}"
-for c in "$@"; do
-    read -r spec shape opts <<<"$c"
-    # shellcheck disable=SC2086
-    variant_ratio() { bench_ratio "${trees[$1]}/build/comfuse" "$spec" "$shape" $opts; }
-    run_turns "$(printf "%-36s %-22s" "$(basename "$spec") $opts" "$shape")" "${names[@]}"
-done
+time_trees "$@"

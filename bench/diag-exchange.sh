@@ -55,17 +55,8 @@ fi
 make -j"$(nproc)" all >/dev/null 2>&1 || { echo "diag-exchange: build failed" >&2; exit 1; }
 self_tree=$(variant self) && none_tree=$(variant none) || exit 1
 trees=("$PWD" "$self_tree" "$none_tree")
-export CF_CACHE_DIR=${CF_CACHE_DIR:-$(mktemp -d)}
-for c in "$@"; do   # NVRTC first, everything at once
-    read -r spec shape opts <<<"$c"
-    for d in "${trees[@]}"; do echo "$d/build/comfuse compile --shape $shape $opts $spec"; done
-done | xargs -P "$(nproc)" -I{} sh -c '{} >/dev/null 2>&1'
+names=(real self-only none)
 # shellcheck source=bench/turns.sh
 . bench/turns.sh
 echo "fused/cuBLAS per turn; [median / real's median]"
-for c in "$@"; do
-    read -r spec shape opts <<<"$c"
-    # shellcheck disable=SC2086
-    variant_ratio() { bench_ratio "${trees[$1]}/build/comfuse" "$spec" "$shape" $opts; }
-    run_turns "$(printf "%-36s %-22s" "$(basename "$spec") $opts" "$shape")" real self-only none
-done
+time_trees "$@"

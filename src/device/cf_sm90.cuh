@@ -1056,7 +1056,7 @@ __device__ __forceinline__ cf_tile cf_wg_tile(const cf_gemm_args &args, int M, i
 #if CF_GATHER_EARLY
     t.gw_src = nullptr;
 #endif
-    t.epoch = 0;   /* CF_RED_GLOBAL: set from cf_launch_epoch before the first post */
+    t.epoch = 0;   /* CF_XCHG_L2: set from cf_launch_epoch before the first post */
     return t;
 }
 
