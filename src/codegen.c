@@ -445,7 +445,17 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
     cf_sb_free(&e);
 }
 
-/* "T1[r]", "R0[cf_acc_slot(r)]" or "S_7": the storage of node n. */
+/* The reduction whose row statistic n is, through any bypasses of it: that value lives in
+ * red_<reduction> from its exchange to the end of the epilogue (after a merged exchange it is
+ * the row's, not the tile's, statistic), so it needs no array of its own.  NULL otherwise. */
+static const cf_ir_node *stat_source(const cf_ir_node *n)
+{
+    while (n->kind == CF_IR_PLACEHOLDER && !n->is_stat)
+        n = n->ref;
+    return n->kind == CF_IR_PLACEHOLDER ? n->ref : NULL;
+}
+
+/* "T1[r]", "R0[cf_acc_slot(r)]", "red_m_3[cf_acc_slot(r)]" or "S_7": the storage of node n. */
 static const char *slot_ref(cg_ctx *c, const cf_ir_node *n, char *buf, size_t len)
 {
     int k = c->arr[n->id];
@@ -464,9 +474,16 @@ static const char *slot_ref(cg_ctx *c, const cf_ir_node *n, char *buf, size_t le
         snprintf(buf, len, "%s[r %% 8]", n->kind == CF_IR_PLACEHOLDER ? "pk" : "y8");
         return buf;
     }
+    const cf_ir_node *red = cls_of(n->shape) == CLS_ROW ? stat_source(n) : NULL;
+    char id[96];
     switch (cls_of(n->shape)) {
     case CLS_TILE: snprintf(buf, len, "T%d[r]", k); break;
-    case CLS_ROW: snprintf(buf, len, "R%d[cf_acc_slot(r)]", k); break;
+    case CLS_ROW:
+        if (red)
+            snprintf(buf, len, "red_%s[cf_acc_slot(r)]", ident(red, id, sizeof id));
+        else
+            snprintf(buf, len, "R%d[cf_acc_slot(r)]", k);
+        break;
     default: snprintf(buf, len, "S_%d", k); break;
     }
     return buf;
@@ -616,6 +633,8 @@ static void plan_storage(cg_ctx *c, const cf_ir_spec *sp)
         const cf_ir_node *n = sp->nodes[i];
         if (n->kind == CF_IR_ACC)
             c->arr[n->id] = 0;
+        else if (n->kind == CF_IR_PLACEHOLDER && stat_source(n))
+            continue; /* read from its reduction's red_ array wherever it is used */
         else if (n->kind == CF_IR_PLACEHOLDER && !n->is_stat)
             c->arr[n->id] = c->arr[n->ref->id];
         else
@@ -627,7 +646,7 @@ static void plan_storage(cg_ctx *c, const cf_ir_spec *sp)
     for (int i = 0; i < sp->n_nodes; i++) {
         const cf_ir_node *n = sp->nodes[i];
         if (n->kind == CF_IR_STORE || n->kind == CF_IR_REDUCE || n->kind == CF_IR_MATMUL || c->pass[n->id] ||
-            !(carried_out(sp, n) || stored(c, sp, n)))
+            (n->kind == CF_IR_PLACEHOLDER && stat_source(n)) || !(carried_out(sp, n) || stored(c, sp, n)))
             continue;
         int cls = cls_of(n->shape);
         if (cls == CLS_SCALAR) {
@@ -1562,8 +1581,14 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
                 line(c, "for (int s = 0; s < CF_ROWS; ++s) {  /* output %s: %s [M], one writer per row */", a->name,
                      cf_dtype_name(a->dtype));
                 line(c, "    const int row = t.m0 + cf_slot_row(t, s);");
+                const cf_ir_node *stat = stat_source(src);
+                char from[112];
+                if (stat)
+                    snprintf(from, sizeof from, "red_%s[s]", ident(stat, id, sizeof id));
+                else
+                    snprintf(from, sizeof from, "R%d[s]", k);
                 line(c, "    if (t.n0 == 0 && (t.lane & 3) == 0 && row < t.M)");
-                line(c, "        store_%s(p.%s, row, R%d[s]);", cf_dtype_name(a->dtype), a->name, k);
+                line(c, "        store_%s(p.%s, row, %s);", cf_dtype_name(a->dtype), a->name, from);
                 line(c, "}");
             }
         }

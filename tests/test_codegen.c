@@ -1121,6 +1121,75 @@ static void test_scale_into_exp(void)
     cf_graph_free(lnsm);
 }
 
+/* Whether every row array R<k> the source reads was written earlier in it (a read of an
+ * unwritten one left [M] outputs unwritten on the GPU while every CPU check passed). */
+static bool row_arrays_written(const char *src)
+{
+    bool written[64] = {false};
+    for (const char *p = src; (p = strstr(p, "R")) != NULL; p++) {
+        if (p > src && (p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= 'A' && p[-1] <= 'Z') ||
+                        (p[-1] >= '0' && p[-1] <= '9')))
+            continue;
+        char *end;
+        long k = strtol(p + 1, &end, 10);
+        if (end == p + 1 || *end != '[' || k < 0 || k >= 64)
+            continue;
+        if (p >= src + 6 && strncmp(p - 6, "float ", 6) == 0)
+            continue; /* the declaration */
+        const char *close = strchr(end, ']');
+        if (close && strncmp(close, "] = ", 4) == 0)
+            written[k] = true;
+        else if (!written[k]) {
+            fprintf(stderr, "R%ld read before any write: %.60s\n", k, p);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Every output kind — [M, N] tiles and [M] vectors, several of each, before, between and after
+ * reductions — is stored from a value the kernel wrote, under every schedule the options pick
+ * at these shapes. */
+static void test_row_outputs(void)
+{
+    static const char *specs[] = {"tests/specs/out_softmax_max.cf", "tests/specs/out_logsumexp.cf",
+                                  "tests/specs/out_log_softmax_lse.cf", "tests/specs/out_ln_stats.cf",
+                                  "tests/specs/out_rows_mixed.cf", "tests/specs/softmax_inf.cf"};
+    static const int64_t shapes[][3] = {{4096, 2048, 512}, {16384, 1024, 1024}, {8192, 4096, 4096},
+                                        {129, 72, 136}, {300, 8200, 136}, {64, 32768, 256}};
+    static const cf_options forced[] = {{0}, {.sync_finish = 1}, {.schedule = CF_SCHEDULE_FINISHER},
+                                        {.pair_tiles = 1}, {.reduce_mode = CF_REDUCE_PEER}};
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+        cf_graph *g = parse(specs[i]);
+        CHECK(g != NULL);
+        for (size_t s = 0; g && s < sizeof shapes / sizeof *shapes; s++)
+            for (size_t f = 0; f < sizeof forced / sizeof *forced; f++) {
+                cf_options opt = forced[f];
+                cf_options_fill(&opt, cf_options_for(g, shapes[s][0], shapes[s][1], shapes[s][2]));
+                cf_kernel *k = NULL;
+                cf_error err;
+                if (cf_kernel_build(g, &opt, "out", &k, &err) != CF_OK)
+                    continue; /* e.g. rows wider than a cluster: the wide-row path */
+                const char *src = cf_kernel_source(k);
+                bool ok = row_arrays_written(src);
+                if (!ok)
+                    fprintf(stderr, "  in %s at %lldx%lldx%lld, options #%zu\n", specs[i], (long long)shapes[s][0],
+                            (long long)shapes[s][1], (long long)shapes[s][2], f);
+                CHECK(ok);
+                for (int o = 0; o < cf_graph_num_outputs(g); o++) {
+                    cf_tensor_info info = cf_graph_output_info(g, o);
+                    if (info.rank != 1)
+                        continue;
+                    char want[96];
+                    snprintf(want, sizeof want, "(p.%s, row, ", info.name);
+                    CHECK_CONTAINS(src, want);
+                }
+                cf_kernel_free(k);
+            }
+        cf_graph_free(g);
+    }
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -1139,5 +1208,6 @@ int main(void)
     test_pair_tiles();
     test_gather_early();
     test_gelu_at_store();
+    test_row_outputs();
     return tu_finish("test_codegen");
 }
