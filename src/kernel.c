@@ -246,14 +246,8 @@ void cf_options_fill(cf_options *o, cf_options def)
         o->block_m = def.block_m;
     if (!o->block_n)
         o->block_n = def.block_n;
-    if (!o->stages) {
-        o->stages = def.stages;
-        /* the default depth, as deep as the tile's ring and one staging chunk per warpgroup fit
-         * in shared memory (64x256 tiles take 40 KB a stage) */
-        const int tile_m = o->schedule == CF_SCHEDULE_COOPERATIVE ? 2 * o->block_m : o->block_m;
-        while (o->stages > 2 && !cf_cg_smem_fits(tile_m, o->block_m, o->block_n, o->stages, 1, o->pair_tiles == 1))
-            o->stages--;
-    }
+    if (!o->stages)
+        o->stages = def.stages; /* cf_kernel_build lowers it until the plan fits shared memory */
     if (!o->cluster_n)
         o->cluster_n = def.cluster_n;
     if (!o->multicast)
@@ -279,6 +273,25 @@ void cf_kernel_free(cf_kernel *k)
     cf_sb_free(&k->src);
     cf_ir_free(k->ir);
     free(k);
+}
+
+/* Every plan is checked against shared memory before code is generated: the depth is lowered
+ * until it fits (cf_options.stages is the deepest wanted), and a tile that fits at no depth is
+ * refused. */
+static cf_status check_smem(const cf_ir *ir, cf_cg_options *cg, cf_error *err)
+{
+    cf_cg_smem m = cf_cg_plan_smem(ir, cg);
+    while (!m.fits && cg->stages > 2) {
+        cg->stages--;
+        m = cf_cg_plan_smem(ir, cg);
+    }
+    if (m.fits)
+        return CF_OK;
+    return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                     "shared memory: %d stages of a %dx%d tile need %ld bytes dynamic + %d static, over the "
+                     "%d-byte limit per CTA; use a narrower tile (--block-n) or another schedule",
+                     cg->stages, cg->cooperative ? 2 * cg->bm : cg->bm, cg->bn, m.dynamic_bytes, m.static_bytes,
+                     CF_SMEM_OPTIN);
 }
 
 cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *title, cf_kernel **out,
@@ -344,7 +357,10 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
                             .sync_finish = o->sync_finish == 1, .pair_tiles = o->pair_tiles == 1,
                             .cooperative = o->schedule == CF_SCHEDULE_COOPERATIVE,
                             .finisher = o->schedule == CF_SCHEDULE_FINISHER};
-        st = cf_codegen(k->ir, &cg, title, &k->src, err);
+        st = check_smem(k->ir, &cg, err);
+        k->opt.stages = cg.stages;
+        if (st == CF_OK)
+            st = cf_codegen(k->ir, &cg, title, &k->src, err);
         k->gather_early = st == CF_OK && cf_cg_gathers_early(k->ir, &cg);
     }
     if (st != CF_OK) {
@@ -356,6 +372,7 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
 }
 
 const cf_ir *cf_kernel_ir(const cf_kernel *k) { return k ? k->ir : NULL; }
+const cf_options *cf_kernel_options(const cf_kernel *k) { return k ? &k->opt : NULL; }
 const char *cf_kernel_source(const cf_kernel *k) { return k ? k->src.data : NULL; }
 const char *cf_kernel_ptx(const cf_kernel *k) { return k && k->compiled ? k->cubin.ptx : NULL; }
 
@@ -575,6 +592,20 @@ static cf_status build_wide(cf_kernel *k, int64_t M, int64_t N, int64_t K, cf_er
         st = cf_kernel_compile(k->wide.gemm, err);
     if (st == CF_OK)
         st = cf_rows_build(ir, "wide-row epilogue", &k->wide.rows, err);
+    return st;
+}
+
+cf_status cf_kernel_prepare(cf_kernel *k, const int64_t *dims, cf_error *err)
+{
+    cf_error_clear(err);
+    if (!k || !dims)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_prepare: NULL argument");
+    cf_status st = cf_kernel_compile(k, err);
+    const cf_ir *ir = k->ir;
+    const int64_t M = ir->dim_m >= 0 ? dims[ir->dim_m] : 0, N = ir->dim_n >= 0 ? dims[ir->dim_n] : 0,
+                  K = ir->dim_k >= 0 ? dims[ir->dim_k] : 0;
+    if (st == CF_OK && cf_kernel_wide(k, N) && !k->wide.gemm)
+        st = build_wide(k, M, N, K, err);
     return st;
 }
 

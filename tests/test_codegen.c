@@ -1190,6 +1190,71 @@ static void test_row_outputs(void)
     }
 }
 
+/* Every plan is checked against shared memory before code generation, with the one formula
+ * (cf_cg_plan_smem) that the generated source passes to the device header. */
+static void test_smem_plan(void)
+{
+    cf_graph *g = parse("examples/gemm_bias_ln.cf");
+    cf_error err;
+    cf_kernel *k = NULL;
+    /* DSMEM: the exchange's static buffers count too (they were left out, and NVRTC hit #error) */
+    cf_options peer = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = 16, .reduce_mode = CF_REDUCE_PEER};
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &peer, "peer", &k, &err));
+    CHECK(k && cf_kernel_options(k)->stages < 6);
+    const char *src = k ? cf_kernel_source(k) : "";
+    CHECK_CONTAINS(src, "#define CF_SMEM_PLAN ");
+    CHECK_CONTAINS(src, "#define CF_STG_CHUNKS ");
+    const char *plan = strstr(src, "#define CF_SMEM_PLAN ");
+    const char *stat = strstr(src, "#define CF_STATIC_SMEM ");
+    CHECK(plan && stat && atol(plan + 21) + atol(stat + 23) <= CF_SMEM_OPTIN);
+    if (k)
+        CHECK_EQ_INT(CF_OK, cf_kernel_compile(k, &err));   /* the device layout agrees with the plan */
+    cf_kernel_free(k);
+    cf_graph_free(g);
+}
+
+/* compile at a shape compiles exactly what a launch there runs: rows wider than the row group
+ * take the wide-row path's GEMM and row kernel, and all three come from the cache afterwards. */
+static void test_prepare_cached(void)
+{
+    char dir[] = "/tmp/cf_prepare_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    const char *old = getenv("CF_CACHE_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("CF_CACHE_DIR", dir, 1);
+    cf_graph *g = parse("tests/specs/out_logsumexp.cf");
+    int64_t dims[3] = {0};
+    for (int d = 0; g && d < cf_graph_num_dims(g); d++) {
+        const char *n = cf_graph_dim_name(g, d);
+        dims[d] = !strcmp(n, "M") ? 2048 : !strcmp(n, "N") ? 32000 : 4096;
+    }
+    cf_error err;
+    for (int pass = 0; g && pass < 2; pass++) {
+        if (pass == 1)
+            setenv("CF_ASSERT_CACHED", "1", 1);
+        cf_options opt = cf_options_for(g, 2048, 32000, 4096);
+        cf_kernel *k = NULL;
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "lse", &k, &err));
+        cf_status st = k ? cf_kernel_prepare(k, dims, &err) : CF_ERR_INTERNAL;
+        if (st != CF_OK)
+            fprintf(stderr, "prepare (pass %d): %s\n", pass, err.msg);
+        CHECK_EQ_INT(CF_OK, st);
+        CHECK(k && cf_kernel_wide(k, 32000));
+        cf_kernel_free(k);
+    }
+    unsetenv("CF_ASSERT_CACHED");
+    if (saved) {
+        setenv("CF_CACHE_DIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("CF_CACHE_DIR");
+    }
+    cf_graph_free(g);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK_EQ_INT(0, system(cmd));
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -1209,5 +1274,7 @@ int main(void)
     test_gather_early();
     test_gelu_at_store();
     test_row_outputs();
+    test_smem_plan();
+    test_prepare_cached();
     return tu_finish("test_codegen");
 }
