@@ -511,6 +511,9 @@ cf_status cf_rt_free(cf_rt_devptr p, cf_error *err);
 cf_status cf_rt_memcpy_htod(cf_rt_devptr dst, const void *src, size_t bytes, cf_error *err);
 cf_status cf_rt_memcpy_dtoh(void *dst, cf_rt_devptr src, size_t bytes, cf_error *err);
 cf_status cf_rt_memcpy_dtod(cf_rt_devptr dst, cf_rt_devptr src, size_t bytes, cf_error *err);
+/* rows of width_bytes from one pitch to another, device to device, on stream s */
+cf_status cf_rt_memcpy_2d_async(cf_rt_devptr dst, size_t dst_pitch, cf_rt_devptr src, size_t src_pitch,
+                                size_t width_bytes, size_t rows, cf_rt_stream s, cf_error *err);
 /* count elements of 1, 2 or 4 bytes. */
 cf_status cf_rt_memset_d8(cf_rt_devptr dst, uint8_t v, size_t count, cf_error *err);
 cf_status cf_rt_memset_d8_async(cf_rt_devptr dst, uint8_t v, size_t count, cf_rt_stream s, cf_error *err);

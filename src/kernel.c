@@ -39,6 +39,11 @@ struct cf_kernel {
     size_t xchg_bytes;
     /* Rows wider than a cluster: our GEMM into an f32 buffer, then the row
      * kernel (rows.c) runs the epilogue; built on the first such launch. */
+    /* By IR arg: the padded copy of a tensor TMA cannot address in place (see staging). */
+    struct padded {
+        cf_rt_devptr buf;
+        size_t bytes;
+    } *padded;
     struct {
         cf_graph *graph;     /* X, W -> C = X @ W as f32                          */
         cf_kernel *gemm;
@@ -266,6 +271,10 @@ void cf_kernel_free(cf_kernel *k)
         cf_rt_free(k->xchg, NULL);
     if (k->xsync)
         cf_rt_free(k->xsync, NULL);
+    for (int i = 0; k->padded && i < k->ir->n_args; i++)
+        if (k->padded[i].buf)
+            cf_rt_free(k->padded[i].buf, NULL);
+    free(k->padded);
     cf_rows_free(k->wide.rows);
     cf_kernel_free(k->wide.gemm);
     cf_graph_free(k->wide.graph);
@@ -363,6 +372,8 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
             st = cf_codegen(k->ir, &cg, title, &k->src, err);
         k->gather_early = st == CF_OK && cf_cg_gathers_early(k->ir, &cg);
     }
+    if (st == CF_OK && !(k->padded = calloc((size_t)k->ir->n_args, sizeof *k->padded)))
+        st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     if (st != CF_OK) {
         cf_kernel_free(k);
         return st;
@@ -637,6 +648,69 @@ static cf_status launch_wide(cf_kernel *k, const cf_launch_args *a, int64_t M, i
     return cf_rows_launch(k->wide.rows, k->wide.c, CF_F32, M, N, a, a->stream, err);
 }
 
+/* ---- staging: tensors TMA cannot address in place ---------------------------------------
+ * TMA needs a 16-byte aligned base and row pitch, which a 16-bit tensor with an odd K or N (a
+ * vocabulary of 50257) or an offset view does not have.  Such a tensor goes through a padded
+ * copy the kernel object owns: an operand is copied in before the launch and an output out
+ * after it, on the launch's stream (a 2D copy, so CUDA-graph capture holds), and the kernel
+ * runs on the copy with the same logical dims.  One extra pass over that tensor. */
+static bool tma_addressable(uint64_t ptr, uint64_t cols, cf_dtype t)
+{
+    return ptr % 16 == 0 && (cols * cf_dtype_size(t)) % 16 == 0;
+}
+
+/* The padded copy of arg (rows x cols of dtype t) at *ptr: *ptr and *pitch become the copy's;
+ * an input's data is copied in. */
+static cf_status pad_tensor(cf_kernel *k, int arg, uint64_t *ptr, uint64_t rows, uint64_t cols, cf_dtype t,
+                            bool input, cf_rt_stream s, uint64_t *pitch, cf_error *err)
+{
+    const size_t es = cf_dtype_size(t), row_bytes = (size_t)cols * es, padded = (row_bytes + 15) / 16 * 16;
+    if (rows > SIZE_MAX / padded)
+        return cf_errorf(err, CF_ERR_SHAPE, (cf_loc){0}, "tensor '%s': %llu rows of %zu bytes overflow a size",
+                         k->ir->args[arg].name, (unsigned long long)rows, padded);
+    struct padded *p = &k->padded[arg];
+    cf_status st;
+    if (p->bytes < rows * padded) {
+        if (p->buf)
+            cf_rt_free(p->buf, NULL);
+        *p = (struct padded){0};
+        if ((st = cf_rt_malloc(&p->buf, rows * padded, err)) != CF_OK)
+            return st;
+        p->bytes = rows * padded;
+    }
+    if (input && (st = cf_rt_memcpy_2d_async(p->buf, padded, *ptr, row_bytes, row_bytes, rows, s, err)) != CF_OK)
+        return st;
+    *ptr = p->buf;
+    *pitch = padded / es;
+    return CF_OK;
+}
+
+/* The operand or output arg as TMA sees it: in place, or its padded copy. */
+static cf_status tma_view(cf_kernel *k, int arg, uint64_t *ptr, uint64_t rows, uint64_t cols, bool input,
+                          cf_rt_stream s, uint64_t *pitch, cf_error *err)
+{
+    const cf_dtype t = k->ir->args[arg].dtype;
+    *pitch = cols;
+    return tma_addressable(*ptr, cols, t) ? CF_OK : pad_tensor(k, arg, ptr, rows, cols, t, input, s, pitch, err);
+}
+
+/* Outputs the kernel wrote into their padded copies, to the caller's tensors. */
+static cf_status copy_out_padded(cf_kernel *k, const cf_launch_args *a, int64_t M, int64_t N, cf_error *err)
+{
+    for (int i = 0; i < k->ir->n_args; i++) {
+        const cf_ir_arg *x = &k->ir->args[i];
+        if (x->kind != CF_ARG_OUTPUT || cf_graph_output_info(k->graph, x->index).rank != 2 ||
+            tma_addressable(a->outputs[x->index], (uint64_t)N, x->dtype))
+            continue;
+        const size_t row_bytes = (size_t)N * cf_dtype_size(x->dtype);
+        cf_status st = cf_rt_memcpy_2d_async(a->outputs[x->index], row_bytes, k->padded[i].buf,
+                                             (row_bytes + 15) / 16 * 16, row_bytes, (size_t)M, a->stream, err);
+        if (st != CF_OK)
+            return st;
+    }
+    return CF_OK;
+}
+
 cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
 {
     cf_error_clear(err);
@@ -668,18 +742,17 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
     int bn = k->info[INFO_BN];
     cf_dtype in_t = A->dtype;
-    const void *pa = (const void *)(uintptr_t)a->inputs[A->index];
-    const void *pb = (const void *)(uintptr_t)a->inputs[B->index];
-    st = cf_rt_tensor_map_2d_named(block, A->name, in_t, pa, (uint64_t)M, (uint64_t)K, (uint64_t)K,
+    uint64_t pa = a->inputs[A->index], pb = a->inputs[B->index], lda, ldb;
+    const uint64_t b_rows = B->b_is_nk ? (uint64_t)N : (uint64_t)K, b_cols = B->b_is_nk ? (uint64_t)K : (uint64_t)N;
+    if ((st = tma_view(k, 0, &pa, (uint64_t)M, (uint64_t)K, true, a->stream, &lda, err)) != CF_OK ||
+        (st = tma_view(k, 1, &pb, b_rows, b_cols, true, a->stream, &ldb, err)) != CF_OK)
+        return st;
+    st = cf_rt_tensor_map_2d_named(block, A->name, in_t, (const void *)(uintptr_t)pa, (uint64_t)M, (uint64_t)K, lda,
                                    (uint32_t)k->info[INFO_A_BOX_ROWS], 64, 128, err);
     if (st != CF_OK)
         return st;
-    if (B->b_is_nk)
-        st = cf_rt_tensor_map_2d_named(block + 128, B->name, in_t, pb, (uint64_t)N, (uint64_t)K, (uint64_t)K,
-                                       (uint32_t)k->info[INFO_B_BOX], 64, 128, err);
-    else
-        st = cf_rt_tensor_map_2d_named(block + 128, B->name, in_t, pb, (uint64_t)K, (uint64_t)N, (uint64_t)N, 64,
-                                       64, 128, err);
+    st = cf_rt_tensor_map_2d_named(block + 128, B->name, in_t, (const void *)(uintptr_t)pb, b_rows, b_cols, ldb,
+                                   B->b_is_nk ? (uint32_t)k->info[INFO_B_BOX] : 64, 64, 128, err);
     if (st != CF_OK)
         return st;
     int o = 0;
@@ -687,14 +760,16 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
         const cf_ir_arg *x = &ir->args[i];
         if (x->kind != CF_ARG_OUTPUT || cf_graph_output_info(g, x->index).rank != 2)
             continue; /* per-row outputs are plain pointers in the epilogue struct */
-        const void *po = (const void *)(uintptr_t)a->outputs[x->index];
+        uint64_t ptr = a->outputs[x->index], ldo;
+        if ((st = tma_view(k, i, &ptr, (uint64_t)M, (uint64_t)N, false, a->stream, &ldo, err)) != CF_OK)
+            return st;
         uint32_t box_cols = (uint32_t)(128 / cf_dtype_size(x->dtype));
-        st = cf_rt_tensor_map_2d_named(block + l.tma_out + 128 * (size_t)o, x->name, x->dtype, po, (uint64_t)M,
-                                       (uint64_t)N, (uint64_t)N, (uint32_t)k->info[INFO_OUT_BOX_ROWS], box_cols, 128, err);
+        st = cf_rt_tensor_map_2d_named(block + l.tma_out + 128 * (size_t)o, x->name, x->dtype,
+                                       (const void *)(uintptr_t)ptr, (uint64_t)M, (uint64_t)N, ldo,
+                                       (uint32_t)k->info[INFO_OUT_BOX_ROWS], box_cols, 128, err);
         if (st != CF_OK)
             return st;
-        uint64_t ptr = a->outputs[x->index];
-        int32_t ld = (int32_t)N;
+        int32_t ld = (int32_t)ldo;
         memcpy(block + l.out_ptr + 8 * (size_t)o, &ptr, 8);
         memcpy(block + l.out_ld + 4 * (size_t)o, &ld, 4);
         o++;
@@ -751,7 +826,9 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
         .cooperative = global, /* a row group's CTAs wait for each other: all must be resident */
     };
     void *params[] = {block};
-    return cf_rt_launch(k->func, &cfg, params, err);
+    if ((st = cf_rt_launch(k->func, &cfg, params, err)) != CF_OK)
+        return st;
+    return copy_out_padded(k, a, M, N, err);
 }
 
 cf_status cf_kernel_global(const cf_kernel *k, const char *name, cf_rt_devptr *p, size_t *bytes, cf_error *err)
