@@ -100,10 +100,11 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
         /* A row block's column tiles run at once on cluster_n CTAs that exchange
          * row partials through L2 (docs/perf-notes.md v8: a hardware cluster of
          * 4 or more CTAs keeps only 120 of 132 SMs busy and couples the CTAs'
-         * pipelines, +25-30 % before any epilogue work); rows up to 64 x 128. */
+         * pipelines, +25-30 % before any epilogue work); rows up to 64 x 128.  A row group is
+         * exactly the row's column tiles (any count, no idle padding CTAs): through L2 it needs
+         * no power of two. */
         int64_t tiles = n > 0 ? (n + o.block_n - 1) / o.block_n : 1;
-        while (o.cluster_n < tiles && o.cluster_n < 64)
-            o.cluster_n *= 2;
+        o.cluster_n = (int)(tiles < 64 ? tiles : 64);
         o.reduce_mode = CF_REDUCE_GLOBAL;
         /* Tiles that finish late park in shared memory, which takes the sixth stage; so do
          * synchronous exchanges over more than 16 CTAs, which land the row's words in each
@@ -129,7 +130,7 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
              * at 4096x2048x512, 1.155 -> 1.147 at 16384x1024x1024; paired 1.158 -> 1.124 at
              * 16384x2048x1024). */
             cf_cg_options pair = cg;
-            pair.row_ctas = o.cluster_n / 2;
+            pair.row_ctas = (o.cluster_n + 1) / 2;
             pair.pair_tiles = true;
             const int vectors = last_stage_vectors(ir);
             const bool heavy_finish = vectors >= 2, long_k = k >= 1024;
@@ -165,7 +166,7 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
                 o.schedule = CF_SCHEDULE_FINISHER;
             if (paired) {
                 o.pair_tiles = 1;
-                o.cluster_n /= 2;
+                o.cluster_n = (o.cluster_n + 1) / 2;
                 o.stages = 5;
             }
             /* Four or more reductions (LN+softmax) spill ~500 bytes per thread; up to
@@ -186,6 +187,8 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
              * fused kernels ran 1.08-1.20 of cuBLAS while its cluster-2 GEMM ran 1.01); pairs of
              * CTAs multicasting their X rows ran 0.90-0.94 of that with W as [N,K], 0.98-1.01
              * as [K,N], and 1-4.5 % slower at K <= 1024 (v22 §1). */
+            if (k >= 4096 && o.cluster_n > 1 && o.cluster_n % 2 && o.cluster_n < 64)
+                o.cluster_n++;   /* multicast pairs: an odd row group gets one idle CTA */
             if (k >= 4096 && o.cluster_n % 2 == 0)
                 o.multicast = 1;
         }
@@ -194,6 +197,14 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
         o.reduce_mode = CF_REDUCE_PEER; /* unused without reductions */
     }
     return o;
+}
+
+static int pow2_at_least(int c)
+{
+    int p = 1;
+    while (p < c)
+        p *= 2;
+    return p;
 }
 
 void cf_options_fill(cf_options *o, cf_options def)
@@ -220,7 +231,7 @@ void cf_options_fill(cf_options *o, cf_options def)
     if (def.pair_tiles == 1 && o->pair_tiles != 1 && def.cluster_n < 64)
         def.cluster_n *= 2;   /* a CTA per tile again */
     else if (def.pair_tiles != 1 && o->pair_tiles == 1 && def.cluster_n > 1) {
-        def.cluster_n /= 2;
+        def.cluster_n = (def.cluster_n + 1) / 2;
         if (def.schedule == CF_SCHEDULE_FINISHER)
             def.schedule = CF_SCHEDULE_PINGPONG;   /* the pair's warpgroups finish their own tiles */
     }
@@ -235,6 +246,7 @@ void cf_options_fill(cf_options *o, cf_options def)
         def.stages = 4; /* the late finish's depth there: a stage parks, one more for the spills */
     if (def.reduce_mode == CF_REDUCE_GLOBAL && o->reduce_mode != CF_REDUCE_GLOBAL) {
         def.stages = 4;
+        def.cluster_n = pow2_at_least(def.cluster_n);   /* a hardware cluster */
         if (def.cluster_n > 16 && !o->block_m && !o->block_n && !o->cluster_n) {
             def.block_m = 64;
             def.block_n = 256;
@@ -244,8 +256,8 @@ void cf_options_fill(cf_options *o, cf_options def)
     /* a row group covers N: wider tiles given without a row-group size need fewer CTAs
      * (64x256 tiles over the default 8 CTAs of N = 1024 ran half the grid on empty tiles) */
     if (o->block_n && !o->cluster_n && def.cluster_n > 1 && o->block_n != def.block_n) {
-        int c = (int)((int64_t)def.cluster_n * def.block_n / o->block_n);
-        def.cluster_n = c < 1 ? 1 : c;
+        int c = (int)(((int64_t)def.cluster_n * def.block_n + o->block_n - 1) / o->block_n);
+        def.cluster_n = c < 1 ? 1 : o->reduce_mode == CF_REDUCE_GLOBAL ? c : pow2_at_least(c);
     }
     if (!o->block_m)
         o->block_m = def.block_m;
@@ -346,9 +358,13 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     else if (o->sync_finish < -1 || o->sync_finish > 1)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "sync_finish %d: must be 0 (auto), 1 or -1",
                        o->sync_finish);
-    else if (o->cluster_n < 1 || o->cluster_n > (global ? 64 : 16) || (o->cluster_n & (o->cluster_n - 1)))
+    else if (o->cluster_n < 1 || o->cluster_n > (global ? 64 : 16) || (!global && (o->cluster_n & (o->cluster_n - 1))))
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cluster_n %d: must be 1, 2, 4, 8 or 16%s",
-                       o->cluster_n, reduces ? " (32 or 64 with reduce mode global)" : "");
+                       o->cluster_n, reduces ? " (any count up to 64 with reduce mode global)" : "");
+    else if (global && o->multicast == 1 && o->cluster_n % 2)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                       "multicast: a row group of %d CTAs cannot be split into the multicast's pairs",
+                       o->cluster_n);
     else if (o->multicast < -1 || o->multicast > 1)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "multicast %d: must be 0 (auto), 1 or -1",
                        o->multicast);

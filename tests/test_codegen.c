@@ -1255,6 +1255,35 @@ static void test_prepare_cached(void)
     CHECK_EQ_INT(0, system(cmd));
 }
 
+/* A row group is exactly the row's column tiles, no padding to a power of two (N = 5120 is 40
+ * tiles: 40 CTAs, or 20 of two tiles, not 64); an odd group gets one idle CTA where multicast
+ * pairs it (K = 4096); a DSMEM cluster is still a power of two. */
+static void test_row_group_sizes(void)
+{
+    cf_graph *g = parse("examples/gemm_rmsnorm.cf");
+    static const int64_t ns[] = {768, 1600, 2560, 5120, 3960, 520};
+    for (size_t i = 0; g && i < sizeof ns / sizeof *ns; i++) {
+        const int64_t tiles = (ns[i] + 127) / 128;
+        cf_options o = cf_options_for(g, 2048, ns[i], 1024);
+        const int64_t covered = (int64_t)o.cluster_n * (o.pair_tiles == 1 ? 2 : 1);
+        CHECK(covered >= tiles && covered <= tiles + 1);
+        cf_options k4 = cf_options_for(g, 8192, ns[i], 4096);
+        CHECK(k4.multicast != 1 || k4.cluster_n % 2 == 0);
+        cf_options peer = {.reduce_mode = CF_REDUCE_PEER};
+        cf_options_fill(&peer, o);
+        CHECK_EQ_INT(0, peer.cluster_n & (peer.cluster_n - 1));
+        cf_kernel *k = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &o, "rows", &k, &err));
+        cf_kernel_free(k);
+    }
+    cf_options odd = {.block_m = 128, .block_n = 128, .cluster_n = 5, .reduce_mode = CF_REDUCE_PEER};
+    cf_kernel *k = NULL;
+    cf_error err;
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, g ? cf_kernel_build(g, &odd, "odd", &k, &err) : CF_ERR_INVALID_ARG);
+    cf_graph_free(g);
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -1276,5 +1305,6 @@ int main(void)
     test_row_outputs();
     test_smem_plan();
     test_prepare_cached();
+    test_row_group_sizes();
     return tu_finish("test_codegen");
 }
