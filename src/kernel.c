@@ -265,6 +265,8 @@ void cf_options_fill(cf_options *o, cf_options def)
         o->block_n = def.block_n;
     if (!o->stages)
         o->stages = def.stages; /* cf_kernel_build lowers it until the plan fits shared memory */
+    if (o->multicast == 1 && def.cluster_n > 1 && def.cluster_n % 2 && def.cluster_n < 64)
+        def.cluster_n++;   /* multicast pairs: an odd row group gets one idle CTA */
     if (!o->cluster_n)
         o->cluster_n = def.cluster_n;
     if (!o->multicast)
