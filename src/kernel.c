@@ -252,6 +252,8 @@ void cf_options_fill(cf_options *o, cf_options def)
             def.block_n = 256;
             def.cluster_n /= 2;
         }
+        if (def.cluster_n > 16)
+            def.cluster_n = 16;   /* the largest cluster: wider rows take the wide-row path */
     }
     /* a row group covers N: wider tiles given without a row-group size need fewer CTAs
      * (64x256 tiles over the default 8 CTAs of N = 1024 ran half the grid on empty tiles) */
