@@ -407,7 +407,8 @@ cf_status cf_rt_nvrtc_load(int *major, int *minor, const char **path, cf_error *
  * $XDG_CACHE_HOME/comfuse, else $HOME/.cache/comfuse, created like mkdir -p.
  * Returns false (with a reason in note) when no usable dir exists. */
 bool cf_cache_dir(char *dir, size_t n, char *note, size_t note_n);
-/* The key over everything that determines the CUBIN (see cache.c). */
+/* The key over everything that determines the CUBIN (see cache.c): the
+ * source without its comments, which name where it came from (a spec's path). */
 void cf_cache_key(const char *src, const char *name, int nvrtc_major, int nvrtc_minor,
                   const char *const *opts, int n_opts, const char *const *hdr_names,
                   const char *const *hdr_texts, int n_hdrs, char hex[65]);
