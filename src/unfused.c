@@ -16,7 +16,9 @@
  *     Φ cannot lower is rejected with Φ's message, pointing into the spec.
  *
  * Values a piece needs from before its GEMM are recomputed from the buffers
- * (SwiGLU's silu(X*Wg) in the piece after X*Wu); nothing else is kept.
+ * (SwiGLU's silu(X*Wg) in the piece after X*Wu), except per-row ([M]) values
+ * over another N (a B2B's second epilogue scaled by a statistic of the first):
+ * the earlier piece writes those to f32 [M] buffers, the later one reads them.
  */
 #include "cf_internal.h"
 
@@ -31,6 +33,7 @@ typedef enum uf_bind_kind {
     UF_GEMM_OUT,   /* the f32 output buffer of GEMM index                         */
     UF_OUTPUT,     /* an output of the graph (index)                              */
     UF_OPERAND,    /* the computed left operand of GEMM index                     */
+    UF_ROWVAL,     /* the f32 [M] buffer of row value index (cf_unfused.row_node) */
 } uf_bind_kind;
 
 typedef struct uf_bind {
@@ -52,6 +55,11 @@ struct cf_unfused {
     int n_gemms, n_pieces;
     cf_unfused_gemm gemm[2];
     uf_piece piece[2];
+    /* [M] values a piece over another N reads: kept in f32 buffers */
+    int n_rows;
+    cf_value *row_node;
+    cf_rt_devptr *row_buf;
+    size_t *row_bytes;
     /* run time: buffers and plans, (re)made when a launch needs more */
     cf_rt_devptr c[2], operand[2];
     size_t c_bytes[2], operand_bytes[2];
@@ -68,6 +76,7 @@ typedef struct uf_ctx {
     cf_unfused *u;
     cf_error *err;
     bool *live, *in_piece;
+    bool *row_cut;         /* an [M] value kept in a buffer for a piece over another N */
     signed char *seg;      /* the last GEMM a value depends on; -1: none        */
     cf_value *map;         /* original node -> piece graph node                 */
 } uf_ctx;
@@ -180,11 +189,26 @@ static void assign_segments(uf_ctx *c)
     }
 }
 
-/* Whether piece k has anything to compute: an output, or a later GEMM's A. */
+/* Whether piece k has anything to compute: an output, a later GEMM's A, or a
+ * row value a later piece reads. */
 static bool is_sink_of(uf_ctx *c, int k, cf_value v) { return c->seg[v] == k; }
+
+/* Whether piece k reads v, a per-row ([M]) value of an earlier piece over
+ * another N, from a buffer: it cannot recompute it over its own columns (a
+ * value over the same N it recomputes from the GEMM buffers instead). */
+static bool reads_row_value(uf_ctx *c, int k, cf_value v)
+{
+    const cf_node *n = &c->g->nodes[v];
+    const int s = c->seg[v];
+    return s >= 0 && s < k && n->rank == 1 && n->op != CF_OP_INPUT && n->op != CF_OP_MATMUL &&
+           n->dims[0] == c->u->gemm[k].dim_m && c->u->gemm[s].dim_n != c->u->gemm[k].dim_n;
+}
 
 static bool piece_has_sinks(uf_ctx *c, int k)
 {
+    for (int v = 0; v < c->g->n_nodes; v++)
+        if (c->row_cut[v] && is_sink_of(c, k, v))
+            return true;
     for (int i = 0; i < c->g->n_outputs; i++)
         if (is_sink_of(c, k, c->g->outputs[i].value))
             return true;
@@ -194,11 +218,15 @@ static bool piece_has_sinks(uf_ctx *c, int k)
     return false;
 }
 
-/* Marks what piece k's sinks need, stopping at GEMMs (buffers). */
+/* Marks what piece k's sinks need, stopping at GEMMs and at the row values of
+ * earlier pieces it reads (buffers); marks those row values as row_cut. */
 static void close_piece(uf_ctx *c, int k)
 {
     const cf_graph *g = c->g;
     memset(c->in_piece, 0, (size_t)g->n_nodes * sizeof *c->in_piece);
+    for (int v = 0; v < g->n_nodes; v++)
+        if (c->row_cut[v] && is_sink_of(c, k, v))
+            c->in_piece[v] = true;
     for (int i = 0; i < g->n_outputs; i++)
         if (is_sink_of(c, k, g->outputs[i].value))
             c->in_piece[g->outputs[i].value] = true;
@@ -207,11 +235,46 @@ static void close_piece(uf_ctx *c, int k)
         if (c->u->gemm[j].a_input < 0 && is_sink_of(c, k, a))
             c->in_piece[a] = true;
     }
-    for (int v = g->n_nodes - 1; v >= 0; v--)
-        if (c->in_piece[v] && g->nodes[v].op != CF_OP_MATMUL)
-            for (int s = 0; s < 2; s++)
-                if (g->nodes[v].src[s] >= 0)
-                    c->in_piece[g->nodes[v].src[s]] = true;
+    for (int v = g->n_nodes - 1; v >= 0; v--) {
+        if (!c->in_piece[v] || g->nodes[v].op == CF_OP_MATMUL)
+            continue;
+        if (reads_row_value(c, k, v)) {
+            c->row_cut[v] = true;
+            continue;
+        }
+        for (int s = 0; s < 2; s++)
+            if (g->nodes[v].src[s] >= 0)
+                c->in_piece[g->nodes[v].src[s]] = true;
+    }
+}
+
+static int row_slot(const cf_unfused *u, cf_value v)
+{
+    for (int i = 0; i < u->n_rows; i++)
+        if (u->row_node[i] == v)
+            return i;
+    return -1;
+}
+
+/* The row values later pieces read (each piece's closure, the last first, so
+ * a piece knows the row values it must write before it is built). */
+static cf_status find_row_values(uf_ctx *c)
+{
+    cf_unfused *u = c->u;
+    for (int k = u->n_gemms - 1; k >= 0; k--)
+        close_piece(c, k);
+    for (int v = 0; v < c->g->n_nodes; v++)
+        u->n_rows += c->row_cut[v];
+    size_t n = (size_t)u->n_rows + 1;
+    u->row_node = calloc(n, sizeof *u->row_node);
+    u->row_buf = calloc(n, sizeof *u->row_buf);
+    u->row_bytes = calloc(n, sizeof *u->row_bytes);
+    if (!u->row_node || !u->row_buf || !u->row_bytes)
+        return CF_ERR_NO_MEMORY;
+    for (int v = 0, i = 0; v < c->g->n_nodes; v++)
+        if (c->row_cut[v])
+            u->row_node[i++] = v;
+    return CF_OK;
 }
 
 static bool name_taken(const cf_graph *g, const char *name)
@@ -282,6 +345,12 @@ static cf_value copy_node(uf_ctx *c, uf_piece *p, cf_value v)
     cf_graph *pg = p->graph;
     const cf_node *n = &c->g->nodes[v];
     cf_value a = n->src[0] >= 0 ? c->map[n->src[0]] : -1, b = n->src[1] >= 0 ? c->map[n->src[1]] : -1;
+    if (c->row_cut[v] && c->seg[v] != p->gemm) {   /* an earlier piece's row value */
+        char base[CF_MAX_NAME], name[CF_MAX_NAME];
+        nm(c, v, base, sizeof base);
+        cf_value x = cf_graph_input(pg, fresh_name(c, pg, base, name, sizeof name), CF_F32, 1, n->dims);
+        return push_bind(&p->in, pg->n_inputs - 1, (uf_bind){UF_ROWVAL, row_slot(c->u, v)}) ? x : -1;
+    }
     switch (n->op) {
     case CF_OP_INPUT: {
         cf_value x = cf_graph_input(pg, n->name, n->dtype, n->rank, n->dims);
@@ -330,11 +399,22 @@ static cf_status add_piece_outputs(uf_ctx *c, uf_piece *p, int k)
         cf_value a = g->nodes[m->node].src[0];
         if (m->a_input >= 0 || !is_sink_of(c, k, a))
             continue;
-        char base[CF_MAX_NAME], name[CF_MAX_NAME];
-        snprintf(base, sizeof base, "%.40s_A", g->nodes[m->node].name ? g->nodes[m->node].name : "gemm");
+        char mname[96], base[CF_MAX_NAME], name[CF_MAX_NAME];
+        snprintf(base, sizeof base, "%.40s_A", nm(c, m->node, mname, sizeof mname));
         cf_graph_set_loc(pg, g->nodes[a].loc);
         cf_graph_output(pg, fresh_name(c, pg, base, name, sizeof name), c->map[a], m->dtype);
         if (!push_bind(&p->out, pg->n_outputs - 1, (uf_bind){UF_OPERAND, j}))
+            return CF_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < c->u->n_rows; i++) {
+        cf_value v = c->u->row_node[i];
+        if (!is_sink_of(c, k, v))
+            continue;
+        char base[CF_MAX_NAME], name[CF_MAX_NAME];
+        nm(c, v, base, sizeof base);
+        cf_graph_set_loc(pg, g->nodes[v].loc);
+        cf_graph_output(pg, fresh_name(c, pg, base, name, sizeof name), c->map[v], CF_F32);
+        if (!push_bind(&p->out, pg->n_outputs - 1, (uf_bind){UF_ROWVAL, i}))
             return CF_ERR_NO_MEMORY;
     }
     return CF_OK;
@@ -402,6 +482,8 @@ static cf_status decompose(uf_ctx *c)
             return cf_errorf(c->err, CF_ERR_UNSUPPORTED, g->outputs[i].loc,
                              "the unfused path cannot run this graph: output '%s' depends on no GEMM",
                              g->outputs[i].name);
+    if ((st = find_row_values(c)) != CF_OK)
+        return cf_errorf(c->err, st, (cf_loc){0}, "out of memory");
     for (int k = 0; k < c->u->n_gemms && st == CF_OK; k++)
         if (piece_has_sinks(c, k))
             st = make_piece(c, k);
@@ -439,9 +521,10 @@ cf_status cf_unfused_plan(const cf_graph *g, cf_unfused **out, cf_error *err)
     c.u = calloc(1, sizeof *c.u);
     c.live = calloc(n, sizeof *c.live);
     c.in_piece = calloc(n, sizeof *c.in_piece);
+    c.row_cut = calloc(n, sizeof *c.row_cut);
     c.seg = calloc(n, sizeof *c.seg);
     c.map = calloc(n, sizeof *c.map);
-    cf_status st = c.u && c.live && c.in_piece && c.seg && c.map ? CF_OK : CF_ERR_NO_MEMORY;
+    cf_status st = c.u && c.live && c.in_piece && c.row_cut && c.seg && c.map ? CF_OK : CF_ERR_NO_MEMORY;
     if (st == CF_OK) {
         c.u->g = g;
         st = decompose(&c);
@@ -452,6 +535,7 @@ cf_status cf_unfused_plan(const cf_graph *g, cf_unfused **out, cf_error *err)
         cf_errorf(err, st, (cf_loc){0}, "out of memory planning the unfused path");
     free(c.live);
     free(c.in_piece);
+    free(c.row_cut);
     free(c.seg);
     free(c.map);
     if (st != CF_OK) {
@@ -502,6 +586,12 @@ void cf_unfused_free(cf_unfused *u)
         free(p->out);
         free(p->param);
     }
+    for (int i = 0; i < u->n_rows && u->row_buf; i++)
+        if (u->row_buf[i])
+            cf_rt_free(u->row_buf[i], NULL);
+    free(u->row_node);
+    free(u->row_buf);
+    free(u->row_bytes);
     free(u->pin);
     free(u->pout);
     free(u->pparams);
@@ -589,6 +679,7 @@ typedef struct uf_where {
     const uint64_t *inputs, *outputs;
     const double *params;
     uint64_t c[2], operand[2];
+    const uint64_t *rows_in, *rows_out;   /* by row value (the same buffers on the GPU) */
 } uf_where;
 
 static uint64_t gemm_a_at(const cf_unfused *u, int j, const uf_where *w)
@@ -605,11 +696,16 @@ static void bind_piece(cf_unfused *u, int i, const uf_where *w)
         const uf_bind b = p->in[k];
         u->pin[k] = b.kind == UF_INPUT      ? w->inputs[b.index]
                     : b.kind == UF_GEMM_OUT ? w->c[b.index]
+                    : b.kind == UF_ROWVAL   ? w->rows_in[b.index]
                     : b.kind == UF_GEMM_A   ? gemm_a_at(u, b.index, w)
                                             : w->inputs[u->gemm[b.index].b_input];
     }
-    for (int k = 0; k < pg->n_outputs; k++)
-        u->pout[k] = p->out[k].kind == UF_OUTPUT ? w->outputs[p->out[k].index] : w->operand[p->out[k].index];
+    for (int k = 0; k < pg->n_outputs; k++) {
+        const uf_bind b = p->out[k];
+        u->pout[k] = b.kind == UF_OUTPUT ? w->outputs[b.index]
+                     : b.kind == UF_ROWVAL ? w->rows_out[b.index]
+                                          : w->operand[b.index];
+    }
     for (int k = 0; k < pg->n_params; k++)
         u->pparams[k] = w->params[p->param[k]];
 }
@@ -617,7 +713,8 @@ static void bind_piece(cf_unfused *u, int i, const uf_where *w)
 static uf_where where_of(const cf_unfused *u, const cf_launch_args *a)
 {
     return (uf_where){.inputs = a->inputs, .outputs = a->outputs, .params = a->params,
-                      .c = {u->c[0], u->c[1]}, .operand = {u->operand[0], u->operand[1]}};
+                      .c = {u->c[0], u->c[1]}, .operand = {u->operand[0], u->operand[1]},
+                      .rows_in = u->row_buf, .rows_out = u->row_buf};
 }
 
 /* Piece i's row kernel over its GEMM's buffer, its tables bound for a. */
@@ -646,6 +743,9 @@ cf_status cf_unfused_launch(cf_unfused *u, const cf_launch_args *a, cf_error *er
     cf_status st = CF_OK;
     for (int j = 0; j < u->n_gemms && st == CF_OK; j++)
         st = prepare_gemm(u, j, a, err);
+    for (int i = 0; i < u->n_rows && st == CF_OK; i++)
+        st = ensure(&u->row_buf[i], &u->row_bytes[i],
+                    (size_t)a->dims[u->g->nodes[u->row_node[i]].dims[0]] * sizeof(float), err);
     for (int j = 0; j < u->n_gemms && st == CF_OK; j++) {
         const cf_unfused_gemm *m = &u->gemm[j];
         const uf_where w = where_of(u, a);
@@ -680,9 +780,13 @@ static void host_gemm(const cf_unfused_gemm *m, const int64_t *dims, const void 
 }
 
 typedef struct host_bufs {
+    int n_rows;
     float *c[2];
     uint16_t *operand[2];   /* a computed left operand in its GEMM's dtype  */
     double *operand_d[2];   /* ... as the piece that computes it writes it  */
+    float **rows_f;         /* row values as a reading piece sees them (f32) */
+    double **rows_d;        /* ... as the writing piece writes them         */
+    uint64_t *rows_in, *rows_out;
     uint64_t *in, *out;
     const void **pin;
     double **pout;
@@ -695,6 +799,14 @@ static void host_bufs_free(host_bufs *h)
         free(h->operand[j]);
         free(h->operand_d[j]);
     }
+    for (int i = 0; h->rows_f && h->rows_d && i < h->n_rows; i++) {
+        free(h->rows_f[i]);
+        free(h->rows_d[i]);
+    }
+    free(h->rows_f);
+    free(h->rows_d);
+    free(h->rows_in);
+    free(h->rows_out);
     free(h->in);
     free(h->out);
     free(h->pin);
@@ -711,6 +823,20 @@ static bool host_bufs_alloc(host_bufs *h, const cf_unfused *u, const cf_bindings
         ok = ok && (h->c[j] = malloc(M * N * sizeof(float) + 1));
         if (m->a_input < 0)
             ok = ok && (h->operand[j] = malloc(M * K * 2 + 1)) && (h->operand_d[j] = malloc(M * K * sizeof(double) + 1));
+    }
+    h->n_rows = u->n_rows;
+    h->rows_f = calloc((size_t)u->n_rows + 1, sizeof *h->rows_f);
+    h->rows_d = calloc((size_t)u->n_rows + 1, sizeof *h->rows_d);
+    h->rows_in = calloc((size_t)u->n_rows + 1, sizeof *h->rows_in);
+    h->rows_out = calloc((size_t)u->n_rows + 1, sizeof *h->rows_out);
+    ok = ok && h->rows_f && h->rows_d && h->rows_in && h->rows_out;
+    for (int i = 0; ok && i < u->n_rows; i++) {
+        size_t n = (size_t)b->dims[g->nodes[u->row_node[i]].dims[0]];
+        ok = (h->rows_f[i] = malloc(n * sizeof(float) + 1)) && (h->rows_d[i] = malloc(n * sizeof(double) + 1));
+        if (ok) {
+            h->rows_in[i] = (uint64_t)(uintptr_t)h->rows_f[i];
+            h->rows_out[i] = (uint64_t)(uintptr_t)h->rows_d[i];
+        }
     }
     h->in = calloc((size_t)g->n_inputs + 1, sizeof *h->in);
     h->out = calloc((size_t)g->n_outputs + 1, sizeof *h->out);
@@ -730,7 +856,8 @@ static bool host_bufs_alloc(host_bufs *h, const cf_unfused *u, const cf_bindings
 static cf_status host_piece(cf_unfused *u, int i, host_bufs *h, const cf_bindings *b, cf_error *err)
 {
     const uf_piece *p = &u->piece[i];
-    uf_where w = {.inputs = h->in, .outputs = h->out, .params = b->params};
+    uf_where w = {.inputs = h->in, .outputs = h->out, .params = b->params, .rows_in = h->rows_in,
+                  .rows_out = h->rows_out};
     for (int j = 0; j < u->n_gemms; j++) {
         w.c[j] = (uint64_t)(uintptr_t)h->c[j];
         /* this piece writes the operands of later GEMMs, and its own GEMM reads its operand */
@@ -744,6 +871,12 @@ static cf_status host_piece(cf_unfused *u, int i, host_bufs *h, const cf_binding
     cf_bindings pb = {.dims = b->dims, .inputs = h->pin, .params = u->pparams};
     cf_status st = cf_ir_interpret(p->ir, &pb, h->pout, err);
     for (int k = 0; k < p->graph->n_outputs && st == CF_OK; k++) {
+        if (p->out[k].kind == UF_ROWVAL) {   /* the f32 buffer a later piece reads */
+            const int r = p->out[k].index;
+            size_t n = (size_t)b->dims[u->g->nodes[u->row_node[r]].dims[0]];
+            for (size_t e = 0; e < n; e++)
+                h->rows_f[r][e] = (float)h->rows_d[r][e];
+        }
         if (p->out[k].kind != UF_OPERAND)
             continue;
         const int j = p->out[k].index;

@@ -58,6 +58,17 @@ static const char bare_b2b[] = "input X: bf16[M, K]\n"
                                "output P: f32 = p\n"
                                "output O: bf16 = p @ W2\n";
 
+/* The second epilogue reads per-row values of the first (over N1, not N2):
+ * they are kept in f32 [M] buffers between the pieces. */
+static const char rowstat_b2b[] = "input X: bf16[M, K]\n"
+                                  "input W1: bf16[K, N1]\n"
+                                  "input W2: bf16[N1, N2]\n"
+                                  "x = X @ W1\n"
+                                  "h = relu(x)\n"
+                                  "r = rsqrt(mean(square(x)) + 1e-6)\n"
+                                  "output O: bf16 = (h @ W2) * r + sum(h)\n"
+                                  "output R: f32 = r\n";
+
 /* ---- decomposition ---------------------------------------------------------------- */
 
 typedef struct shape_case {
@@ -80,6 +91,7 @@ static const shape_case shapes[] = {
     {"residual_b2b.cf", residual_b2b, 2, 2, {0, 1}, true, false, 1},
     {"swiglu_param.cf", swiglu_param, 2, 1, {1}, false, true, 3},
     {"bare_b2b.cf", bare_b2b, 2, 2, {0, 1}, true, false, 1},
+    {"rowstat_b2b.cf", rowstat_b2b, 2, 2, {0, 1}, true, false, 3},
 };
 
 static cf_graph *load(const shape_case *c)
@@ -184,11 +196,6 @@ static const struct {
     {"input X: bf16[M, K]\ninput W: bf16[K, N]\ninput b: f32[M, N]\noutput Y: bf16 = X @ W\noutput Z: f32 = b * 2\n",
      "output 'Z' depends on no GEMM"},
     {"input X: bf16[M, K]\ninput W: f32[K, N]\noutput Y: bf16 = X @ W\n", "cuBLASLt runs bf16 or f16 GEMMs"},
-    /* the second epilogue reads a [M, N1] value over N2: Φ's message, in the spec */
-    {"input X: bf16[M, K]\ninput W1: bf16[K, N1]\ninput W2: bf16[N1, N2]\nh = relu(X @ W1)\n"
-     "output O: bf16 = (h @ W2) + sum(h)\n",
-     "r.cf:4:12: the unfused path cannot run the row kernel after GEMM 'matmul.5': cannot fuse: 'matmul.3' has "
-     "shape [M, N1], which does not broadcast to the GEMM output [M, N2]"},
 };
 
 static void test_rejects(void)
@@ -209,6 +216,32 @@ static void test_rejects(void)
     cf_error err;
     cf_unfused *u = NULL;
     CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_unfused_plan(NULL, &u, &err));
+}
+
+/* rowstat_b2b: the first piece writes r, sum(h) and S; the second reads r and
+ * sum(h) from [M] buffers, not recomputing them over N2. */
+static void test_row_values(void)
+{
+    cf_graph *g = parse_text("rowstat_b2b.cf", rowstat_b2b);
+    cf_unfused *u = NULL;
+    cf_error err;
+    CHECK_EQ_INT(CF_OK, g ? cf_unfused_plan(g, &u, &err) : CF_ERR_INTERNAL);
+    const cf_ir *ir0 = u ? cf_unfused_piece_ir(u, 0) : NULL, *ir1 = u ? cf_unfused_piece_ir(u, 1) : NULL;
+    int out0 = 0, vec_m1 = 0, red1 = 0;
+    for (int i = 0; ir0 && i < ir0->n_args; i++)
+        out0 += ir0->args[i].kind == CF_ARG_OUTPUT;
+    for (int i = 0; ir1 && i < ir1->n_args; i++)
+        if (ir1->args[i].kind == CF_ARG_VEC_M) {
+            vec_m1++;
+            CHECK_EQ_INT(CF_F32, ir1->args[i].dtype);
+        }
+    for (const cf_ir_spec *sp = ir1 ? ir1->epi[0] : NULL; sp; sp = sp->post)
+        red1 += sp->terminal && sp->terminal->kind == CF_IR_REDUCE;
+    CHECK_EQ_INT(4, out0);     /* R, S for the second GEMM, and the buffers of r and sum(h) */
+    CHECK_EQ_INT(2, vec_m1);   /* r and sum(h), read per row */
+    CHECK_EQ_INT(0, red1);     /* nothing reduced again over N2 */
+    cf_unfused_free(u);
+    cf_graph_free(g);
 }
 
 /* ---- the host model against the reference ------------------------------------------- */
@@ -347,6 +380,8 @@ static void test_build(void)
         {"examples/b2b_softmax.cf",
          {{"cf_block_reduce<CF_MAX>", "store_bf16(O_A_out, idx,"}, {"store_bf16(O_out, idx,", "cf_load_c(C"}}},
         {"tests/specs/swiglu_nk.cf", {{"store_f32(R_out, row,", "load_f32(g_in, idx)"}}},
+        {"tests/specs/b2b_rowstat.cf",
+         {{"store_f32(r_out, row,", "store_bf16(matmul_10_A_out, idx,"}, {"load_f32(r_in, row)", "store_bf16(O_out"}}},
     };
     for (int i = 0; i < CF_ARRAY_LEN(builds); i++) {
         cf_graph *g = parse_path(builds[i].spec);
@@ -439,6 +474,7 @@ int main(void)
     test_decompose();
     test_piece_args();
     test_rejects();
+    test_row_values();
     test_host_model();
     test_host_model_discriminates();
     test_build();
