@@ -415,8 +415,9 @@ static void test_builder_graph(void)
     cf_value X = cf_graph_input(g, "X", CF_BF16, 2, (cf_dim[]){M, K});
     cf_value Wg = cf_graph_input(g, "Wg", CF_BF16, 2, (cf_dim[]){N, K});
     cf_value Wu = cf_graph_input(g, "Wu", CF_BF16, 2, (cf_dim[]){N, K});
-    cf_value h = cf_graph_binary(g, CF_OP_MUL, cf_graph_unary(g, CF_OP_SILU, cf_graph_matmul(g, X, Wg)),
-                                 cf_graph_matmul(g, X, Wu));
+    cf_value gate = cf_graph_matmul(g, X, Wg);   /* node 3: one statement each, so the ids */
+    cf_value up = cf_graph_matmul(g, X, Wu);     /* do not depend on argument order */
+    cf_value h = cf_graph_binary(g, CF_OP_MUL, cf_graph_unary(g, CF_OP_SILU, gate), up);
     cf_graph_output(g, "H", h, CF_BF16);
     CHECK_EQ_INT(CF_OK, cf_graph_error(g)->status);
     cf_ir *ir = NULL;
