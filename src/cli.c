@@ -73,7 +73,7 @@ static const char kernel_opts_usage[] =
     "                      share (default: on from K = 4096)\n";
 
 static const char emit_usage[] =
-    "usage: comfuse emit [kernel options] SPEC.cf\n"
+    "usage: comfuse emit [kernel options] [--unfused] SPEC.cf\n"
     "\n"
     "Prints the CUDA C source of the fused kernel that Ψ generates for SPEC:\n"
     "the epilogue parameter struct and the epilogue, over the hand-written\n"
@@ -83,12 +83,13 @@ static const char emit_usage[] =
     "Needs no GPU.\n\n";
 
 static const char compile_usage[] =
-    "usage: comfuse compile [kernel options] [--ptx] SPEC.cf\n"
+    "usage: comfuse compile [kernel options] [--ptx] [--unfused] SPEC.cf\n"
     "\n"
     "Generates the kernel and compiles it with NVRTC for sm_90a into the\n"
     "kernel cache ($CF_CACHE_DIR, else $XDG_CACHE_HOME/comfuse), then prints\n"
     "its resource use: registers, spills, shared memory, cluster shape.\n"
-    "--ptx also prints the PTX.  Needs NVRTC, not a GPU.\n\n";
+    "--ptx also prints the PTX.  --unfused compiles the unfused path's row\n"
+    "kernels instead (what `run --unfused` loads).  Needs NVRTC, not a GPU.\n\n";
 
 static const char run_usage[] =
     "usage: comfuse run --shape D=n,... [--check] [--unfused] [--rows R] [--seed S]\n"
@@ -370,6 +371,31 @@ static int emit_unfused(const cf_graph *g, const cli_opts *o)
     return exit_code(st);
 }
 
+/* `compile --unfused`: the unfused path's row kernels into the cache (NVRTC, no GPU). */
+static int compile_unfused(const cf_graph *g, const cli_opts *o)
+{
+    cf_unfused *u = NULL;
+    cf_error err;
+    cf_status st = cf_unfused_build(g, o->spec, &u, &err);
+    if (st != CF_OK) {
+        fprintf(stderr, "comfuse compile: %s\n", err.msg);
+        return exit_code(st);
+    }
+    printf("compiled %s for sm_90a: the unfused path, %d cuBLASLt GEMM%s and %d row kernel%s\n", o->spec,
+           cf_unfused_num_gemms(u), cf_unfused_num_gemms(u) == 1 ? "" : "s", cf_unfused_num_pieces(u),
+           cf_unfused_num_pieces(u) == 1 ? "" : "s");
+    for (int i = 0; i < cf_unfused_num_pieces(u); i++) {
+        const cf_rt_cubin *c = cf_rows_cubin(cf_unfused_piece_rows(u, i));
+        char b1[96];
+        printf("  after GEMM '%s': %s in %.0f ms, %d registers/thread, cubin: %s\n",
+               cf_graph_node_name(g, cf_unfused_gemm_at(u, cf_unfused_piece_gemm(u, i))->node, b1, sizeof b1),
+               c->cache == CF_RT_CACHE_HIT_DISK || c->cache == CF_RT_CACHE_HIT_MEMORY ? "cache hit" : "NVRTC",
+               c->compile_ms, c->registers, c->cache_path[0] ? c->cache_path : "(not cached)");
+    }
+    cf_unfused_free(u);
+    return 0;
+}
+
 const char *cli_layout_text(const cf_resources *r, char *buf, size_t n)
 {
     static const char *const how[] = {"", "DSMEM peer-to-peer", "DSMEM via rank 0", "L2"};
@@ -487,12 +513,7 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
         return rc;
     }
     if (o.unfused) {
-        if (strcmp(verb, "emit") != 0) {
-            fprintf(stderr, "comfuse %s: --unfused applies to emit, run and bench\n", verb);
-            cf_graph_free(g);
-            return 2;
-        }
-        rc = emit_unfused(g, &o);
+        rc = strcmp(verb, "emit") == 0 ? emit_unfused(g, &o) : compile_unfused(g, &o);
         cf_graph_free(g);
         return rc;
     }

@@ -227,6 +227,16 @@ int main(int argc, char **argv)
         CHECK_CONTAINS(buf, "libcuda.so.1");
         CHECK_EQ_INT(1, cf("bench --shape M=40,N=24,K=16 examples/swiglu.cf", buf, sizeof buf));
         CHECK_CONTAINS(buf, "libcuda.so.1");
+        /* compile --unfused fills the cache with what run --unfused loads */
+        CHECK_EQ_INT(0, cf("compile --unfused tests/specs/b2b_rowstat.cf", buf, sizeof buf));
+        CHECK_CONTAINS(buf, "the unfused path, 2 cuBLASLt GEMMs and 2 row kernels");
+        CHECK_CONTAINS(buf, "after GEMM 'matmul.10': ");
+        char cmd2[700];
+        snprintf(cmd2, sizeof cmd2, "CF_ASSERT_CACHED=1 %s run --unfused --shape M=40,K=16,N1=24,N2=8 "
+                 "tests/specs/b2b_rowstat.cf", bin);
+        CHECK_EQ_INT(1, run(cmd2, buf, sizeof buf));
+        CHECK_CONTAINS(buf, "libcuda.so.1");   /* every row kernel came from the cache */
+        CHECK(!strstr(buf, "CF_ASSERT_CACHED"));
     }
     /* the fused path declines them (exit 3) and points to --unfused */
     CHECK_EQ_INT(3, cf("run --check --shape M=40,N=24,K=16 examples/swiglu.cf", buf, sizeof buf));
