@@ -326,8 +326,9 @@ CF_API void cf_kernel_free(cf_kernel *k);
  * row reductions.  It takes every graph with one or two GEMMs whose weights
  * are bf16/f16 inputs: an epilogue, B2B (O = F(X*W1)*W2; S = F(X*W1) is stored
  * in W2's dtype), two GEMMs combined (SwiGLU: silu(X*Wg) * (X*Wu)).  Outside
- * that (a third GEMM, a transpose, a reduction over M, a computed weight, a
- * computed left operand of the first GEMM) CF_ERR_UNSUPPORTED names the node.
+ * that (a third GEMM, GEMMs over different M, a transpose, a reduction over
+ * M, a computed weight, a computed left operand of the first GEMM)
+ * CF_ERR_UNSUPPORTED names the node.
  *
  * cf_unfused_build plans and compiles the row kernels (NVRTC through the
  * cache; no GPU).  title names the spec in the generated sources' first line

@@ -165,6 +165,10 @@ static cf_status check_gemm(uf_ctx *c, int j)
         return reject(c, m->node, "the left operand of '%s' is '%s', computed from inputs only; a row kernel "
                       "runs after a GEMM, not before the first (prologue)", nm(c, m->node, b1, sizeof b1),
                       nm(c, a, b2, sizeof b2));
+    if (j > 0 && mm->dims[0] != c->u->gemm[0].dim_m)   /* outputs are row-wise over one M */
+        return reject(c, m->node, "'%s' runs over %s rows and '%s' over %s; the unfused path runs GEMMs over one M",
+                      nm(c, m->node, b1, sizeof b1), cf_graph_dim_name(g, mm->dims[0]),
+                      nm(c, c->u->gemm[0].node, b2, sizeof b2), cf_graph_dim_name(g, c->u->gemm[0].dim_m));
     m->dim_m = mm->dims[0];
     m->dim_n = mm->dims[1];
     m->dim_k = an->dims[1];

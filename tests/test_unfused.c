@@ -196,6 +196,9 @@ static const struct {
     {"input X: bf16[M, K]\ninput W: bf16[K, N]\ninput b: f32[M, N]\noutput Y: bf16 = X @ W\noutput Z: f32 = b * 2\n",
      "output 'Z' depends on no GEMM"},
     {"input X: bf16[M, K]\ninput W: f32[K, N]\noutput Y: bf16 = X @ W\n", "cuBLASLt runs bf16 or f16 GEMMs"},
+    {"input X: bf16[M, K]\ninput Z: bf16[P, K]\ninput W: bf16[K, N]\noutput Y: bf16 = X @ W\n"
+     "output V: bf16 = Z @ W\n",
+     "'V' runs over P rows and 'Y' over M; the unfused path runs GEMMs over one M"},
 };
 
 static void test_rejects(void)
