@@ -22,7 +22,7 @@
  * Shapes are symbolic (cf_dim); sizes are bound only when a graph is run.
  * cf_lower() maps the graph to the Fusion Spec IR (one nested stage per row
  * reduction), or rejects it with CF_ERR_UNSUPPORTED and a diagnostic so the
- * caller can fall back to unfused execution.  The same graph comes from a .cf
+ * caller can fall back to unfused execution (cf_unfused_build).  The same graph comes from a .cf
  * spec through cf_spec_parse().
  *
  * The library never exits and never prints: every function that can fail
@@ -253,7 +253,8 @@ CF_API void cf_options_fill(cf_options *o, cf_options def);
 typedef struct cf_kernel cf_kernel;
 
 /* Lowers g and generates the kernel's CUDA source (no GPU, no NVRTC).  The
- * graph must outlive the kernel. */
+ * graph must outlive the kernel.  CF_ERR_UNSUPPORTED: run g on the unfused
+ * path instead (cf_unfused_build, below). */
 CF_API cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *title,
                                  cf_kernel **out, cf_error *err);
 CF_API const char *cf_kernel_source(const cf_kernel *k);
@@ -321,6 +322,31 @@ typedef struct cf_launch_args {
  * direct launches at different M may be mixed. */
 CF_API cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err);
 CF_API void cf_kernel_free(cf_kernel *k);
+
+/* ---- the unfused path ------------------------------------------------------ */
+
+/* What runs a graph the fused kernel does not take (cf_kernel_build or
+ * cf_lower gave CF_ERR_UNSUPPORTED), or a baseline for one it does: cuBLASLt
+ * for each GEMM, writing f32 to a buffer the object owns, and between and
+ * after them row kernels (one CTA per row) that run the elementwise ops and
+ * row reductions.  It takes every graph with one or two GEMMs whose weights
+ * are bf16/f16 inputs: an epilogue, B2B (O = F(X*W1)*W2; S = F(X*W1) is stored
+ * in W2's dtype), two GEMMs combined (SwiGLU: silu(X*Wg) * (X*Wu)).  Outside
+ * that (a third GEMM, GEMMs over different M, a transpose, a reduction over
+ * M, a computed weight, a computed left operand of the first GEMM)
+ * CF_ERR_UNSUPPORTED names the node.
+ *
+ * cf_unfused_build plans and compiles the row kernels (NVRTC through the
+ * cache; no GPU).  title names the spec in the generated sources' first line
+ * (which is not part of the cache key).  The graph must outlive the object. */
+typedef struct cf_unfused cf_unfused;
+
+CF_API cf_status cf_unfused_build(const cf_graph *g, const char *title, cf_unfused **out, cf_error *err);
+/* Runs the graph on a->stream with the same arguments as cf_kernel_launch.
+ * Buffers and cuBLASLt plans are made by the first launch at a shape (and a
+ * larger M): launches of one object must not overlap in time. */
+CF_API cf_status cf_unfused_launch(cf_unfused *u, const cf_launch_args *a, cf_error *err);
+CF_API void cf_unfused_free(cf_unfused *u);
 
 /* Host conversions used to make inputs and read outputs. */
 CF_API uint16_t cf_f32_to_bf16(float f);   /* round to nearest even */

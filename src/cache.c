@@ -32,7 +32,7 @@
 enum { CACHE_FORMAT = 1, HDR_SIZE = 72 };
 static const char MAGIC[8] = "CFCUBIN";   /* + its NUL */
 /* NOTE: bump when anything about what goes into a key or an entry changes. */
-static const char KEY_DOMAIN[] = "comfuse-kernel-cache-v1";
+static const char KEY_DOMAIN[] = "comfuse-kernel-cache-v2";
 #define MAX_PART ((uint64_t)1 << 30)
 
 /* ---- the key ------------------------------------------------------------- */
@@ -50,6 +50,77 @@ static void put_field(cf_sha256_ctx *s, const void *p, size_t n)
 static void put_str(cf_sha256_ctx *s, const char *str)
 {
     put_field(s, str ? str : "", str ? strlen(str) : 0);
+}
+
+/* The source as the compiler sees it: each comment becomes one space (so no
+ * tokens join) plus the newlines it spanned (so with -lineinfo every line keeps
+ * its number); string and character literals are copied as they are.  Comments
+ * never reach the cubin, and the generators' comments name where a kernel came
+ * from (the spec's path in the first line, node names in labels), so the key
+ * hashes this form: the same kernel reached from another path, from the C API
+ * or with other names is one entry.  (A C++ raw string is read as plain text.) */
+typedef struct code_sink {
+    cf_sha256_ctx *s;   /* NULL: only count                                      */
+    size_t len;
+} code_sink;
+
+static void sink_put(code_sink *k, const char *p, size_t n)
+{
+    if (k->s)
+        cf_sha256_update(k->s, p, n);
+    k->len += n;
+}
+
+static const char *skip_comment(const char *p, code_sink *k)
+{
+    bool line = p[1] == '/';
+    sink_put(k, " ", 1);
+    for (p += 2; *p; p++) {
+        if (line && *p == '\n')
+            return p;                          /* the newline stays code */
+        if (!line && p[0] == '*' && p[1] == '/')
+            return p + 2;
+        if (*p == '\n')
+            sink_put(k, "\n", 1);
+        if (line && p[0] == '\\' && p[1] == '\n') {  /* a // comment continued */
+            sink_put(k, "\n", 1);
+            p++;
+        }
+    }
+    return p;
+}
+
+static void code_of(const char *src, code_sink *k)
+{
+    const char *p = src ? src : "", *run = p;
+    while (*p) {
+        if (*p == '"' || *p == '\'') {
+            char q = *p++;
+            while (*p && *p != q && *p != '\n')
+                p += p[0] == '\\' && p[1] ? 2 : 1;
+            if (*p == q)
+                p++;
+        } else if (p[0] == '/' && (p[1] == '*' || p[1] == '/')) {
+            sink_put(k, run, (size_t)(p - run));
+            run = p = skip_comment(p, k);
+        } else {
+            p++;
+        }
+    }
+    sink_put(k, run, (size_t)(p - run));
+}
+
+/* put_str of src's code (code_of): its length, then its bytes. */
+static void put_code(cf_sha256_ctx *s, const char *src)
+{
+    code_sink count = {0};
+    code_of(src, &count);
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (unsigned char)((uint64_t)count.len >> (8 * i));
+    cf_sha256_update(s, len, 8);
+    code_sink hash = {.s = s};
+    code_of(src, &hash);
 }
 
 void cf_cache_key(const char *src, const char *name, int nvrtc_major, int nvrtc_minor,
@@ -70,7 +141,7 @@ void cf_cache_key(const char *src, const char *name, int nvrtc_major, int nvrtc_
     for (int i = 0; i < n_opts; i++)
         put_str(&s, opts[i]);
     put_str(&s, name);
-    put_str(&s, src);
+    put_code(&s, src);
     snprintf(ver, sizeof ver, "%d headers", n_hdrs);
     put_str(&s, ver);
     for (int i = 0; i < n_hdrs; i++) {

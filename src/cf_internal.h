@@ -418,7 +418,8 @@ cf_status cf_rt_nvrtc_load(int *major, int *minor, const char **path, cf_error *
  * $XDG_CACHE_HOME/comfuse, else $HOME/.cache/comfuse, created like mkdir -p.
  * Returns false (with a reason in note) when no usable dir exists. */
 bool cf_cache_dir(char *dir, size_t n, char *note, size_t note_n);
-/* The key over everything that determines the CUBIN (see cache.c). */
+/* The key over everything that determines the CUBIN (see cache.c): the
+ * source without its comments, which name where it came from (a spec's path). */
 void cf_cache_key(const char *src, const char *name, int nvrtc_major, int nvrtc_minor,
                   const char *const *opts, int n_opts, const char *const *hdr_names,
                   const char *const *hdr_texts, int n_hdrs, char hex[65]);
@@ -545,12 +546,12 @@ cf_status cf_rt_tensor_map_2d_named(void *desc128, const char *name, cf_dtype t,
                                     uint64_t row_pitch_elems, uint32_t box_rows,
                                     uint32_t box_cols, int swizzle_bytes, cf_error *err);
 
-/* cuBLASLt baseline (libcublasLt.so.13/.12 loaded at run time): row-major
+/* cuBLASLt (libcublasLt.so.13/.12 loaded at run time): row-major
  * C[M,N] = A[M,K] * B, B [K,N] or (b_is_nk) [N,K], t = CF_BF16 or CF_F16 for
- * A, B and C, fp32 accumulate.  A plan keeps the layouts, the chosen algorithm
+ * A and B, c_t for C (t, or CF_F32 for the unfused path), fp32 accumulate.  A plan keeps the layouts, the chosen algorithm
  * and a workspace so timed runs only launch.  CF_ERR_NO_DEVICE without cuBLASLt. */
 typedef struct cf_rt_cublas_plan cf_rt_cublas_plan;
-cf_status cf_rt_cublas_plan_create(cf_dtype t, int64_t M, int64_t N, int64_t K, bool b_is_nk,
+cf_status cf_rt_cublas_plan_create(cf_dtype t, cf_dtype c_t, int64_t M, int64_t N, int64_t K, bool b_is_nk,
                                    cf_rt_cublas_plan **plan, cf_error *err);
 cf_status cf_rt_cublas_plan_run(cf_rt_cublas_plan *plan, cf_rt_devptr A, cf_rt_devptr B,
                                 cf_rt_devptr C, cf_rt_stream s, cf_error *err);
@@ -588,7 +589,8 @@ int cf_cg_emit_helpers(const char *text, cf_strbuf *out);
 typedef struct cf_rows cf_rows;
 
 /* Generates the source only (no NVRTC); *n_scratch (optional) gets the number
- * of [M,N] f32 scratch planes.  CF_ERR_UNSUPPORTED for B2B IRs. */
+ * of [M,N] f32 scratch planes.  CF_ERR_UNSUPPORTED for B2B IRs (unfused.c cuts
+ * a B2B graph into two single-GEMM pieces first). */
 cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, int *n_scratch, cf_error *err);
 /* Generates and compiles (NVRTC through the cache; no GPU needed).  The IR
  * (and its graph) must outlive the object. */
@@ -606,5 +608,34 @@ int cf_rows_threads(int64_t N);
 cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, cf_dtype c_dtype, int64_t M, int64_t N,
                          const cf_launch_args *a, cf_rt_stream s, cf_error *err);
 void cf_rows_free(cf_rows *r);
+
+/* ---- unfused.c: the unfused path (cf_unfused in comfuse.h) ---------------- */
+
+/* One GEMM of the graph as the unfused path runs it. */
+typedef struct cf_unfused_gemm {
+    cf_value node;           /* the matmul                                          */
+    cf_dim dim_m, dim_n, dim_k;
+    cf_dtype dtype;          /* of both operands (a computed A is stored in it)     */
+    bool b_is_nk;
+    int a_input;             /* graph input index of A; -1: an earlier piece's value */
+    int b_input;
+    int piece;               /* the piece that runs right after it, or -1            */
+} cf_unfused_gemm;
+
+/* Cuts g at its GEMMs into pieces and lowers each with Φ (no NVRTC, no GPU):
+ * piece i runs after GEMM cf_unfused_piece_gemm(u, i) over its f32 output. */
+cf_status cf_unfused_plan(const cf_graph *g, cf_unfused **out, cf_error *err);
+int cf_unfused_num_gemms(const cf_unfused *u);
+const cf_unfused_gemm *cf_unfused_gemm_at(const cf_unfused *u, int j);
+int cf_unfused_num_pieces(const cf_unfused *u);
+int cf_unfused_piece_gemm(const cf_unfused *u, int i);
+/* The piece's IR (its graph: the piece over buffers) and, after cf_unfused_build, its row kernel. */
+const cf_ir *cf_unfused_piece_ir(const cf_unfused *u, int i);
+const cf_rows *cf_unfused_piece_rows(const cf_unfused *u, int i);
+/* The plan run on the CPU with the same decomposition and bindings as a launch:
+ * each GEMM in f64 kept as f32, each piece by cf_ir_interpret (which computes
+ * its own GEMM in f64), computed operands rounded to their GEMM's dtype.
+ * Host pointers and outputs as for cf_reference_run.  For tests. */
+cf_status cf_unfused_run_host(cf_unfused *u, const cf_bindings *b, double *const *outputs, cf_error *err);
 
 #endif /* CF_INTERNAL_H */

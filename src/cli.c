@@ -73,21 +73,23 @@ static const char kernel_opts_usage[] =
     "                      share (default: on from K = 4096)\n";
 
 static const char emit_usage[] =
-    "usage: comfuse emit [kernel options] SPEC.cf\n"
+    "usage: comfuse emit [kernel options] [--unfused] SPEC.cf\n"
     "\n"
     "Prints the CUDA C source of the fused kernel that Ψ generates for SPEC:\n"
     "the epilogue parameter struct and the epilogue, over the hand-written\n"
     "sm_90a mainloop of src/device/cf_sm90.cuh.  --unfused prints instead the\n"
-    "unfused path's row kernel (cf_rows_kernel: the epilogue over a GEMM output\n"
-    "read from memory, one CTA per row).  Needs no GPU.\n\n";
+    "unfused path's row kernels (cf_rows_kernel: the epilogue over a GEMM output\n"
+    "read from memory, one CTA per row; one after each GEMM with an epilogue).\n"
+    "Needs no GPU.\n\n";
 
 static const char compile_usage[] =
-    "usage: comfuse compile [kernel options] [--ptx] SPEC.cf\n"
+    "usage: comfuse compile [kernel options] [--ptx] [--unfused] SPEC.cf\n"
     "\n"
     "Generates the kernel and compiles it with NVRTC for sm_90a into the\n"
     "kernel cache ($CF_CACHE_DIR, else $XDG_CACHE_HOME/comfuse), then prints\n"
     "its resource use: registers, spills, shared memory, cluster shape.\n"
-    "--ptx also prints the PTX.  Needs NVRTC, not a GPU.\n\n";
+    "--ptx also prints the PTX.  --unfused compiles the unfused path's row\n"
+    "kernels instead (what `run --unfused` loads).  Needs NVRTC, not a GPU.\n\n";
 
 static const char run_usage[] =
     "usage: comfuse run --shape D=n,... [--check] [--unfused] [--rows R] [--seed S]\n"
@@ -102,16 +104,18 @@ static const char run_usage[] =
     "errors (pass: <= 1e-2 for 16-bit outputs, 2e-3 for f32; non-finite values\n"
     "must match).  All rows are checked unless --rows R asks for an even sample\n"
     "of R rows (each output row depends only on its own input rows).\n"
-    "--unfused runs (and checks) the unfused path instead: cuBLASLt writes the\n"
-    "GEMM output to memory in the operands' dtype, then a row kernel runs the\n"
-    "epilogue over it, carried values going through an f32 scratch buffer.\n"
-    "Without it, a spec the fused kernel cannot take yet exits with status 3.\n\n";
+    "--unfused runs (and checks) the unfused path instead: cuBLASLt writes each\n"
+    "GEMM's output to an f32 buffer, and after each GEMM a row kernel runs the\n"
+    "epilogue over it (carried values through an f32 scratch buffer; B2B's\n"
+    "S = F(X*W1) stored in W2's dtype for the second GEMM).  It runs every spec\n"
+    "with one or two GEMMs, two over one X (SwiGLU) included.  Without it, a\n"
+    "spec the fused kernel cannot take yet exits with status 3.\n\n";
 
 static const char bench_usage[] =
     "usage: comfuse bench --shape D=n,... [--iters N] [kernel options] SPEC.cf\n"
     "\n"
-    "Times the fused kernel beside cuBLASLt doing the GEMM alone and beside the\n"
-    "unfused path (cuBLASLt GEMM, then the row kernel, timed together), in the\n"
+    "Times the fused kernel beside cuBLASLt doing the GEMMs alone and beside the\n"
+    "unfused path (cuBLASLt GEMMs, then the row kernels, timed together), in the\n"
     "same process, launch by launch in turns so clock drift cancels (median of N\n"
     "event-timed launches each after a warm-up, L2 flushed before each), and\n"
     "prints TFLOP/s, GB/s and the ratios to cuBLAS and to the physical floor\n"
@@ -358,22 +362,51 @@ static cf_status make_kernel(const cli_opts *o, const cf_graph *g, bool compile,
     return st;
 }
 
-/* `emit --unfused`: the row kernel of the unfused path (no NVRTC, no GPU). */
+/* `emit --unfused`: the row kernels of the unfused path, one after each GEMM
+ * that has an epilogue (no NVRTC, no GPU). */
 static int emit_unfused(const cf_graph *g, const cli_opts *o)
 {
-    cf_ir *ir = NULL;
+    cf_unfused *u = NULL;
     cf_error err;
-    cf_strbuf src = {0};
-    cf_status st = cf_lower(g, &ir, &err);
-    if (st == CF_OK)
-        st = cf_rows_generate(ir, o->spec, &src, NULL, &err);
-    if (st == CF_OK)
-        fputs(src.data, stdout);
-    else
+    cf_status st = cf_unfused_plan(g, &u, &err);
+    for (int i = 0; st == CF_OK && i < cf_unfused_num_pieces(u); i++) {
+        cf_strbuf src = {0};
+        char t[512], b1[96];
+        snprintf(t, sizeof t, "%s, the row kernel after GEMM '%s'", o->spec,
+                 cf_graph_node_name(g, cf_unfused_gemm_at(u, cf_unfused_piece_gemm(u, i))->node, b1, sizeof b1));
+        if ((st = cf_rows_generate(cf_unfused_piece_ir(u, i), t, &src, NULL, &err)) == CF_OK)
+            printf("%s%s", i ? "\n" : "", src.data);
+        cf_sb_free(&src);
+    }
+    if (st != CF_OK)
         fprintf(stderr, "comfuse emit: %s\n", err.msg);
-    cf_sb_free(&src);
-    cf_ir_free(ir);
+    cf_unfused_free(u);
     return exit_code(st);
+}
+
+/* `compile --unfused`: the unfused path's row kernels into the cache (NVRTC, no GPU). */
+static int compile_unfused(const cf_graph *g, const cli_opts *o)
+{
+    cf_unfused *u = NULL;
+    cf_error err;
+    cf_status st = cf_unfused_build(g, o->spec, &u, &err);
+    if (st != CF_OK) {
+        fprintf(stderr, "comfuse compile: %s\n", err.msg);
+        return exit_code(st);
+    }
+    printf("compiled %s for sm_90a: the unfused path, %d cuBLASLt GEMM%s and %d row kernel%s\n", o->spec,
+           cf_unfused_num_gemms(u), cf_unfused_num_gemms(u) == 1 ? "" : "s", cf_unfused_num_pieces(u),
+           cf_unfused_num_pieces(u) == 1 ? "" : "s");
+    for (int i = 0; i < cf_unfused_num_pieces(u); i++) {
+        const cf_rt_cubin *c = cf_rows_cubin(cf_unfused_piece_rows(u, i));
+        char b1[96];
+        printf("  after GEMM '%s': %s in %.0f ms, %d registers/thread, cubin: %s\n",
+               cf_graph_node_name(g, cf_unfused_gemm_at(u, cf_unfused_piece_gemm(u, i))->node, b1, sizeof b1),
+               c->cache == CF_RT_CACHE_HIT_DISK || c->cache == CF_RT_CACHE_HIT_MEMORY ? "cache hit" : "NVRTC",
+               c->compile_ms, c->registers, c->cache_path[0] ? c->cache_path : "(not cached)");
+    }
+    cf_unfused_free(u);
+    return 0;
 }
 
 const char *cli_layout_text(const cf_resources *r, char *buf, size_t n)
@@ -493,12 +526,7 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
         return rc;
     }
     if (o.unfused) {
-        if (strcmp(verb, "emit") != 0) {
-            fprintf(stderr, "comfuse %s: --unfused applies to emit, run and bench\n", verb);
-            cf_graph_free(g);
-            return 2;
-        }
-        rc = emit_unfused(g, &o);
+        rc = strcmp(verb, "emit") == 0 ? emit_unfused(g, &o) : compile_unfused(g, &o);
         cf_graph_free(g);
         return rc;
     }

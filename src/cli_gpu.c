@@ -185,19 +185,47 @@ static cf_status poison_outputs(session *s, cf_error *err)
     return CF_OK;
 }
 
-static cf_status launch(cf_kernel *k, session *s, cf_rt_stream stream, cf_error *err)
+/* One launch of a path on the session's buffers (the fused kernel or the
+ * unfused plan), as bench times it. */
+typedef cf_status (*timed_fn)(void *ctx, cf_rt_stream s, cf_error *err);
+
+typedef struct fused_ctx {
+    cf_kernel *k;
+    session *s;
+} fused_ctx;
+
+static cf_launch_args launch_args(session *s, cf_rt_stream stream)
 {
-    cf_launch_args a = {.dims = s->dims, .inputs = s->d_in, .params = s->params, .outputs = s->d_out,
-                        .stream = stream};
-    return cf_kernel_launch(k, &a, err);
+    return (cf_launch_args){.dims = s->dims, .inputs = s->d_in, .params = s->params, .outputs = s->d_out,
+                            .stream = stream};
+}
+
+static cf_status run_fused(void *ctx, cf_rt_stream stream, cf_error *err)
+{
+    fused_ctx *f = ctx;
+    cf_launch_args a = launch_args(f->s, stream);
+    return cf_kernel_launch(f->k, &a, err);
+}
+
+typedef struct unfused_ctx {
+    cf_unfused *u;
+    session *s;
+} unfused_ctx;
+
+static cf_status run_unfused(void *ctx, cf_rt_stream stream, cf_error *err)
+{
+    unfused_ctx *x = ctx;
+    cf_launch_args a = launch_args(x->s, stream);
+    return cf_unfused_launch(x->u, &a, err);
 }
 
 /* The output checked is the third launch's, into re-poisoned buffers, after two
  * launches on other inputs (a constant byte pattern), over all M rows and over
  * M / 2: state a kernel object keeps between launches (the exchange slots and
- * their epoch) must not leak into results -- a stale partial of the first launch,
- * in a row tile the second does not reach, would. */
-static cf_status launch_thrice(cf_kernel *k, session *s, cf_dim dim_m, cf_error *err)
+ * their epoch; the unfused path's buffers and plans) must not leak into
+ * results -- a stale partial of the first launch, in a row tile the second
+ * does not reach, would. */
+static cf_status launch_thrice(timed_fn fn, void *ctx, session *s, cf_dim dim_m, cf_error *err)
 {
     cf_status st = CF_OK;
     for (int i = 0; i < s->n_in && st == CF_OK; i++) {
@@ -205,11 +233,11 @@ static cf_status launch_thrice(cf_kernel *k, session *s, cf_dim dim_m, cf_error 
         st = cf_rt_memset_d8(s->d_in[i], 0x3C, numel(s->g, t, s->dims) * cf_dtype_size(t.dtype), err);
     }
     if (st == CF_OK)
-        st = launch(k, s, NULL, err);
+        st = fn(ctx, NULL, err);
     const int64_t M = s->dims[dim_m];
     if (st == CF_OK && M >= 2) {
         s->dims[dim_m] = M / 2;
-        st = launch(k, s, NULL, err);
+        st = fn(ctx, NULL, err);
         s->dims[dim_m] = M;
     }
     if (st == CF_OK)
@@ -221,7 +249,7 @@ static cf_status launch_thrice(cf_kernel *k, session *s, cf_dim dim_m, cf_error 
     if (st == CF_OK)
         st = poison_outputs(s, err);
     if (st == CF_OK)
-        st = launch(k, s, NULL, err);
+        st = fn(ctx, NULL, err);
     return st;
 }
 
@@ -333,60 +361,14 @@ static cf_status build_fused(const cf_graph *g, const cli_opts *o, cf_kernel **k
     return cli_build_kernel(o, g, true, k, err);
 }
 
-/* The unfused path, as a user runs it today: cuBLASLt writes C = X*W in the
- * operands' 16-bit dtype to global memory, then cf_rows_kernel reads it back
- * and runs the whole epilogue, one CTA per row. */
-typedef struct unfused {
-    const cf_ir *ir;
-    cf_rows *rows;
-    cf_rt_cublas_plan *plan;
-    cf_rt_devptr c;
-    cf_dtype c_dtype;
-    int64_t M, N, K;
-    session *s;
-} unfused;
-
-static void unfused_free(unfused *u)
+/* After Φ or Ψ declined g: a pointer to the unfused path where it takes g. */
+static void hint_unfused(const cf_graph *g)
 {
-    cf_rt_cublas_plan_free(u->plan);
-    cf_rows_free(u->rows);
-    if (u->c)
-        cf_rt_free(u->c, NULL);
-    memset(u, 0, sizeof *u);
-}
-
-/* The row kernel (CPU side: codegen + NVRTC; CF_ERR_UNSUPPORTED for B2B). */
-static cf_status unfused_build(unfused *u, const cf_ir *ir, const cli_opts *o, cf_error *err)
-{
-    memset(u, 0, sizeof *u);
-    u->ir = ir;
-    u->M = o->dims[ir->dim_m];
-    u->N = o->dims[ir->dim_n];
-    u->K = o->dims[ir->dim_k];
-    u->c_dtype = ir->args[0].dtype;
-    return cf_rows_build(ir, o->spec, &u->rows, err);
-}
-
-/* The GPU side: the C buffer and the cuBLASLt plan. */
-static cf_status unfused_prepare(unfused *u, session *s, cf_error *err)
-{
-    u->s = s;
-    cf_status st = cf_rt_malloc(&u->c, (size_t)u->M * (size_t)u->N * cf_dtype_size(u->c_dtype), err);
-    if (st == CF_OK)
-        st = cf_rt_cublas_plan_create(u->c_dtype, u->M, u->N, u->K, u->ir->args[1].b_is_nk, &u->plan, err);
-    return st;
-}
-
-static cf_status run_unfused(void *ctx, cf_rt_stream stream, cf_error *err)
-{
-    unfused *u = ctx;
-    const cf_ir_arg *A = &u->ir->args[0], *B = &u->ir->args[1];
-    cf_status st = cf_rt_cublas_plan_run(u->plan, u->s->d_in[A->index], u->s->d_in[B->index], u->c, stream, err);
-    if (st != CF_OK)
-        return st;
-    cf_launch_args a = {.dims = u->s->dims, .inputs = u->s->d_in, .params = u->s->params, .outputs = u->s->d_out,
-                        .stream = stream};
-    return cf_rows_launch(u->rows, u->c, u->c_dtype, u->M, u->N, &a, stream, err);
+    cf_unfused *u = NULL;
+    if (cf_unfused_plan(g, &u, NULL) == CF_OK)
+        fprintf(stderr, "  (`comfuse run --unfused` runs and checks the unfused path: cuBLASLt GEMMs + row "
+                        "kernels)\n");
+    cf_unfused_free(u);
 }
 
 /* Lowers g for the CLI; prints the error. */
@@ -394,60 +376,92 @@ static cf_status lower_for_cli(const cf_graph *g, const char *verb, cf_ir **ir)
 {
     cf_error err;
     cf_status st = cf_lower(g, ir, &err);
-    if (st != CF_OK)
+    if (st != CF_OK) {
         fprintf(stderr, "comfuse %s: %s\n", verb, err.msg);
+        if (st == CF_ERR_UNSUPPORTED)
+            hint_unfused(g);
+    }
     return st;
 }
 
 static int exit_code_of(cf_status st) { return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : 1; }
+
+/* Builds what `run` launches: the fused kernel (and g's IR), or with --unfused
+ * the unfused plan; *dim_m gets the dim the rows run over.  Prints errors. */
+static cf_status build_for_run(const cf_graph *g, const cli_opts *o, cf_ir **ir, cf_kernel **k, cf_unfused **u,
+                               cf_dim *dim_m)
+{
+    cf_error err;
+    cf_status st;
+    if (o->unfused) {
+        if ((st = cf_unfused_build(g, o->spec, u, &err)) != CF_OK)
+            fprintf(stderr, "comfuse run: unfused path: %s\n", err.msg);
+        else
+            *dim_m = cf_unfused_gemm_at(*u, 0)->dim_m;
+        return st;
+    }
+    if ((st = lower_for_cli(g, "run", ir)) != CF_OK)
+        return st;
+    *dim_m = (*ir)->dim_m;
+    st = build_fused(g, o, k, &err);
+    if (st == CF_ERR_UNSUPPORTED) {
+        fprintf(stderr, "comfuse run: the fused kernel is not available: %s\n", err.msg);
+        hint_unfused(g);
+    } else if (st != CF_OK) {
+        fprintf(stderr, "comfuse run: %s\n", err.msg);
+    }
+    return st;
+}
+
+static void print_ran(const cli_opts *o, const cf_ir *ir, const cf_kernel *k, const cf_unfused *u, const session *s)
+{
+    if (!u) {
+        printf("ran %s at %s (seed %llu)%s\n", o->spec, o->shape_text, (unsigned long long)o->seed,
+               cf_kernel_wide(k, s->dims[ir->dim_n]) ? ": rows wider than one cluster, so our GEMM -> f32 C -> row kernel"
+                                                    : "");
+        return;
+    }
+    const int ng = cf_unfused_num_gemms(u), np = cf_unfused_num_pieces(u);
+    printf("ran %s at %s (seed %llu) on the unfused path: %d cuBLASLt GEMM%s into f32 buffers, %d row kernel%s\n",
+           o->spec, o->shape_text, (unsigned long long)o->seed, ng, ng == 1 ? "" : "s", np, np == 1 ? "" : "s");
+    for (int i = 0; i < np; i++) {
+        const cf_unfused_gemm *m = cf_unfused_gemm_at(u, cf_unfused_piece_gemm(u, i));
+        const cf_rows *r = cf_unfused_piece_rows(u, i);
+        char b1[96];
+        printf("  after GEMM '%s': a row kernel of %d stage%s (%d threads per row, %d scratch plane%s)\n",
+               cf_graph_node_name(s->g, m->node, b1, sizeof b1), cf_unfused_piece_ir(u, i)->n_stages[0],
+               cf_unfused_piece_ir(u, i)->n_stages[0] == 1 ? "" : "s", cf_rows_threads(s->dims[m->dim_n]),
+               cf_rows_scratch_planes(r), cf_rows_scratch_planes(r) == 1 ? "" : "s");
+    }
+}
 
 int cli_run(const cf_graph *g, const cli_opts *o)
 {
     cf_error err;
     cf_ir *ir = NULL;
     cf_kernel *k = NULL;
-    unfused u;
-    memset(&u, 0, sizeof u);
+    cf_unfused *u = NULL;
+    cf_dim dim_m = 0;
     session s;
     memset(&s, 0, sizeof s);
-    cf_status st = lower_for_cli(g, "run", &ir);
-    if (st != CF_OK)
-        return exit_code_of(st);
-    const char *path = o->unfused ? "unfused: cuBLAS + rows" : "fused";
-    st = o->unfused ? unfused_build(&u, ir, o, &err) : build_fused(g, o, &k, &err);
-    if (st == CF_ERR_UNSUPPORTED && !o->unfused) {
-        fprintf(stderr, "comfuse run: the fused kernel is not available: %s\n", err.msg);
-        if (ir->n_gemms == 1)
-            fprintf(stderr, "  (`comfuse run --unfused` runs and checks the unfused path: cuBLAS GEMM + row kernel)\n");
-        cf_ir_free(ir);
-        return 3;
-    }
+    cf_status st = build_for_run(g, o, &ir, &k, &u, &dim_m);
     if (st != CF_OK) {
-        fprintf(stderr, "comfuse run: %s%s\n", o->unfused ? "unfused path: " : "", err.msg);
         cf_ir_free(ir);
         return exit_code_of(st);
     }
+    fused_ctx f = {k, &s};
+    unfused_ctx x = {u, &s};
     bool ok = true;
     if ((st = cf_rt_init(&err)) == CF_OK && (st = session_init(&s, g, o, o->seed, &err)) == CF_OK &&
-        (!o->unfused || (st = unfused_prepare(&u, &s, &err)) == CF_OK) && (st = poison_outputs(&s, &err)) == CF_OK &&
-        (st = o->unfused ? run_unfused(&u, NULL, &err) : launch_thrice(k, &s, ir->dim_m, &err)) == CF_OK &&
+        (st = launch_thrice(u ? run_unfused : run_fused, u ? (void *)&x : (void *)&f, &s, dim_m, &err)) == CF_OK &&
         (st = cf_rt_ctx_sync(&err)) == CF_OK) {
-        if (o->unfused)
-            printf("ran %s at %s (seed %llu) on the unfused path: cuBLASLt GEMM -> %s C -> row kernel "
-                   "(%d threads per row, %d scratch plane%s)\n",
-                   o->spec, o->shape_text, (unsigned long long)o->seed, cf_dtype_name(u.c_dtype),
-                   cf_rows_threads(u.N), cf_rows_scratch_planes(u.rows), cf_rows_scratch_planes(u.rows) == 1 ? "" : "s");
-        else
-            printf("ran %s at %s (seed %llu)%s\n", o->spec, o->shape_text, (unsigned long long)o->seed,
-                   cf_kernel_wide(k, s.dims[ir->dim_n])
-                       ? ": rows wider than one cluster, so our GEMM -> f32 C -> row kernel"
-                       : "");
+        print_ran(o, ir, k, u, &s);
         if (o->check)
-            st = check_outputs(&s, ir->dim_m, o->check_rows, &ok, &err);
+            st = check_outputs(&s, dim_m, o->check_rows, &ok, &err);
     }
     if (st != CF_OK)
-        fprintf(stderr, "comfuse run (%s): %s\n", path, err.msg);
-    unfused_free(&u);
+        fprintf(stderr, "comfuse run (%s): %s\n", u ? "unfused: cuBLAS + rows" : "fused", err.msg);
+    cf_unfused_free(u);
     cf_kernel_free(k);
     session_free(&s);
     cf_ir_free(ir);
@@ -465,8 +479,6 @@ static int cmp_float(const void *a, const void *b)
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
 }
-
-typedef cf_status (*timed_fn)(void *ctx, cf_rt_stream s, cf_error *err);
 
 /* Times n implementations launch by launch, in turns (cuBLAS, fused, unfused,
  * cuBLAS, ...), each behind an L2 flush and between its own events, and
@@ -523,26 +535,80 @@ static cf_status time_paired(int n, timed_fn const *fns, void *const *ctxs, int 
     return st;
 }
 
-typedef struct fused_ctx {
-    cf_kernel *k;
-    session *s;
-} fused_ctx;
-
-static cf_status run_fused(void *ctx, cf_rt_stream st, cf_error *err)
-{
-    fused_ctx *f = ctx;
-    return launch(f->k, f->s, st, err);
-}
-
+/* The baseline: cuBLASLt doing the graph's GEMMs alone, back to back, each
+ * writing its output in the operands' dtype (a computed left operand, B2B's S,
+ * read from a zeroed buffer: the time does not depend on the values). */
 typedef struct cublas_ctx {
-    cf_rt_cublas_plan *plan;
-    cf_rt_devptr a, b, c;
+    int n;
+    int64_t mnk[2][3];
+    cf_rt_cublas_plan *plan[2];
+    cf_rt_devptr a[2], b[2], c[2];
+    bool own_a[2];
 } cublas_ctx;
 
 static cf_status run_cublas(void *ctx, cf_rt_stream st, cf_error *err)
 {
     cublas_ctx *c = ctx;
-    return cf_rt_cublas_plan_run(c->plan, c->a, c->b, c->c, st, err);
+    cf_status s = CF_OK;
+    for (int j = 0; j < c->n && s == CF_OK; j++)
+        s = cf_rt_cublas_plan_run(c->plan[j], c->a[j], c->b[j], c->c[j], st, err);
+    return s;
+}
+
+static void cublas_free(cublas_ctx *c)
+{
+    for (int j = 0; j < c->n; j++) {
+        cf_rt_cublas_plan_free(c->plan[j]);
+        if (c->own_a[j] && c->a[j])
+            cf_rt_free(c->a[j], NULL);
+        if (c->c[j])
+            cf_rt_free(c->c[j], NULL);
+    }
+    memset(c, 0, sizeof *c);
+}
+
+/* One GEMM of the baseline: A from input a_input (or a zeroed buffer when < 0). */
+static cf_status cublas_add(cublas_ctx *c, const session *s, cf_dtype t, cf_dim dm, cf_dim dn, cf_dim dk,
+                            int a_input, int b_input, bool b_is_nk, cf_error *err)
+{
+    const int j = c->n++;
+    const int64_t M = s->dims[dm], N = s->dims[dn], K = s->dims[dk];
+    c->mnk[j][0] = M, c->mnk[j][1] = N, c->mnk[j][2] = K;
+    c->b[j] = s->d_in[b_input];
+    c->own_a[j] = a_input < 0;
+    cf_status st = CF_OK;
+    if (a_input >= 0)
+        c->a[j] = s->d_in[a_input];
+    else if ((st = cf_rt_malloc(&c->a[j], (size_t)M * (size_t)K * cf_dtype_size(t), err)) == CF_OK)
+        st = cf_rt_memset_d8(c->a[j], 0, (size_t)M * (size_t)K * cf_dtype_size(t), err);
+    if (st == CF_OK)
+        st = cf_rt_malloc(&c->c[j], (size_t)M * (size_t)N * cf_dtype_size(t), err);
+    if (st == CF_OK)
+        st = cf_rt_cublas_plan_create(t, t, M, N, K, b_is_nk, &c->plan[j], err);
+    return st;
+}
+
+/* The GEMMs of the unfused plan when there is one, else the IR's first. */
+static cf_status cublas_setup(cublas_ctx *c, const cf_unfused *u, const cf_ir *ir, const session *s, cf_error *err)
+{
+    cf_status st = CF_OK;
+    for (int j = 0; u && j < cf_unfused_num_gemms(u) && st == CF_OK; j++) {
+        const cf_unfused_gemm *m = cf_unfused_gemm_at(u, j);
+        st = cublas_add(c, s, m->dtype, m->dim_m, m->dim_n, m->dim_k, m->a_input, m->b_input, m->b_is_nk, err);
+    }
+    if (!u) {
+        const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
+        st = cublas_add(c, s, A->dtype, ir->dim_m, ir->dim_n, ir->dim_k, A->index, B->index, B->b_is_nk, err);
+    }
+    return st;
+}
+
+static double cublas_flops(const cublas_ctx *c)
+{
+    double f = 0;
+    for (int j = 0; j < c->n; j++)
+        f += 2.0 * (double)c->mnk[j][0] * (double)c->mnk[j][1] * (double)c->mnk[j][2];
+    return f;
 }
 
 /* Bytes every implementation must move at least: each input read once, each
@@ -719,6 +785,33 @@ static void print_trace(fused_ctx *f)
     free(tr);
 }
 
+/* Builds what bench times: the fused kernel (with g's IR) and the unfused
+ * plan, each where it exists, with the reason where it does not. */
+static cf_status build_for_bench(const cf_graph *g, const cli_opts *o, cf_ir **ir, cf_kernel **k, cf_unfused **u,
+                                 why *no_fused, why *no_unfused)
+{
+    cf_error err;
+    cf_status st = cf_lower(g, ir, &err);
+    if (st == CF_OK)
+        st = build_fused(g, o, k, &err);
+    if (st == CF_ERR_UNSUPPORTED) {
+        set_why(no_fused, &err);
+        st = CF_OK;
+    }
+    if (st == CF_OK && (st = cf_unfused_build(g, o->spec, u, &err)) == CF_ERR_UNSUPPORTED) {
+        set_why(no_unfused, &err);
+        st = CF_OK;
+    }
+    if (st != CF_OK)
+        fprintf(stderr, "comfuse bench: %s\n", err.msg);
+    else if (!*k && !*u) {
+        fprintf(stderr, "comfuse bench: nothing to time for %s:\n  fused: %s\n  unfused: %s\n", o->spec,
+                no_fused->text, no_unfused->text);
+        st = CF_ERR_UNSUPPORTED;
+    }
+    return st;
+}
+
 int cli_bench(const cf_graph *g, const cli_opts *o)
 {
     cf_error err;
@@ -726,47 +819,27 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
     memset(&s, 0, sizeof s);
     cf_ir *ir = NULL;
     cf_kernel *k = NULL;
-    unfused u;
-    memset(&u, 0, sizeof u);
-    bool have_unfused = false, fused_failed = false;
+    cf_unfused *u = NULL;
+    bool fused_failed = false;
     why no_fused = {""}, no_unfused = {""};
-    cf_status st = lower_for_cli(g, "bench", &ir);
-    if (st != CF_OK)
-        return exit_code_of(st);
-    int64_t M = o->dims[ir->dim_m], N = o->dims[ir->dim_n], K = o->dims[ir->dim_k];
     const size_t flush_bytes = 256u << 20;
-    cf_rt_devptr flush = 0, c_buf = 0;
+    cf_rt_devptr flush = 0;
     cublas_ctx cb = {0};
     float t_fused = 0, t_cublas = 0, t_unfused = 0, r_fused = 0, r_unfused = 0;
 
-    /* Either path may be outside what comfuse does yet; bench what exists. */
-    st = build_fused(g, o, &k, &err);
-    if (st == CF_ERR_UNSUPPORTED) {
-        set_why(&no_fused, &err);
-        st = CF_OK;
+    /* Either path may be outside what comfuse does; bench what exists. */
+    cf_status st = build_for_bench(g, o, &ir, &k, &u, &no_fused, &no_unfused);
+    if (st != CF_OK) {   /* said on stderr */
+        cf_unfused_free(u);
+        cf_kernel_free(k);
+        cf_ir_free(ir);
+        return exit_code_of(st);
     }
-    if (st == CF_OK) {
-        st = unfused_build(&u, ir, o, &err);
-        have_unfused = st == CF_OK;
-        if (st == CF_ERR_UNSUPPORTED) {
-            set_why(&no_unfused, &err);
-            st = CF_OK;
-        }
-    }
-    if (st == CF_OK && !k && !have_unfused) {
-        fprintf(stderr, "comfuse bench: nothing to time for %s:\n  fused: %s\n  unfused: %s\n", o->spec,
-                no_fused.text, no_unfused.text);
-        st = CF_ERR_UNSUPPORTED;
-        goto done;
-    }
-    if (st == CF_OK)
-        st = cf_rt_init(&err);
+    st = cf_rt_init(&err);
     if (st == CF_OK)
         st = session_init(&s, g, o, o->seed, &err);
     if (st == CF_OK)
         st = cf_rt_malloc(&flush, flush_bytes, &err);
-    if (st == CF_OK)
-        st = cf_rt_malloc(&c_buf, (size_t)M * (size_t)N * 2, &err);
     if (st == CF_OK && k) {
         /* A fused kernel that fails to launch still leaves the baselines worth
          * timing; the bench then reports it and exits 1. */
@@ -786,15 +859,9 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
         }
     }
     fused_ctx f = {k, &s};
-    if (st == CF_OK) {
-        const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
-        cb.a = s.d_in[A->index];
-        cb.b = s.d_in[B->index];
-        cb.c = c_buf;
-        st = cf_rt_cublas_plan_create(A->dtype, M, N, K, B->b_is_nk, &cb.plan, &err);
-    }
-    if (st == CF_OK && have_unfused)
-        st = unfused_prepare(&u, &s, &err);
+    unfused_ctx x = {u, &s};
+    if (st == CF_OK)
+        st = cublas_setup(&cb, u, ir, &s, &err);
     if (st == CF_OK) {
         timed_fn fns[3];
         void *ctxs[3];
@@ -803,14 +870,14 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
         fns[n] = run_cublas, ctxs[n] = &cb, outs[n] = &t_cublas, ratios[n++] = &r_cublas;
         if (k)
             fns[n] = run_fused, ctxs[n] = &f, outs[n] = &t_fused, ratios[n++] = &r_fused;
-        if (have_unfused)
-            fns[n] = run_unfused, ctxs[n] = &u, outs[n] = &t_unfused, ratios[n++] = &r_unfused;
+        if (u)
+            fns[n] = run_unfused, ctxs[n] = &x, outs[n] = &t_unfused, ratios[n++] = &r_unfused;
         st = time_paired(n, fns, ctxs, o->iters, flush, flush_bytes, med, ratio, &err);
         for (int j = 0; j < n && st == CF_OK; j++)
             *outs[j] = med[j], *ratios[j] = ratio[j];
     }
     if (st == CF_OK) {
-        double flops = 2.0 * (double)M * (double)N * (double)K, bytes = floor_bytes(&s);
+        double flops = cublas_flops(&cb), bytes = floor_bytes(&s);
         double floor_ms = fmax(flops / 790e12, bytes / 4.3e12) * 1e3;
         char fused_col[32] = "-", unfused_col[32] = "-", fused_r[32] = "-", unfused_r[32] = "-";
         printf("bench %s at %s (median of %d, L2 flushed; vs cuBLAS: median of per-turn ratios)\n", o->spec,
@@ -820,7 +887,8 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
         const bool have_r = k && cf_kernel_resources(k, &r, NULL) == CF_OK;
         if (k) {
             printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n",
-                   cf_kernel_wide(k, N) ? "comfuse (wide rows)" : "comfuse fused", t_fused, flops / t_fused / 1e9,
+                   cf_kernel_wide(k, s.dims[ir->dim_n]) ? "comfuse (wide rows)" : "comfuse fused", t_fused,
+                   flops / t_fused / 1e9,
                    bytes / t_fused / 1e6, r_fused, t_fused / floor_ms);
             snprintf(fused_col, sizeof fused_col, "%.5f", t_fused);
             snprintf(fused_r, sizeof fused_r, "%.4f", r_fused);
@@ -832,9 +900,9 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
         } else {
             printf("  %-22s %s (%s)\n", "comfuse fused", fused_failed ? "FAILED" : "not available", no_fused.text);
         }
-        printf("  %-22s %9.4f %9.1f %9s %10.3f %10.3f\n", "cuBLASLt GEMM alone", t_cublas, flops / t_cublas / 1e9,
-               "-", 1.0, t_cublas / floor_ms);
-        if (have_unfused) {
+        printf("  %-22s %9.4f %9.1f %9s %10.3f %10.3f\n", cb.n == 1 ? "cuBLASLt GEMM alone" : "cuBLASLt GEMMs alone",
+               t_cublas, flops / t_cublas / 1e9, "-", 1.0, t_cublas / floor_ms);
+        if (u) {
             printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n", "unfused: cuBLAS + rows", t_unfused,
                    flops / t_unfused / 1e9, bytes / t_unfused / 1e6, r_unfused, t_unfused / floor_ms);
             snprintf(unfused_col, sizeof unfused_col, "%.5f", t_unfused);
@@ -855,16 +923,13 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
         printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\t%s\t%s\n", o->spec, o->shape_text, fused_col, t_cublas,
                floor_ms, unfused_col, fused_r, unfused_r);
     }
-done:
-    if (st != CF_OK && st != CF_ERR_UNSUPPORTED)
+    if (st != CF_OK)
         fprintf(stderr, "comfuse bench: %s\n", err.msg);
-    cf_rt_cublas_plan_free(cb.plan);
-    unfused_free(&u);
+    cublas_free(&cb);
+    cf_unfused_free(u);
     cf_kernel_free(k);
     if (flush)
         cf_rt_free(flush, NULL);
-    if (c_buf)
-        cf_rt_free(c_buf, NULL);
     session_free(&s);
     cf_ir_free(ir);
     return st == CF_OK && fused_failed ? 1 : exit_code_of(st);

@@ -1101,7 +1101,7 @@ static cf_status lt_load(cf_error *err)
         lt_status = CF_ERR_NO_DEVICE;
         if (!lib)
             snprintf(lt_msg, sizeof lt_msg, "cuBLASLt not found (needed for the cuBLAS "
-                     "baseline); tried %s", tried);
+                     "baseline and the unfused path); tried %s", tried);
         else if ((missing = load_syms(lib, &lt, lt_syms, CF_ARRAY_LEN(lt_syms))))
             snprintf(lt_msg, sizeof lt_msg, "%s lacks %s", path, missing);
         else
@@ -1136,14 +1136,15 @@ struct cf_rt_cublas_plan {
 
 enum { LT_WORKSPACE = 32 << 20 };
 
-cf_status cf_rt_cublas_plan_create(cf_dtype t, int64_t M, int64_t N, int64_t K, bool b_is_nk,
+cf_status cf_rt_cublas_plan_create(cf_dtype t, cf_dtype c_t, int64_t M, int64_t N, int64_t K, bool b_is_nk,
                                    cf_rt_cublas_plan **out, cf_error *err)
 {
     cf_status st;
     *out = NULL;
-    if (t != CF_BF16 && t != CF_F16)
+    if ((t != CF_BF16 && t != CF_F16) || (c_t != t && c_t != CF_F32))
         return cf_errorf(err, CF_ERR_DTYPE, (cf_loc){0},
-                         "cuBLAS baseline takes bf16 or f16, not %s", cf_dtype_name(t));
+                         "cuBLAS GEMM takes bf16 or f16 operands and C of theirs or f32, not %s -> %s",
+                         cf_dtype_name(t), cf_dtype_name(c_t));
     if (M <= 0 || N <= 0 || K <= 0)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "bad GEMM shape %lldx%lldx%lld",
                          (long long)M, (long long)N, (long long)K);
@@ -1170,7 +1171,8 @@ cf_status cf_rt_cublas_plan_create(cf_dtype t, int64_t M, int64_t N, int64_t K, 
     else
         CF_LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->la, dt, (uint64_t)N, (uint64_t)K, N));
     CF_LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->lb, dt, (uint64_t)K, (uint64_t)M, K));
-    CF_LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->lc, dt, (uint64_t)N, (uint64_t)M, N));
+    CF_LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->lc, c_t == CF_F32 ? CUDA_R_32F : dt, (uint64_t)N,
+                                              (uint64_t)M, N));
     p->ws_size = LT_WORKSPACE;
     if ((st = cf_rt_malloc(&p->ws, p->ws_size, err)) != CF_OK)
         goto fail;
@@ -1238,7 +1240,7 @@ cf_status cf_rt_cublas_gemm(cf_dtype t, int64_t M, int64_t N, int64_t K, cf_rt_d
                             cf_error *err)
 {
     cf_rt_cublas_plan *p;
-    cf_status st = cf_rt_cublas_plan_create(t, M, N, K, b_is_nk, &p, err);
+    cf_status st = cf_rt_cublas_plan_create(t, t, M, N, K, b_is_nk, &p, err);
     if (st != CF_OK)
         return st;
     st = cf_rt_cublas_plan_run(p, A, B, C, s, err);

@@ -93,6 +93,29 @@ static void test_key(void)
     cf_cache_key("s", "k", 13, 0, o1, 2, NULL, NULL, 0, k1);
     cf_cache_key("s", "k", 13, 0, o2, 2, NULL, NULL, 0, k2);
     CHECK(strcmp(k1, k2) != 0);
+    /* Comments are not part of the key (the first line names the spec, labels name
+     * nodes); the lines they span are (they number the code after them), a comment
+     * still separates tokens, and text inside literals is code. */
+    cf_cache_key("/* Generated from a.cf */\nint x; // x.3\n", "k", 13, 0, opts, 2, NULL, NULL, 0, k1);
+    cf_cache_key("/* Generated from /elsewhere/b.cf */\nint x; // v3\n", "k", 13, 0, opts, 2, NULL, NULL, 0, k2);
+    CHECK(strcmp(k1, k2) == 0);
+    cf_cache_key("/* Generated from a.cf\n * two lines */\nint x; // x.3\n", "k", 13, 0, opts, 2, NULL, NULL, 0, k2);
+    CHECK(strcmp(k1, k2) != 0);
+    cf_cache_key("/* Generated from a.cf */\nint y; // x.3\n", "k", 13, 0, opts, 2, NULL, NULL, 0, k2);
+    CHECK(strcmp(k1, k2) != 0);
+    cf_cache_key("int a/* */b;", "k", 13, 0, opts, 2, NULL, NULL, 0, k1);
+    cf_cache_key("int ab;", "k", 13, 0, opts, 2, NULL, NULL, 0, k2);
+    CHECK(strcmp(k1, k2) != 0);
+    cf_cache_key("int a /* one */ b;", "k", 13, 0, opts, 2, NULL, NULL, 0, k2);
+    CHECK(strcmp(k1, k2) != 0);   /* "a" " " " " "b" against "a" " " "b" */
+    cf_cache_key("int a/* two */b;", "k", 13, 0, opts, 2, NULL, NULL, 0, k2);
+    CHECK(strcmp(k1, k2) == 0);
+    cf_cache_key("const char *s = \"/* a */\";", "k", 13, 0, opts, 2, NULL, NULL, 0, k1);
+    cf_cache_key("const char *s = \"/* b */\";", "k", 13, 0, opts, 2, NULL, NULL, 0, k2);
+    CHECK(strcmp(k1, k2) != 0);
+    cf_cache_key("char c = '\\''; /* a */", "k", 13, 0, opts, 2, NULL, NULL, 0, k1);
+    cf_cache_key("char c = '\\''; /* b */", "k", 13, 0, opts, 2, NULL, NULL, 0, k2);
+    CHECK(strcmp(k1, k2) == 0);
 }
 
 /* Counts <dir>'s entries: *.cubin files and anything else. */
@@ -391,6 +414,76 @@ static void test_race(void)
     cf_rt_cubin_free(&fresh);
 }
 
+/* GEMM + bias + GELU as the C builder makes it, named like examples/gemm_bias_gelu.cf. */
+static cf_graph *build_gemm_bias_gelu(void)
+{
+    cf_graph *g = cf_graph_new();
+    cf_dim M = cf_graph_dim(g, "M"), K = cf_graph_dim(g, "K"), N = cf_graph_dim(g, "N");
+    cf_value X = cf_graph_input(g, "X", CF_BF16, 2, (cf_dim[]){M, K});
+    cf_value W = cf_graph_input(g, "W", CF_BF16, 2, (cf_dim[]){K, N});
+    cf_value bias = cf_graph_input(g, "bias", CF_F32, 1, (cf_dim[]){N});
+    cf_value y = cf_graph_unary(g, CF_OP_GELU, cf_graph_binary(g, CF_OP_ADD, cf_graph_matmul(g, X, W), bias));
+    cf_graph_output(g, "Y", y, CF_BF16);
+    return g;
+}
+
+/* Builds and compiles g's fused kernel titled title (its first line names it);
+ * r gets the kernel's resources: its cache path and whether it was a hit. */
+static cf_status compile_graph(const cf_graph *g, const char *title, cf_resources *r)
+{
+    cf_kernel *k = NULL;
+    cf_error err = {0};
+    cf_status st = cf_kernel_build(g, NULL, title, &k, &err);
+    if (st == CF_OK) {
+        CHECK_CONTAINS(cf_kernel_source(k), title ? title : "<graph>");
+        st = cf_kernel_compile(k, &err);
+    }
+    if (st == CF_OK)
+        st = cf_kernel_resources(k, r, &err);
+    if (st != CF_OK)
+        fprintf(stderr, "%s: %s\n", title ? title : "<graph>", err.msg);
+    cf_kernel_free(k);
+    return st;
+}
+
+/* Issue 28, item 6: the same kernel from a spec at two paths and from the C
+ * builder (unnamed values: other labels in comments) is one cache entry (the
+ * key once held the spec's path). */
+static void test_same_kernel_one_entry(void)
+{
+    char dir[512], copy[600], cmd[1400];
+    fresh_dir(dir, sizeof dir, "provenance");
+    snprintf(copy, sizeof copy, "%s/elsewhere.cf", root);
+    snprintf(cmd, sizeof cmd, "cp examples/gemm_bias_gelu.cf %s", copy);
+    CHECK_EQ_INT(0, system(cmd));
+    cf_graph *g1 = NULL, *g2 = NULL, *g3 = build_gemm_bias_gelu();
+    cf_error err = {0};
+    CHECK_EQ_INT(CF_OK, cf_spec_parse_file("examples/gemm_bias_gelu.cf", &g1, &err));
+    CHECK_EQ_INT(CF_OK, cf_spec_parse_file(copy, &g2, &err));
+    CHECK_EQ_INT(CF_OK, cf_graph_error(g3)->status);
+    cf_resources r1, r2, r3;
+    /* the table is cleared before each compile: every hit comes from the disk */
+    if (g1 && g2 && compile_graph(g1, "examples/gemm_bias_gelu.cf", &r1) == CF_OK &&
+        (cf_cache_mem_clear(), compile_graph(g2, copy, &r2)) == CF_OK) {
+        CHECK(!r1.cache_hit);
+        CHECK(r2.cache_hit);
+        CHECK(strcmp(r1.cache_path, r2.cache_path) == 0);
+        cf_cache_mem_clear();
+        CHECK_EQ_INT(CF_OK, compile_graph(g3, NULL, &r3));
+        CHECK(r3.cache_hit);
+        CHECK(strcmp(r1.cache_path, r3.cache_path) == 0);
+        int entries, others;
+        count_dir(dir, &entries, &others);
+        CHECK_EQ_INT(1, entries);
+        CHECK_EQ_INT(0, others);
+    } else {
+        CHECK(!"compiling gemm_bias_gelu failed");
+    }
+    cf_graph_free(g1);
+    cf_graph_free(g2);
+    cf_graph_free(g3);
+}
+
 static void rm_rf(const char *path)
 {
     DIR *d = opendir(path);
@@ -428,6 +521,7 @@ int main(int argc, char **argv)
     if (st == CF_OK) {
         test_compile_cache();
         test_race();
+        test_same_kernel_one_entry();
     } else {
         fprintf(stderr, "NVRTC missing: %s\n", err.msg);
     }

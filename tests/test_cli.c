@@ -217,6 +217,62 @@ int main(int argc, char **argv)
     if (run("ls /dev/nvidia0", buf, sizeof buf) != 0) {
         CHECK_EQ_INT(1, cf("run --shape M=8,N=8,K=8 examples/gemm.cf", buf, sizeof buf));
         CHECK_CONTAINS(buf, "libcuda.so.1");
+        /* Two-GEMM graphs (issue 28, item 5): --unfused plans and compiles their row
+         * kernels and gets as far as the GPU; bench times the unfused path */
+        CHECK_EQ_INT(1, cf("run --unfused --check --shape M=40,N=24,K=16 examples/swiglu.cf", buf, sizeof buf));
+        CHECK_CONTAINS(buf, "comfuse run (unfused: cuBLAS + rows): CUDA driver libcuda.so.1");
+        CHECK_EQ_INT(1, cf("run --unfused --shape M=40,N=24,K=16 tests/specs/swiglu_nk.cf", buf, sizeof buf));
+        CHECK_CONTAINS(buf, "libcuda.so.1");
+        CHECK_EQ_INT(1, cf("run --unfused --check --shape M=40,K=16,N1=24,N2=8 examples/b2b_ln.cf", buf, sizeof buf));
+        CHECK_CONTAINS(buf, "libcuda.so.1");
+        CHECK_EQ_INT(1, cf("bench --shape M=40,N=24,K=16 examples/swiglu.cf", buf, sizeof buf));
+        CHECK_CONTAINS(buf, "libcuda.so.1");
+        /* compile --unfused fills the cache with what run --unfused loads */
+        CHECK_EQ_INT(0, cf("compile --unfused tests/specs/b2b_rowstat.cf", buf, sizeof buf));
+        CHECK_CONTAINS(buf, "the unfused path, 2 cuBLASLt GEMMs and 2 row kernels");
+        CHECK_CONTAINS(buf, "after GEMM 'matmul.10': ");
+        char cmd2[700];
+        snprintf(cmd2, sizeof cmd2, "CF_ASSERT_CACHED=1 %s run --unfused --shape M=40,K=16,N1=24,N2=8 "
+                 "tests/specs/b2b_rowstat.cf", bin);
+        CHECK_EQ_INT(1, run(cmd2, buf, sizeof buf));
+        CHECK_CONTAINS(buf, "libcuda.so.1");   /* every row kernel came from the cache */
+        CHECK(!strstr(buf, "CF_ASSERT_CACHED"));
+    }
+    /* the fused path declines them (exit 3) and points to --unfused */
+    CHECK_EQ_INT(3, cf("run --check --shape M=40,N=24,K=16 examples/swiglu.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "examples/swiglu.cf:9:7: cannot fuse: 'g' and 'u' are independent GEMMs");
+    CHECK_CONTAINS(buf, "`comfuse run --unfused` runs and checks the unfused path");
+    CHECK_EQ_INT(3, cf("run --shape M=40,K=16,N1=24,N2=8 examples/b2b_gelu.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "the fused kernel is not available");
+    CHECK_CONTAINS(buf, "`comfuse run --unfused`");
+    /* emit --unfused: a row kernel after each GEMM with an epilogue */
+    CHECK_EQ_INT(0, cf("emit --unfused examples/b2b_gelu.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "from examples/b2b_gelu.cf, the row kernel after GEMM 'matmul.4'");
+    CHECK_CONTAINS(buf, "from examples/b2b_gelu.cf, the row kernel after GEMM 'O'");
+    CHECK_EQ_INT(0, cf("emit --unfused examples/swiglu.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "the row kernel after GEMM 'u'");
+    CHECK(!strstr(buf, "the row kernel after GEMM 'g'"));   /* g has no epilogue of its own */
+    /* what no path runs keeps exit 3 and says why, for run --unfused and bench */
+    {
+        char d3[] = "/tmp/cf_test_cli3_XXXXXX", p3[256], c3[600];
+        CHECK(mkdtemp(d3) != NULL);
+        snprintf(p3, sizeof p3, "%s/three.cf", d3);
+        FILE *f3 = fopen(p3, "w");
+        CHECK(f3 != NULL);
+        if (f3) {
+            fputs("input X: bf16[M, K]\ninput A: bf16[K, K]\ninput B: bf16[K, N]\n"
+                  "output Y: bf16 = (X @ A) @ A @ B\n", f3);
+            fclose(f3);
+        }
+        snprintf(c3, sizeof c3, "run --unfused --shape M=8,N=8,K=8 %s", p3);
+        CHECK_EQ_INT(3, cf(c3, buf, sizeof buf));
+        CHECK_CONTAINS(buf, "is a third matmul; the unfused path runs at most two GEMMs");
+        snprintf(c3, sizeof c3, "bench --shape M=8,N=8,K=8 %s", p3);
+        CHECK_EQ_INT(3, cf(c3, buf, sizeof buf));
+        CHECK_CONTAINS(buf, "nothing to time for");
+        CHECK_CONTAINS(buf, "unfused: ");
+        snprintf(c3, sizeof c3, "rm -rf %s", d3);
+        CHECK_EQ_INT(0, run(c3, buf, sizeof buf));
     }
     return tu_finish("test_cli");
 }
