@@ -163,6 +163,12 @@ def test_spill_bytes_are_read_from_compile_output():
     assert [int(s) for s in grid.SPILLS.findall(text)] == [732]
 
 
+def test_help_prints(capsys):
+    with pytest.raises(SystemExit) as e:
+        grid.main(["--help"])
+    assert e.value.code == 0 and "--compile-only" in capsys.readouterr().out
+
+
 def test_list_and_bad_filter(capsys):
     assert grid.main(["--list", "--quick"]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == len(grid.select(grid.CELLS, quick=True))
@@ -211,6 +217,9 @@ compile) echo "  registers 168/thread, spills 8 bytes, stack frame 0 bytes" ;;
 bench) shape=$5
        case $shape in *N=32000*) echo "comfuse bench: failed on purpose" >&2; exit 1 ;; esac
        printf 'BENCH\\t%s\\t%s\\t0.0120\\t0.0100\\t0.0050\\t0.0200\\t1.150\\t2.000\\n' "$6" "$shape" ;;
+run) shape=$8
+     case $shape in *N=50257*) echo "  check Y: max |err| 1e0, rel Frobenius 5.000e-01, FAIL"; exit 4 ;; esac
+     echo "  check Y: 100 elements: max |err| 1e-3, rel Frobenius 1.250e-03, ok" ;;
 esac
 """
 
@@ -252,3 +261,33 @@ def test_gpu_run_end_to_end_with_fakes(tmp_path, monkeypatch, capsys):
         assert (out / "grid.png").exists()
     except ImportError:
         pass
+
+
+def test_check_mode_reports_each_cell(tmp_path, capsys):
+    binary = tmp_path / "comfuse"
+    binary.write_text(FAKE_COMFUSE)
+    binary.chmod(0o755)
+    rc = grid.main(["--check", "--quick", "--rows", "8", "--out", str(tmp_path), "--comfuse", str(binary)])
+    assert rc == 1  # the GPT-2 vocabulary cell fails on purpose
+    doc = json.load(open(tmp_path / "check.json"))
+    bad = [c for c in doc["cells"] if not c["ok"]]
+    assert [c["N"] for c in bad] == [50257] and bad[0]["rel_frobenius"] == 0.5
+    good = [c for c in doc["cells"] if c["ok"]]
+    assert good and all(c["rel_frobenius"] == 1.25e-3 and c["compiled"] and c["rows"] == 8 for c in good)
+    out = capsys.readouterr().out
+    assert "FAIL" in out and f"{len(good)}/{len(doc['cells'])} cells right" in out
+
+
+def test_a_past_deadline_still_writes_json_of_skipped_cells(tmp_path, monkeypatch, capsys):
+    fake_torch(monkeypatch)
+    monkeypatch.setattr(common, "time_ms", lambda fn: 0.01)
+    binary = tmp_path / "comfuse"
+    binary.write_text(FAKE_COMFUSE)
+    binary.chmod(0o755)
+    assert grid.main(["--cells", "gemm_softmax", "--deadline", "0.001", "--out", str(tmp_path),
+                      "--comfuse", str(binary)]) == 0
+    doc = json.load(open(tmp_path / "grid.json"))
+    assert doc["cells"] and all(c["status"] == "skipped: deadline" for c in doc["cells"])
+    assert all(any("torch.compile skipped" in n for n in c["notes"]) for c in doc["cells"])
+    assert doc["summary"]["measured"] == 0 and doc["summary"]["geomean_fused_over_cublas_all"] is None
+    assert "not measured (deadline)" in capsys.readouterr().out
