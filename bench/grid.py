@@ -414,6 +414,12 @@ def write_plot(path, records, title="comfuse grid"):
 SPILLS = re.compile(r"spills (\d+) bytes")
 
 
+def plan_of(text):
+    """(the kernel's launch plan as `compile` prints it, whether launches take the wide-row path)."""
+    plan = next((line.strip() for line in text.splitlines() if line.strip().startswith("tile ")), None)
+    return plan, "wide-row path" in text
+
+
 def compile_cmd(binary, c):
     return [binary, "compile", "--shape", common.shape_arg(c["M"], c["N"], c["K"]),
             common.spec_path(ROOT, c["workload"])]
@@ -453,11 +459,15 @@ def compile_only(binary, cells, jobs, out_dir):
         ok, spills, text = results[key_of(c)]
         fails += not ok
         tail = "" if ok else " | ".join(line for line in text.strip().splitlines()[-3:])
+        plan, wide = plan_of(text)
         print(f"{'ok  ' if ok else 'FAIL'} {i:>3} {c['workload']:<18} {common.shape_arg(c['M'], c['N'], c['K']):<24} "
-              f"spills {spills if spills is not None else '-':>4}  {cell_label(c)}{('  ' + tail) if tail else ''}")
+              f"spills {spills if spills is not None else '-':>4}  {'wide ' if wide else '     '}{cell_label(c)}"
+              f"{('  ' + tail) if tail else ''}")
         report.append({"id": i, "name": cell_name(c), "workload": c["workload"], "M": c["M"], "N": c["N"],
-                       "K": c["K"], "ok": ok, "spill_bytes": spills, "log": None if ok else text[-2000:]})
+                       "K": c["K"], "ok": ok, "spill_bytes": spills, "plan": plan, "wide_row_path": wide,
+                       "log": None if ok else text[-2000:]})
     spilling = [r for r in report if r["spill_bytes"]]
+    print("(wide: launches take the wide-row path, the GEMM to f32 then the row kernel)")
     print(f"\ngrid --compile-only: {len(cells) - fails}/{len(cells)} cells compile ({len(results)} kernels, "
           f"{time.time() - t0:.0f} s, {jobs} at a time); {len(spilling)} spill registers"
           + (f" (up to {max(r['spill_bytes'] for r in spilling)} bytes)" if spilling else ""))
@@ -580,6 +590,7 @@ def gpu_run(args, cells, binary, out_dir):
     for c, r in zip(cells, records):
         ok, spills, text = comp.get(key_of(c), (False, None, "the compile thread gave no result"))
         r["spill_bytes"] = spills
+        r["plan"], r["wide_row_path"] = plan_of(text)
         if not ok:
             r["notes"].append("comfuse compile failed: " + text.strip()[-300:])
 

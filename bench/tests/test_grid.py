@@ -213,7 +213,10 @@ def fake_torch(monkeypatch):
 
 FAKE_COMFUSE = """#!/bin/sh
 case $1 in
-compile) echo "  registers 168/thread, spills 8 bytes, stack frame 0 bytes" ;;
+compile) case $3 in *K=${FAIL_K:-none}) echo "comfuse compile: spec.cf:1:1: boom" >&2; exit 1 ;; esac
+         echo "  tile 128x128 per consumer warpgroup, 5 stages"
+         echo "  registers 168/thread, spills 8 bytes, stack frame 0 bytes"
+         case $3 in *N=50257*) echo "  rows of N=50257 are wider than the row group: launches run the wide-row path" ;; esac ;;
 bench) shape=$5
        case $shape in *N=32000*) echo "comfuse bench: failed on purpose" >&2; exit 1 ;; esac
        printf 'BENCH\\t%s\\t%s\\t0.0120\\t0.0100\\t0.0050\\t0.0200\\t1.150\\t2.000\\n' "$6" "$shape" ;;
@@ -252,6 +255,8 @@ def test_gpu_run_end_to_end_with_fakes(tmp_path, monkeypatch, capsys):
         assert c["fused_ms"] == 0.012 and c["unfused_ms"] == 0.02 and c["cublaslt_ms"] == 0.01
         assert c["fused_over_cublaslt"] == 1.15 and c["spill_bytes"] == 8 and c["predicted_ms"] is None
         assert c["ratios"]["fused/cublas"] == pytest.approx(1.2) and c["status"] == "measured"
+        assert c["plan"] == "tile 128x128 per consumer warpgroup, 5 stages"
+        assert c["wide_row_path"] == (c["N"] == 50257)
     for c in bad:  # a failed bench is a note and nulls, not the end of the run
         assert c["fused_ms"] is None and any("bench failed" in n for n in c["notes"])
     printed = capsys.readouterr().out
@@ -291,3 +296,19 @@ def test_a_past_deadline_still_writes_json_of_skipped_cells(tmp_path, monkeypatc
     assert all(any("torch.compile skipped" in n for n in c["notes"]) for c in doc["cells"])
     assert doc["summary"]["measured"] == 0 and doc["summary"]["geomean_fused_over_cublas_all"] is None
     assert "not measured (deadline)" in capsys.readouterr().out
+
+
+def test_compile_only_reports_failures_spills_and_wide_rows(tmp_path, monkeypatch, capsys):
+    binary = tmp_path / "comfuse"
+    binary.write_text(FAKE_COMFUSE)
+    binary.chmod(0o755)
+    monkeypatch.setenv("FAIL_K", "128")
+    rc = grid.main(["--compile-only", "--quick", "--out", str(tmp_path), "--comfuse", str(binary), "--jobs", "2"])
+    assert rc == 1
+    doc = json.load(open(tmp_path / "compile.json"))
+    bad = [c for c in doc["cells"] if not c["ok"]]
+    assert bad and all(c["K"] == 128 and "boom" in c["log"] for c in bad)
+    good = [c for c in doc["cells"] if c["ok"]]
+    assert all(c["spill_bytes"] == 8 and c["wide_row_path"] == (c["N"] == 50257) for c in good)
+    out = capsys.readouterr().out
+    assert f"{len(good)}/{len(doc['cells'])} cells compile" in out and "boom" in out
