@@ -29,6 +29,8 @@ Per cell it prints (the table also to DIR/grid.txt), and writes to DIR/grid.json
   predicted_ms  the cost model's prediction.  There is no cost model yet (the planner
                 of issue 29 is later work): the field is in the JSON schema, always null,
                 and neither printed nor plotted until a planner fills it.
+  and spill_bytes, plan, wide_row_path (from `comfuse compile`), compile_s (torch.compile's
+  first call), status and notes (what failed or was skipped).
 
 The comfuse kernels are NVRTC-compiled first, all cells in parallel (as
 scripts/gpu-check does), while torch.compile compiles each cell's function
@@ -36,6 +38,8 @@ scripts/gpu-check does), while torch.compile compiles each cell's function
 so that every shape keeps its own graph); the timing starts after both.
 --deadline (480 s by default) stops starting new work so that the JSON and the
 plot are written within about 8 minutes, under a 10-minute job limit.
+
+Tests (CPU, neither torch nor a GPU): python3 -m pytest bench/tests
 """
 import argparse
 import concurrent.futures
