@@ -11,82 +11,14 @@ all on the same inputs' shapes, in the same process tree and minutes.
 """
 import argparse
 import os
-import subprocess
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-
-try:
-    from triton.testing import do_bench
-except ImportError:  # pragma: no cover - the GPU image has triton
-    do_bench = None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import WORKLOADS, comfuse_bench, time_ms, torch  # noqa: E402  (the workloads live in common.py)
 
 SHAPES = [(8192, 4096, 4096), (16384, 1024, 1024), (16384, 2048, 1024), (4096, 2048, 512)]
 QUICK = [(16384, 1024, 1024), (4096, 2048, 512)]
-
-
-def gemm(x, w, b, g, be):
-    return x @ w
-
-
-def gemm_bias_gelu(x, w, b, g, be):
-    return F.gelu(x @ w + b, approximate="tanh").to(torch.bfloat16)
-
-
-def gemm_bias_ln(x, w, b, g, be):
-    y = 0.5 * (x @ w).float() + b
-    return F.layer_norm(y, (y.shape[-1],), g, be, eps=1e-5).to(torch.bfloat16)
-
-
-def gemm_rmsnorm(x, w, b, g, be):
-    y = (x @ w).float()
-    return (y * torch.rsqrt(y.square().mean(-1, keepdim=True) + 1e-6) * g).to(torch.bfloat16)
-
-
-def gemm_softmax(x, w, b, g, be):
-    return torch.softmax(0.125 * (x @ w).float(), dim=-1).to(torch.bfloat16)
-
-
-def gemm_ln_softmax(x, w, b, g, be):
-    y = F.layer_norm((x @ w).float() + b, (w.shape[1],), g, be, eps=1e-5)
-    return torch.softmax(0.5 * y, dim=-1).to(torch.bfloat16)
-
-
-WORKLOADS = {f.__name__: f for f in (gemm, gemm_bias_gelu, gemm_bias_ln, gemm_rmsnorm, gemm_softmax, gemm_ln_softmax)}
-
-
-def time_ms(fn):
-    if do_bench is not None:
-        return do_bench(fn, warmup=25, rep=100, return_mode="median")
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(10):
-        fn()
-    times = []
-    for _ in range(50):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
-
-
-def comfuse_bench(root, binary, extra, name, m, n, k):
-    """Returns (fused, cublas, floor, unfused) in ms from one `comfuse bench`; None where absent."""
-    cmd = [binary, "bench", "--iters", "100", "--shape", f"M={m},N={n},K={k}", *extra,
-           os.path.join(root, "examples", name + ".cf")]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    for line in out.stdout.splitlines():
-        if line.startswith("BENCH\t"):
-            f = line.split("\t")
-            num = lambda s: float(s) if s not in ("", "-", "nan") and float(s) > 0 else None
-            vals = [num(v) for v in f[3:]]
-            vals += [None] * (4 - len(vals))
-            return vals[0], vals[1], vals[2], vals[3]
-    sys.stderr.write(f"comfuse bench {name} {m}x{n}x{k} failed:\n{out.stdout}{out.stderr}\n")
-    return None, None, None, None
 
 
 def fmt(v, w=8):

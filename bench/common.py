@@ -1,0 +1,132 @@
+"""What bench/compare.py and bench/grid.py share: the PyTorch versions of the
+examples/*.cf workloads (for eager and torch.compile), the GPU timer, and
+running and parsing `comfuse bench`.
+
+Importable without torch (the grid's cell table and its JSON/plot writing are
+tested on CPU machines); the functions that need torch need it only when called.
+"""
+import os
+import subprocess
+import sys
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # pragma: no cover - the GPU image has torch
+    torch = F = None
+
+try:
+    from triton.testing import do_bench
+except ImportError:  # pragma: no cover - the GPU image has triton
+    do_bench = None
+
+
+# Each takes (x, w, b, g, be) like compare.py always did; the workloads with a
+# full [M, N] residual input take it as a sixth argument r (see RESIDUAL).
+def gemm(x, w, b, g, be):
+    return x @ w
+
+
+def gemm_bias_gelu(x, w, b, g, be):
+    return F.gelu(x @ w + b, approximate="tanh").to(torch.bfloat16)
+
+
+def gemm_bias_ln(x, w, b, g, be):
+    y = 0.5 * (x @ w).float() + b
+    return F.layer_norm(y, (y.shape[-1],), g, be, eps=1e-5).to(torch.bfloat16)
+
+
+def gemm_rmsnorm(x, w, b, g, be):
+    y = (x @ w).float()
+    return (y * torch.rsqrt(y.square().mean(-1, keepdim=True) + 1e-6) * g).to(torch.bfloat16)
+
+
+def gemm_softmax(x, w, b, g, be):
+    return torch.softmax(0.125 * (x @ w).float(), dim=-1).to(torch.bfloat16)
+
+
+def gemm_ln_softmax(x, w, b, g, be):
+    y = F.layer_norm((x @ w).float() + b, (w.shape[1],), g, be, eps=1e-5)
+    return torch.softmax(0.5 * y, dim=-1).to(torch.bfloat16)
+
+
+def gemm_residual_ln(x, w, b, g, be, r):
+    """examples/gemm_residual_ln.cf: LayerNorm(X @ W + bias + R)."""
+    h = (x @ w).float() + b + r.float()
+    return F.layer_norm(h, (h.shape[-1],), g, be, eps=1e-5).to(torch.bfloat16)
+
+
+def gemm_rmsnorm_res2(x, w, b, g, be, r):
+    """examples/gemm_rmsnorm_res2.cf: H = X @ W + R and RMSNorm(H), both stored."""
+    h = (x @ w).float() + r.float()
+    y = h * torch.rsqrt(h.square().mean(-1, keepdim=True) + 1e-6) * g
+    return h.to(torch.bfloat16), y.to(torch.bfloat16)
+
+
+WORKLOADS = {f.__name__: f for f in (gemm, gemm_bias_gelu, gemm_bias_ln, gemm_rmsnorm, gemm_softmax, gemm_ln_softmax)}
+# Workloads with a residual R: bf16[M, N] input; torch versions take it as r.
+RESIDUAL = {f.__name__: f for f in (gemm_residual_ln, gemm_rmsnorm_res2)}
+ALL_WORKLOADS = {**WORKLOADS, **RESIDUAL}
+
+
+def time_ms(fn):
+    if do_bench is not None:
+        return do_bench(fn, warmup=25, rep=100, return_mode="median")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(10):
+        fn()
+    times = []
+    for _ in range(50):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+BENCH_FIELDS = ("fused_ms", "cublaslt_ms", "floor_ms", "unfused_ms", "fused_over_cublaslt", "unfused_over_cublaslt")
+
+
+def parse_bench(stdout):
+    """The BENCH line of `comfuse bench` as a dict of BENCH_FIELDS (None where '-'
+    or absent), or None when there is no BENCH line."""
+    def num(s):
+        try:
+            v = float(s)
+        except ValueError:
+            return None
+        return v if v > 0 else None
+    for line in stdout.splitlines():
+        if line.startswith("BENCH\t"):
+            vals = [num(v) for v in line.split("\t")[3:]]
+            vals += [None] * (len(BENCH_FIELDS) - len(vals))
+            return dict(zip(BENCH_FIELDS, vals))
+    return None
+
+
+def spec_path(root, name):
+    return os.path.join(root, "examples", name + ".cf")
+
+
+def shape_arg(m, n, k):
+    return f"M={m},N={n},K={k}"
+
+
+def run_bench(root, binary, extra, name, m, n, k, iters=100, timeout=300):
+    """One `comfuse bench`: (dict of BENCH_FIELDS or None, the command's output)."""
+    cmd = [binary, "bench", "--iters", str(iters), "--shape", shape_arg(m, n, k), *extra, spec_path(root, name)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s: {' '.join(cmd)}\n"
+    return parse_bench(out.stdout), out.stdout + out.stderr
+
+
+def comfuse_bench(root, binary, extra, name, m, n, k):
+    """Returns (fused, cublas, floor, unfused) in ms from one `comfuse bench`; None where absent."""
+    vals, log = run_bench(root, binary, extra, name, m, n, k)
+    if vals is None:
+        sys.stderr.write(f"comfuse bench {name} {m}x{n}x{k} failed:\n{log}\n")
+        return None, None, None, None
+    return vals["fused_ms"], vals["cublaslt_ms"], vals["floor_ms"], vals["unfused_ms"]

@@ -1,0 +1,320 @@
+"""CPU tests of bench/grid.py: its cell table, its JSON and plot writing, and the parsing it
+shares with compare.py (bench/common.py).  No GPU, no torch:  python3 -m pytest bench/tests"""
+import json
+import math
+import os
+import sys
+
+import pytest
+
+BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, BENCH)
+import common  # noqa: E402
+import grid  # noqa: E402
+
+ROOT = os.path.dirname(BENCH)
+SEVEN = {"gemm_bias_gelu", "gemm_bias_ln", "gemm_rmsnorm", "gemm_softmax", "gemm_ln_softmax",
+         "gemm_residual_ln", "gemm_rmsnorm_res2"}
+
+
+def test_grid_has_48_named_cells_of_every_workload_and_m():
+    cells = grid.CELLS
+    assert len(cells) >= 48
+    assert {c["workload"] for c in cells} == SEVEN
+    assert {64, 512, 2048, 8192} <= {c["M"] for c in cells}
+    for w in SEVEN:  # every workload at small and large M
+        ms = {c["M"] for c in cells if c["workload"] == w}
+        assert min(ms) <= 512 and max(ms) >= 2048, (w, ms)
+    assert {32000, 50257, 128256} <= {c["N"] for c in cells}
+    assert {64, 128} <= {c["K"] for c in cells}  # attention scores: K = head dim
+    keys = [grid.key_of(c) for c in cells]
+    assert len(keys) == len(set(keys)), "a cell twice"
+    for c in cells:
+        name = grid.cell_name(c)
+        assert c["model"] and c["layer"] and name.startswith(c["model"])
+        assert f"N={c['N']}" in name and f"K={c['K']}" in name and f"M={c['M']}" in name
+        assert c["M"] > 0 and c["N"] > 0 and c["K"] > 0 and c["N"] <= 262144
+
+
+def test_every_workload_has_a_spec_and_a_torch_function():
+    for w in SEVEN:
+        path = common.spec_path(ROOT, w)
+        assert os.path.isfile(path), path
+        assert callable(common.ALL_WORKLOADS[w])
+        text = open(path).read()
+        # the residual workloads take R: bf16[M, N], and their torch versions take it as r
+        assert ("input R: bf16[M, N]" in text) == (w in common.RESIDUAL), w
+    assert "H" in open(common.spec_path(ROOT, "gemm_rmsnorm_res2")).read().split("output Y")[0]
+
+
+def test_quick_is_a_dozen_cells_of_every_workload():
+    q = grid.select(grid.CELLS, quick=True)
+    assert 10 <= len(q) <= 14
+    assert {c["workload"] for c in q} == SEVEN
+
+
+def test_cells_filter_matches_workload_or_name_case_insensitively():
+    only = grid.select(grid.CELLS, filt="gemm_rmsnorm_res2")
+    assert only and all(c["workload"] == "gemm_rmsnorm_res2" for c in only)
+    llama3 = grid.select(grid.CELLS, filt="llama-3 8b lm_head,GPT-2 xl lm_head")
+    assert {c["N"] for c in llama3} == {128256, 50257}
+    assert grid.select(grid.CELLS, filt="no such model") == []
+    assert grid.select(grid.CELLS, quick=True, filt="gemm_softmax") == \
+        [c for c in grid.select(grid.CELLS, quick=True) if c["workload"] == "gemm_softmax"]
+
+
+def mk(workload, m, n, k=4096):
+    return grid.cell(workload, "Model", "layer", "short", m, "desc", n, k)
+
+
+def test_bounds_follow_issue_29():
+    assert grid.bound_of(mk("gemm_rmsnorm", 2048, 4096)) == (1.15, "default")
+    assert grid.bound_of(mk("gemm_rmsnorm", 64, 4096))[0] == 1.3
+    assert grid.bound_of(mk("gemm_softmax", 512, 50257)) == (1.3, "wide rows")
+    assert grid.bound_of(mk("gemm_ln_softmax", 2048, 768))[0] == 1.35
+    assert grid.bound_of(mk("gemm_ln_softmax", 64, 1600))[0] == 1.35  # the looser of the two
+    assert grid.bound_of(mk("gemm_bias_gelu", 8192, 24576))[0] == 1.15  # no row: not "wide"
+    assert grid.in_main_set(mk("gemm_rmsnorm", 512, 16384))
+    assert not grid.in_main_set(mk("gemm_rmsnorm", 64, 4096))
+    assert not grid.in_main_set(mk("gemm_softmax", 2048, 32000))
+
+
+def fake_records():
+    cells = grid.select(grid.CELLS, quick=True)
+    recs = []
+    for i, c in enumerate(cells):
+        r = grid.new_record(i, c)
+        if i == 3:  # a cell cut by the deadline keeps its nulls
+            r["status"] = "skipped: deadline"
+        else:
+            r.update(fused_ms=1.0 + 0.1 * i, cublas_ms=1.0, compile_ms=1.2, eager_ms=2.0, unfused_ms=None)
+            r["status"] = "measured"
+        recs.append(grid.finish_record(r))
+    return recs
+
+
+def test_json_has_every_column_and_a_null_prediction(tmp_path):
+    recs = fake_records()
+    path = str(tmp_path / "grid.json")
+    grid.write_json(path, {"device": "test"}, recs)
+    doc = json.load(open(path))
+    assert doc["schema"] == grid.SCHEMA and doc["device"] == "test"
+    assert len(doc["cells"]) == len(recs)
+    r0, r3 = doc["cells"][0], doc["cells"][3]
+    for key in ("name", "model", "layer", "M", "N", "K", "fused_ms", "cublas_ms", "compile_ms", "eager_ms",
+                "unfused_ms", "bound", "within_bound", "faster_than_compile", "ratios"):
+        assert key in r0, key
+    assert "predicted_ms" in r0 and r0["predicted_ms"] is None
+    assert r0["ratios"]["predicted/fused"] is None
+    assert r0["ratios"]["fused/cublas"] == pytest.approx(1.0)
+    assert r0["ratios"]["compile/cublas"] == pytest.approx(1.2)
+    assert r0["ratios"]["fused/compile"] == pytest.approx(1.0 / 1.2)
+    assert r0["ratios"]["unfused/cublas"] is None
+    assert r0["within_bound"] is True and r0["faster_than_compile"] is True
+    assert r3["fused_ms"] is None and r3["within_bound"] is None and r3["status"] == "skipped: deadline"
+    s = doc["summary"]
+    assert s["measured"] == len(recs) - 1
+    measured = [r for r in recs if r["status"] == "measured"]
+    want = math.exp(sum(math.log(r["fused_ms"]) for r in measured) / len(measured))
+    assert s["geomean_fused_over_cublas_all"] == pytest.approx(want)
+    over = [r["label"] for r in measured if r["fused_ms"] > r["bound"]]
+    assert over and s["over_bound"] == over  # fused/cuBLAS grows past 1.15 in the fake data
+    assert s["slower_than_compile"] == [r["label"] for r in measured if r["fused_ms"] >= 1.2]
+    assert not os.path.exists(path + ".tmp")
+
+
+def test_table_prints_a_row_per_cell_and_the_summary(capsys):
+    recs = fake_records()
+    grid.print_table(recs, grid.summarize(recs))
+    out = capsys.readouterr().out
+    assert out.count("\n") >= len(recs) + 3
+    assert "OVER" in out and ">compile" in out and "geomean" in out
+
+
+def test_plot_is_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    recs = fake_records()
+    recs[0]["ratios"]["fused/cublas"] = 9.0  # clipped, labelled with its value
+    path = str(tmp_path / "grid.png")
+    assert grid.write_plot(path, recs)
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    assert grid.write_plot(str(tmp_path / "x.png"), fake_records()) is False
+    assert "matplotlib" in capsys.readouterr().err
+
+
+def test_parse_bench_line():
+    out = ("fused ... \nBENCH\texamples/gemm_softmax.cf\tM=64,N=32000,K=4096\t0.1500\t0.1000\t0.0500\t-"
+           "\t1.480\t-\n")
+    v = common.parse_bench(out)
+    assert v == {"fused_ms": 0.15, "cublaslt_ms": 0.1, "floor_ms": 0.05, "unfused_ms": None,
+                 "fused_over_cublaslt": 1.48, "unfused_over_cublaslt": None}
+    short = common.parse_bench("BENCH\ts\tM=1\t0.2\t0.1\n")  # older binaries: fewer fields
+    assert short["fused_ms"] == 0.2 and short["unfused_ms"] is None
+    assert common.parse_bench("comfuse bench: no GPU\n") is None
+
+
+def test_spill_bytes_are_read_from_compile_output():
+    text = "  registers 168/thread, spills 732 bytes, stack frame 224 bytes\n"
+    assert [int(s) for s in grid.SPILLS.findall(text)] == [732]
+
+
+def test_help_prints(capsys):
+    with pytest.raises(SystemExit) as e:
+        grid.main(["--help"])
+    assert e.value.code == 0 and "--compile-only" in capsys.readouterr().out
+
+
+def test_list_and_bad_filter(capsys):
+    assert grid.main(["--list", "--quick"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == len(grid.select(grid.CELLS, quick=True))
+    assert grid.main(["--list", "--cells", "no such model"]) == 2
+
+
+def test_missing_binary_is_an_error_not_a_crash(tmp_path, capsys):
+    assert grid.main(["--compile-only", "--comfuse", str(tmp_path / "nope"), "--out", str(tmp_path)]) == 2
+    assert "not an executable" in capsys.readouterr().err
+
+
+class FakeTensor:
+    """Enough of a tensor for grid.make_inputs: shapes are not checked."""
+    def __truediv__(self, o):
+        return self
+
+    __add__ = __radd__ = __matmul__ = __truediv__
+
+    def zero_(self):
+        return self
+
+
+def fake_torch(monkeypatch):
+    """A torch module with the calls gpu_run makes, none of them on a GPU."""
+    import types
+    torch = types.ModuleType("torch")
+    dynamo = types.ModuleType("torch._dynamo")
+    dynamo.config = types.SimpleNamespace(cache_size_limit=8, accumulated_cache_size_limit=256)
+    torch._dynamo = dynamo
+    torch.__version__ = "fake"
+    torch.bfloat16 = "bf16"
+    torch.cuda = types.SimpleNamespace(get_device_name=lambda: "FakeGPU", synchronize=lambda: None,
+                                       empty_cache=lambda: None)
+    torch.compiled = []
+    torch.compile = lambda fn, dynamic=None: torch.compiled.append(dynamic) or (lambda *a: None)
+    torch.manual_seed = lambda s: None
+    torch.randn = torch.rand = lambda *a, **k: FakeTensor()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch._dynamo", dynamo)
+    return torch
+
+
+FAKE_COMFUSE = """#!/bin/sh
+case $1 in
+compile) case $3 in *K=${FAIL_K:-none}) echo "comfuse compile: spec.cf:1:1: boom" >&2; exit 1 ;; esac
+         echo "  tile 128x128 per consumer warpgroup, 5 stages"
+         echo "  registers 168/thread, spills 8 bytes, stack frame 0 bytes"
+         case $3 in *N=50257*) echo "  rows of N=50257 are wider than the row group: launches run the wide-row path" ;; esac ;;
+bench) shape=$5
+       case $shape in *N=32000*) echo "comfuse bench: failed on purpose" >&2; exit 1 ;; esac
+       printf 'BENCH\\t%s\\t%s\\t0.0120\\t0.0100\\t0.0050\\t0.0200\\t1.150\\t2.000\\n' "$6" "$shape" ;;
+run) shape=$8
+     case $shape in *N=50257*) echo "  check Y: max |err| 1e0, rel Frobenius 5.000e-01, FAIL"; exit 4 ;; esac
+     echo "  check Y: 100 elements: max |err| 1e-3, rel Frobenius 1.250e-03, ok" ;;
+esac
+"""
+
+
+def test_gpu_run_end_to_end_with_fakes(tmp_path, monkeypatch, capsys):
+    torch = fake_torch(monkeypatch)
+    times = {"n": 0}
+
+    def fake_time_ms(fn):
+        times["n"] += 1
+        if times["n"] == 2:  # the first cell's torch.compile timing fails: a note, the run goes on
+            raise RuntimeError("CUDA out of memory (fake)")
+        return 0.010
+    monkeypatch.setattr(common, "time_ms", fake_time_ms)
+    binary = tmp_path / "comfuse"
+    binary.write_text(FAKE_COMFUSE)
+    binary.chmod(0o755)
+    out = tmp_path / "out"
+    rc = grid.main(["--quick", "--out", str(out), "--comfuse", str(binary), "--jobs", "2"])
+    assert rc == 0
+    assert torch._dynamo.config.cache_size_limit >= 1024  # a graph per shape, no silent eager fallback
+    assert set(torch.compiled) == {False}  # dynamic=False, one compiled function per workload
+    assert len(torch.compiled) == len(common.ALL_WORKLOADS)
+    doc = json.load(open(out / "grid.json"))
+    cells = doc["cells"]
+    assert len(cells) == len(grid.select(grid.CELLS, quick=True)) and doc["device"] == "FakeGPU"
+    assert times["n"] == 3 * len(cells)  # eager, compile, cuBLAS per cell
+    ok = [c for c in cells if c["N"] != 32000]
+    bad = [c for c in cells if c["N"] == 32000]
+    assert bad and ok
+    assert cells[0]["compile_ms"] is None and "out of memory" in cells[0]["notes"][0]
+    assert cells[0]["faster_than_compile"] is None and cells[0]["fused_ms"] == 0.012
+    for c in ok:
+        assert c["fused_ms"] == 0.012 and c["unfused_ms"] == 0.02 and c["cublaslt_ms"] == 0.01
+        assert c["fused_over_cublaslt"] == 1.15 and c["spill_bytes"] == 8 and c["predicted_ms"] is None
+        assert c["ratios"]["fused/cublas"] == pytest.approx(1.2) and c["status"] == "measured"
+        assert c["plan"] == "tile 128x128 per consumer warpgroup, 5 stages"
+        assert c["wide_row_path"] == (c["N"] == 50257)
+    for c in bad:  # a failed bench is a note and nulls, not the end of the run
+        assert c["fused_ms"] is None and any("bench failed" in n for n in c["notes"])
+    printed = capsys.readouterr().out
+    assert "geomean" in printed and "wrote" in printed
+    assert "geomean" in (out / "grid.txt").read_text()
+    assert doc["compile_phase_s"] >= 0 and doc["timing_phase_s"] >= 0 and doc["wall_s"] >= doc["timing_phase_s"]
+    try:
+        import matplotlib  # noqa: F401
+        assert (out / "grid.png").exists()
+    except ImportError:
+        pass
+
+
+def test_check_mode_reports_each_cell(tmp_path, capsys):
+    binary = tmp_path / "comfuse"
+    binary.write_text(FAKE_COMFUSE)
+    binary.chmod(0o755)
+    rc = grid.main(["--check", "--quick", "--rows", "8", "--out", str(tmp_path), "--comfuse", str(binary)])
+    assert rc == 1  # the GPT-2 vocabulary cell fails on purpose
+    doc = json.load(open(tmp_path / "check.json"))
+    bad = [c for c in doc["cells"] if not c["ok"]]
+    assert [c["N"] for c in bad] == [50257] and bad[0]["rel_frobenius"] == 0.5
+    good = [c for c in doc["cells"] if c["ok"]]
+    assert good and all(c["rel_frobenius"] == 1.25e-3 and c["compiled"] and c["rows"] == 8 for c in good)
+    out = capsys.readouterr().out
+    assert "FAIL" in out and f"{len(good)}/{len(doc['cells'])} cells right" in out
+
+
+def test_a_past_deadline_still_writes_json_of_skipped_cells(tmp_path, monkeypatch, capsys):
+    fake_torch(monkeypatch)
+    monkeypatch.setattr(common, "time_ms", lambda fn: 0.01)
+    binary = tmp_path / "comfuse"
+    binary.write_text(FAKE_COMFUSE)
+    binary.chmod(0o755)
+    assert grid.main(["--cells", "gemm_softmax", "--deadline", "0.001", "--out", str(tmp_path),
+                      "--comfuse", str(binary)]) == 0
+    doc = json.load(open(tmp_path / "grid.json"))
+    assert doc["cells"] and all(c["status"] == "skipped: deadline" for c in doc["cells"])
+    assert all(any("torch.compile skipped" in n for n in c["notes"]) for c in doc["cells"])
+    assert doc["summary"]["measured"] == 0 and doc["summary"]["geomean_fused_over_cublas_all"] is None
+    assert "not measured (deadline)" in capsys.readouterr().out
+
+
+def test_compile_only_reports_failures_spills_and_wide_rows(tmp_path, monkeypatch, capsys):
+    binary = tmp_path / "comfuse"
+    binary.write_text(FAKE_COMFUSE)
+    binary.chmod(0o755)
+    monkeypatch.setenv("FAIL_K", "128")
+    rc = grid.main(["--compile-only", "--quick", "--out", str(tmp_path), "--comfuse", str(binary), "--jobs", "2"])
+    assert rc == 1
+    doc = json.load(open(tmp_path / "compile.json"))
+    bad = [c for c in doc["cells"] if not c["ok"]]
+    assert bad and all(c["K"] == 128 and "boom" in c["log"] for c in bad)
+    good = [c for c in doc["cells"] if c["ok"]]
+    assert all(c["spill_bytes"] == 8 and c["wide_row_path"] == (c["N"] == 50257) for c in good)
+    out = capsys.readouterr().out
+    assert f"{len(good)}/{len(doc['cells'])} cells compile" in out and "boom" in out
