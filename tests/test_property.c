@@ -12,7 +12,10 @@
  * order-of-summation change could legitimately change the result's class
  * (an operand interval touching a pole, a domain edge or overflow, or the
  * sign of an exact zero reaching 1/x).  Certain elements must match within
- * 16 e, with NaN == NaN and infinities equal; uncertain ones are counted. */
+ * 16 e, with NaN == NaN and infinities equal; uncertain ones are counted.
+ *
+ * The graphs come from tests/gen.c (cfgen_property), which build/cfgen also
+ * uses, in its GPU mode, for the GPU property test (scripts/gpu-check). */
 #include "cf_internal.h"
 #include "gen.h"
 #include "test_util.h"
