@@ -3,6 +3,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- PRNG: splitmix64, so a case depends on its seed alone ---------------- */
@@ -635,5 +636,222 @@ bool cfgen_write_spec(const cf_graph *g, const char *header, cf_strbuf *out)
         ok = write_operand(g, g->outputs[i].value, out);
         cf_sb_puts(out, "\n");
     }
+    return ok;
+}
+
+/* ---- the conditioning screen ------------------------------------------------------ */
+
+/* `comfuse run --check` compares f32 kernels with a float64 reference, by
+ * relative Frobenius error, NaN/Inf exactly; the unfused path rounds X*W to
+ * the operands' 16-bit type before the epilogue.  A graph whose outputs move
+ * by most of the tolerance when X*W moves as the path moves it, whose NaN/Inf
+ * pattern moves, or whose values leave the f32 range, can fail there without a
+ * defect: the screen finds those on the CPU, at 16 rows of the real N.  It
+ * runs the spec with X*W times an input "cfgen_noise" and every computed value
+ * as an output, twice: noise 1, then round16(X*W) / (X*W) (unfused) or
+ * 1 + 2^-18 u (fused: f32 accumulation). */
+
+#define SCREEN_ROWS 16
+#define SCREEN_K 32
+
+static char *screen_spec(const cf_graph *g)
+{
+    cf_strbuf sb = {0};
+    if (!cfgen_write_spec(g, NULL, &sb))
+        return NULL;
+    cf_strbuf out = {0};
+    cf_sb_puts(&out, "input cfgen_noise: f32[M, N]\n");
+    for (const char *l = sb.data; *l;) {
+        size_t len = strcspn(l, "\n");
+        const char *mm = strstr(l, " = matmul(");
+        if (mm && mm < l + len)
+            cf_sb_printf(&out, "%.*s = mul(%.*s, cfgen_noise)\n", (int)(mm - l), l, (int)(l + len - mm - 3), mm + 3);
+        else
+            cf_sb_printf(&out, "%.*s\n", (int)len, l);
+        l += len + (l[len] == '\n');
+    }
+    for (int v = 0; v < g->n_nodes; v++)
+        if (cf_op_class_of(g->nodes[v].op) != CF_OPC_LEAF)
+            cf_sb_printf(&out, "output cfgen_v%d: f32 = v%d\n", v, v);
+    cf_sb_free(&sb);
+    return out.data;
+}
+
+/* C = X*W over the screen's rows, in double, from the 16-bit operands. */
+static double gemm_at(const cf_graph *s, const int64_t *sd, void *const *in, int64_t i, int64_t j)
+{
+    const void *x = NULL, *w = NULL;
+    cf_tensor_info tw = {0};
+    for (int a = 0; a < cf_graph_num_inputs(s); a++) {
+        cf_tensor_info t = cf_graph_input_info(s, a);
+        if (!strcmp(t.name, "X"))
+            x = in[a];
+        if (!strcmp(t.name, "W")) {
+            w = in[a];
+            tw = t;
+        }
+    }
+    cf_dim K = cf_graph_dim((cf_graph *)s, "K"), N = cf_graph_dim((cf_graph *)s, "N");
+    bool nk = tw.dims[0] == N, bf = tw.dtype == CF_BF16;
+    double acc = 0;
+    for (int64_t k = 0; k < sd[K]; k++) {
+        uint16_t xv = ((const uint16_t *)x)[i * sd[K] + k], wv = ((const uint16_t *)w)[nk ? j * sd[K] + k : k * sd[N] + j];
+        acc += (double)(bf ? cf_bf16_to_f32(xv) : cf_f16_to_f32(xv)) * (bf ? cf_bf16_to_f32(wv) : cf_f16_to_f32(wv));
+    }
+    return acc;
+}
+
+/* The noise of one path (see above) into the noise input. */
+static void screen_noise(const cf_graph *s, const int64_t *sd, void *const *in, int which, bool unfused)
+{
+    cf_dim M = cf_graph_dim((cf_graph *)s, "M"), N = cf_graph_dim((cf_graph *)s, "N");
+    bool bf = false;
+    for (int a = 0; a < cf_graph_num_inputs(s); a++)
+        if (!strcmp(cf_graph_input_info(s, a).name, "W"))
+            bf = cf_graph_input_info(s, a).dtype == CF_BF16;
+    float *noise = in[which];
+    rng r = {99};
+    for (int64_t i = 0; i < sd[M]; i++)
+        for (int64_t j = 0; j < sd[N]; j++) {
+            double q = 1 + cfgen_unif(&r, -1, 1) * 0x1p-18;
+            if (unfused) {
+                float c = (float)gemm_at(s, sd, in, i, j);
+                float c16 = bf ? cf_bf16_to_f32(cf_f32_to_bf16(c)) : cf_f16_to_f32(cf_f32_to_f16(c));
+                q = c != 0 && isfinite(c16) ? (double)c16 / (double)c : 1;
+            }
+            noise[i * sd[N] + j] = (float)q;
+        }
+}
+
+/* Inputs as `comfuse run` draws them (cli_gpu.c fill_inputs): uniform in
+ * [-1, 1), 16-bit matrices scaled so X*W has about unit variance at the real
+ * dims (the fewer columns of K here scaled up to match). */
+static void screen_inputs(const cfgen_case *c, const cf_graph *s, const int64_t *sdims, uint64_t seed, void **in)
+{
+    double ks = pow((double)c->dims[2] / (double)sdims[cf_graph_dim((cf_graph *)s, "K")], 0.25);
+    for (int i = 0; i < cf_graph_num_inputs(s); i++) {
+        cf_tensor_info t = cf_graph_input_info(s, i);
+        int64_t n = sdims[t.dims[0]] * (t.rank == 2 ? sdims[t.dims[1]] : 1);
+        rng r = {seed * 0x100000001B3ull + (uint64_t)i * 7919u + 1};
+        bool noise = strcmp(t.name, "cfgen_noise") == 0;
+        double scale = 1;
+        if (t.rank == 2 && t.dtype != CF_F32) { /* real dims: M, N or K by name */
+            int64_t d0 = c->dims[cf_graph_dim(c->g, cf_graph_dim_name(s, t.dims[0]))];
+            int64_t d1 = c->dims[cf_graph_dim(c->g, cf_graph_dim_name(s, t.dims[1]))];
+            scale = 1.7 / sqrt(sqrt((double)(d0 < d1 ? d0 : d1)));
+            if (!strcmp(t.name, "X") || !strcmp(t.name, "W"))
+                scale *= ks;
+        }
+        for (int64_t e = 0; e < n; e++) {
+            double u = cfgen_unif(&r, -1, 1);
+            float x = (float)(noise ? 1 : u * scale);
+            if (t.dtype == CF_F32)
+                ((float *)in[i])[e] = x;
+            else
+                ((uint16_t *)in[i])[e] = t.dtype == CF_BF16 ? cf_f32_to_bf16(x) : cf_f32_to_f16(x);
+        }
+    }
+}
+
+/* Compares the two runs; false (why set) where the check could fail. */
+static bool screen_compare(const cf_graph *g, const cf_graph *s, double *const *a, double *const *b,
+                           const int64_t *lens, bool unfused, char *why, size_t n)
+{
+    for (int o = 0; o < cf_graph_num_outputs(s); o++) {
+        bool user = o < g->n_outputs; /* the graph's own outputs come first */
+        cf_dtype t = cf_graph_output_info(s, o).dtype;
+        if (user)
+            t = g->outputs[o].dtype;
+        double err2 = 0, ref2 = 0, lim = t == CF_F16 ? 65504 : 3e38;
+        for (int64_t i = 0; i < lens[o]; i++) {
+            double x = a[o][i], y = b[o][i];
+            if (isfinite(x) != isfinite(y) || (!isfinite(x) && !(x == y || (isnan(x) && isnan(y))))) {
+                snprintf(why, n, "NaN/Inf pattern of %s moves with X*W", cf_graph_output_info(s, o).name);
+                return false;
+            }
+            if (isfinite(x) && fabs(x) > 1e30) {
+                snprintf(why, n, "%s reaches %.3g (f32 range)", cf_graph_output_info(s, o).name, x);
+                return false;
+            }
+            if (isfinite(x) && fabs(x) <= lim) {
+                err2 += (x - y) * (x - y);
+                ref2 += x * x;
+            }
+        }
+        double rel = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2), tol = t == CF_F32 ? 2e-3 : 1e-2;
+        if (user && rel > 0.8 * tol) {
+            snprintf(why, n, "output %s moves by %.2g (relative; the check allows %g) when X*W moves by %s",
+                     g->outputs[o].name, rel, tol, unfused ? "its 16-bit rounding" : "2^-18");
+            return false;
+        }
+    }
+    return true;
+}
+
+bool cfgen_screen(const cfgen_case *c, bool unfused, char *why, size_t n)
+{
+    snprintf(why, n, "ok");
+    char *text = screen_spec(c->g);
+    cf_graph *s = NULL;
+    cf_error err;
+    if (!text || cf_spec_parse(text, strlen(text), "<screen>", &s, &err) != CF_OK) {
+        snprintf(why, n, "cannot screen: %s", text ? err.msg : "the graph cannot be written");
+        free(text);
+        return false;
+    }
+    free(text);
+    int64_t sd[CF_MAX_DIMS];
+    for (int d = 0; d < cf_graph_num_dims(s); d++) {
+        int64_t real = c->dims[cf_graph_dim(c->g, cf_graph_dim_name(s, d))];
+        const char *name = cf_graph_dim_name(s, d);
+        sd[d] = !strcmp(name, "M") ? (real < SCREEN_ROWS ? real : SCREEN_ROWS)
+                : !strcmp(name, "K") ? (real < SCREEN_K ? real : SCREEN_K) : real;
+    }
+    int ni = cf_graph_num_inputs(s), no = cf_graph_num_outputs(s);
+    void **in[2] = {calloc((size_t)ni, sizeof(void *)), calloc((size_t)ni, sizeof(void *))};
+    double **out[2] = {calloc((size_t)no, sizeof(double *)), calloc((size_t)no, sizeof(double *))};
+    int64_t *lens = calloc((size_t)no, sizeof *lens);
+    bool ok = in[0] && in[1] && out[0] && out[1] && lens;
+    for (int i = 0; ok && i < ni; i++) {
+        cf_tensor_info t = cf_graph_input_info(s, i);
+        size_t bytes = (size_t)(sd[t.dims[0]] * (t.rank == 2 ? sd[t.dims[1]] : 1)) * cf_dtype_size(t.dtype);
+        in[0][i] = malloc(bytes);
+        in[1][i] = malloc(bytes);
+        ok = in[0][i] && in[1][i];
+    }
+    for (int o = 0; ok && o < no; o++) {
+        cf_tensor_info t = cf_graph_output_info(s, o);
+        lens[o] = t.rank == 0 ? 1 : sd[t.dims[0]] * (t.rank == 2 ? sd[t.dims[1]] : 1);
+        out[0][o] = malloc((size_t)lens[o] * sizeof(double));
+        out[1][o] = malloc((size_t)lens[o] * sizeof(double));
+        ok = out[0][o] && out[1][o];
+    }
+    int which = 0;
+    for (int i = 0; i < ni; i++)
+        if (!strcmp(cf_graph_input_info(s, i).name, "cfgen_noise"))
+            which = i;
+    for (int k = 0; ok && k < 2; k++) {
+        screen_inputs(c, s, sd, 17, in[k]);
+        if (k == 1)
+            screen_noise(s, sd, in[k], which, unfused);
+        cf_bindings b = {sd, (const void *const *)in[k], c->params};
+        ok = cf_reference_run(s, &b, out[k], &err) == CF_OK;
+        if (!ok)
+            snprintf(why, n, "cannot screen: %s", err.msg);
+    }
+    if (ok)
+        ok = screen_compare(c->g, s, out[0], out[1], lens, unfused, why, n);
+    else if (!strncmp(why, "ok", 3))
+        snprintf(why, n, "cannot screen: out of memory");
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; in[k] && i < ni; i++)
+            free(in[k][i]);
+        for (int o = 0; out[k] && o < no; o++)
+            free(out[k][o]);
+        free(in[k]);
+        free(out[k]);
+    }
+    free(lens);
+    cf_graph_free(s);
     return ok;
 }

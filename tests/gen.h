@@ -70,6 +70,14 @@ cfgen_case cfgen_gpu(uint64_t seed);
 const char *cfgen_reject_name(cfgen_reject r);
 const char *cfgen_align_name(cfgen_align a);
 
+/* Whether `comfuse run --check` (fused, or --unfused) can judge c's graph at
+ * its shape: false, and why, where its outputs move by most of the check's
+ * tolerance when X*W moves as that path moves it (the unfused path rounds it
+ * to 16 bits), where its NaN/Inf pattern moves, or where a value leaves the
+ * f32 range (in float64 at 16 rows of the real N).  Such a check can fail
+ * without a defect. */
+bool cfgen_screen(const cfgen_case *c, bool unfused, char *why, size_t n);
+
 /* ---- the .cf writer ------------------------------------------------------------ */
 
 /* The graph as a .cf spec that parses back to the same graph: inputs and

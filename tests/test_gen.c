@@ -4,7 +4,9 @@
  * gives bit-identical float64 reference outputs.  GPU-mode graphs depend on
  * their seed alone, cover the classes the GPU property test promises (shapes,
  * layouts, dtypes, output and input kinds, NaN/Inf, features Φ rejects), and
- * every one Φ accepts emits a kernel (cf_kernel_build, no NVRTC). */
+ * every one Φ accepts emits a kernel (cf_kernel_build, no NVRTC); the
+ * conditioning screen passes sound graphs and stops the ones a check at
+ * f32 would fail without a defect. */
 #include "cf_internal.h"
 #include "gen.h"
 #include "test_util.h"
@@ -299,11 +301,58 @@ static void test_emits(void)
     CHECK(built > 45);
 }
 
+/* A hand-written graph at M=40, N=300, K=64 as the screen sees it. */
+static bool screened_ok(const char *body, bool unfused, char *why, size_t n)
+{
+    char src[2048];
+    snprintf(src, sizeof src, "input X: bf16[M, K]\ninput W: bf16[K, N]\n%s", body);
+    cfgen_case c = {0};
+    cf_error err;
+    CHECK_EQ_INT(CF_OK, cf_spec_parse(src, strlen(src), "<screen test>", &c.g, &err));
+    if (!c.g)
+        return false;
+    c.dims[cf_graph_dim(c.g, "M")] = 40;
+    c.dims[cf_graph_dim(c.g, "N")] = 300;
+    c.dims[cf_graph_dim(c.g, "K")] = 64;
+    bool ok = cfgen_screen(&c, unfused, why, n);
+    cf_graph_free(c.g);
+    return ok;
+}
+
+static void test_screen(void)
+{
+    char why[200];
+    /* well conditioned: both paths */
+    const char *gelu = "input b: f32[N]\nv2 = gelu(matmul(X, W) + b)\noutput Y: bf16 = v2\n";
+    CHECK(screened_ok(gelu, false, why, sizeof why));
+    CHECK_CONTAINS(why, "ok");
+    CHECK(screened_ok(gelu, true, why, sizeof why));
+    /* x^4 stored as f32: the unfused path's bf16 rounding of X*W, times 4, exceeds 2e-3 */
+    const char *quartic = "v2 = square(square(matmul(X, W)))\noutput Y: f32 = v2\n";
+    CHECK(screened_ok(quartic, false, why, sizeof why));
+    CHECK(!screened_ok(quartic, true, why, sizeof why));
+    CHECK_CONTAINS(why, "output Y moves by");
+    /* a row minus its own mean where every element is the row max: rounding noise only */
+    const char *noise = "v2 = matmul(X, W)\nv3 = tanh(max(v2, max(v2)))\nv4 = v3 - mean(v3)\noutput Y: bf16 = v4\n"
+                        "output Z: bf16 = v2\n";
+    CHECK(!screened_ok(noise, false, why, sizeof why));
+    CHECK_CONTAINS(why, "output Y moves by");
+    /* beyond the f32 range */
+    const char *big = "v2 = square(square(square(square(square(matmul(X, W) * 1000 + 1000)))))\noutput Y: bf16 = v2\n";
+    CHECK(!screened_ok(big, false, why, sizeof why));
+    CHECK_CONTAINS(why, "f32 range");
+    /* NaN where X*W < 0, -inf where 0: rounding never changes a sign, so the pattern stays */
+    const char *nan = "v2 = log(matmul(X, W))\noutput Y: bf16 = v2\n";
+    CHECK(screened_ok(nan, false, why, sizeof why));
+    CHECK(screened_ok(nan, true, why, sizeof why));
+}
+
 int main(void)
 {
     test_round_trip();
     test_writer_refuses();
     test_gpu_mode();
     test_emits();
+    test_screen();
     return tu_finish("test_gen");
 }

@@ -8,7 +8,9 @@
  * compiled ahead for a seed hit the cache where the specs run.  Each spec's
  * header names its seed, shape, params and the command that runs it; index.tsv
  * has one row per graph, and Φ's verdict: graphs it rejects are counted by
- * reason.  Exit status 1 when a graph cannot be written or does not parse
+ * reason.  Accepted graphs go through cfgen_screen (tests/gen.c) once per path
+ * (fused, unfused): where `run --check` could fail without a defect the index
+ * says why, and scripts/gpu-check leaves that check out.  Exit status 1 when a graph cannot be written or does not parse
  * back to what Φ decided for the original, or when Φ accepts a graph that was
  * given a feature it must reject. */
 #include "gen.h"
@@ -23,7 +25,7 @@
 
 typedef struct tally {
     int graphs, accepted, reds[6], out_tile[5], out_vec[5], in_tile, in_vm, in_vn, with_params, nonfinite;
-    int odd_pitch, nk, f16;
+    int odd_pitch, nk, f16, screened[2];
     char reason[MAX_REASONS][160];
     int reason_n[MAX_REASONS], n_reasons;
     int errors;
@@ -111,6 +113,10 @@ static bool one(uint64_t cseed, const char *dir, const char *file, FILE *index, 
         reason_of(err.msg, reason, sizeof reason);
     kinds k = kinds_of(&c);
     snprintf(path, sizeof path, "%s/%s", dir, file);
+    char screen[2][200] = {"-", "-"};
+    bool judged[2] = {true, true};
+    for (int u = 0; u < 2 && st == CF_OK; u++)
+        judged[u] = cfgen_screen(&c, u == 1, screen[u], sizeof screen[u]);
 
     /* the header: everything needed to reproduce and run it */
     size_t at = (size_t)snprintf(hdr, sizeof hdr, "cfgen case seed 0x%016" PRIx64 " (build/cfgen --case 0x%016" PRIx64
@@ -124,7 +130,9 @@ static bool one(uint64_t cseed, const char *dir, const char *file, FILE *index, 
     }
     at += (size_t)snprintf(hdr + at, sizeof hdr - at, " %s  (and with --unfused)\n", path);
     if (st == CF_OK)
-        snprintf(hdr + at, sizeof hdr - at, "phi: accepts (%d reductions)", nred);
+        snprintf(hdr + at, sizeof hdr - at, "phi: accepts (%d reductions)\nscreen, fused: %s%s\nscreen, unfused: %s%s",
+                 nred, screen[0], judged[0] ? "" : " (scripts/gpu-check does not run it)", screen[1],
+                 judged[1] ? "" : " (scripts/gpu-check does not run it)");
     else
         snprintf(hdr + at, sizeof hdr - at, "phi: rejects: %s", reason);
 
@@ -157,11 +165,11 @@ static bool one(uint64_t cseed, const char *dir, const char *file, FILE *index, 
         ok = false;
     }
     if (index)
-        fprintf(index, "%s\t0x%016" PRIx64 "\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", file, cseed,
+        fprintf(index, "%s\t0x%016" PRIx64 "\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", file, cseed,
                 shape, params[0] ? params : "-", cfgen_align_name(c.align), k.nk ? "NK" : "KN",
                 cf_dtype_name(c.g->nodes[c.g->inputs[0]].dtype), nred, k.out_tile, k.out_vec + k.out_other, k.in_tile,
                 k.in_vm, k.in_vn, cf_graph_num_params(c.g), c.nonfinite, st == CF_OK ? "accept" : "reject",
-                st == CF_OK ? "-" : reason);
+                st == CF_OK ? "-" : reason, screen[0], screen[1]);
 
     t->graphs++;
     if (st == CF_OK) {
@@ -177,6 +185,8 @@ static bool one(uint64_t cseed, const char *dir, const char *file, FILE *index, 
         t->odd_pitch += c.align == CFGEN_ODD_PITCH;
         t->nk += k.nk;
         t->f16 += c.g->nodes[c.g->inputs[0]].dtype == CF_F16;
+        t->screened[0] += !judged[0];
+        t->screened[1] += !judged[1];
     } else
         count_reason(t, reason);
     t->errors += !ok;
@@ -199,6 +209,9 @@ static void summary(const tally *t)
     printf("  accepted, with inputs: [M, N] %d, [M] %d, [N] %d, params %d; NaN/Inf planted %d; odd pitches %d; "
            "[N, K] weights %d; f16 %d\n",
            t->in_tile, t->in_vm, t->in_vn, t->with_params, t->nonfinite, t->odd_pitch, t->nk, t->f16);
+    printf("  accepted but left out by the conditioning screen (the check could fail without a defect): fused %d, "
+           "unfused %d\n",
+           t->screened[0], t->screened[1]);
     for (int i = 0; i < t->n_reasons; i++)
         printf("  rejected %d: %s\n", t->reason_n[i], t->reason[i]);
 }
@@ -260,7 +273,7 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(index, "file\tcase_seed\tshape\tparams\talign\tweight\tgemm\treductions\tout_tiles\tout_vecs\tin_tiles\t"
-                   "in_vec_m\tin_vec_n\tparams_n\tnonfinite\tphi\treason\n");
+                   "in_vec_m\tin_vec_n\tparams_n\tnonfinite\tphi\treason\tscreen_fused\tscreen_unfused\n");
     for (uint64_t i = 0; i < count; i++) {
         snprintf(file, sizeof file, "g%" PRIu64 "_%" PRIu64 ".cf", seed, i);
         one(cfgen_case_seed(seed, (int)i), dir, file, index, &t);
