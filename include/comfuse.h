@@ -204,7 +204,9 @@ CF_API cf_status cf_ir_interpret(const cf_ir *ir, const cf_bindings *b, double *
 typedef struct cf_options {
     int block_m;         /* rows of a consumer warpgroup's tile: 64 or 128     */
     int block_n;         /* columns of a tile: a multiple of 16, at most 256   */
-    int stages;          /* shared-memory pipeline depth                        */
+    int stages;          /* shared-memory pipeline depth: the deepest wanted; a
+                            kernel is built with the deepest that fits in shared
+                            memory (cf_resources.stages says which)            */
     int cluster_n;       /* CTAs along N that share a row block: a thread-block
                             cluster, except with CF_REDUCE_GLOBAL              */
     int reduce_mode;     /* how those CTAs combine row partials: 0 auto,
@@ -258,6 +260,10 @@ CF_API const char *cf_kernel_source(const cf_kernel *k);
 /* Compiles the source with NVRTC for sm_90a into a cubin, through the on-disk
  * cache.  Needs NVRTC, not a GPU. */
 CF_API cf_status cf_kernel_compile(cf_kernel *k, cf_error *err);
+/* Compiles every kernel that a launch with these dims (indexed like cf_launch_args.dims) will
+ * run: the kernel itself and, for rows wider than its row group, the wide-row path's GEMM and
+ * row kernel.  Needs NVRTC, not a GPU; a launch after it compiles nothing. */
+CF_API cf_status cf_kernel_prepare(cf_kernel *k, const int64_t *dims, cf_error *err);
 /* PTX of the compiled kernel (NULL before cf_kernel_compile). */
 CF_API const char *cf_kernel_ptx(const cf_kernel *k);
 

@@ -263,6 +263,8 @@ void cf_ir_format(const cf_ir *ir, cf_strbuf *sb);
 /* ---- kernel.c ----------------------------------------------------------- */
 
 const cf_ir *cf_kernel_ir(const cf_kernel *k);
+/* The options the kernel was built with, every field chosen (stages as it fits). */
+const cf_options *cf_kernel_options(const cf_kernel *k);
 /* Whether a launch with N columns takes the wide-row path (rows wider than one
  * cluster: GEMM to f32 in device memory, then the row kernel of rows.c). */
 bool cf_kernel_wide(const cf_kernel *k, int64_t n);
@@ -304,10 +306,19 @@ int cf_cg_gather_words(const cf_ir *ir, const cf_cg_options *opt);
 bool cf_cg_gathers_early(const cf_ir *ir, const cf_cg_options *opt);
 /* Whether the kernel has a finisher warpgroup (opt->finisher, and tiles finish late). */
 bool cf_cg_has_finisher(const cf_ir *ir, const cf_cg_options *opt);
-/* Whether the ring of `stages` (tile_m x 64 and 64 x bn operand blocks) and staging of
- * stg_chunks 64-column chunks of bm rows per warpgroup fit the 227 KB opt-in shared memory
- * (the kernel's own #error check, computed on the host).  tile_m is bm, or 2 bm cooperative. */
-bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks, bool pair_tiles);
+/* Shared memory per CTA on sm_90 with the opt-in attribute. */
+#define CF_SMEM_OPTIN 232448
+/* A plan's shared memory: the static part (the DSMEM exchange's buffers), the dynamic part
+ * (operand ring, staging, barriers; what the launch passes) with the staging chunks chosen,
+ * and whether both fit CF_SMEM_OPTIN.  The one formula: Ψ emits its choices and the device
+ * header checks that its layout adds up to the same bytes. */
+typedef struct cf_cg_smem {
+    int static_bytes;
+    long dynamic_bytes;
+    int stg_chunks;
+    bool fits;
+} cf_cg_smem;
+cf_cg_smem cf_cg_plan_smem(const cf_ir *ir, const cf_cg_options *opt);
 /* Tile outputs whose GELU their 16-bit store computes in packed 16-bit math. */
 int cf_cg_gelu_stores(const cf_ir *ir);
 /* Appends the CUDA source of the fused kernel to out; title names the spec. */
@@ -500,6 +511,9 @@ cf_status cf_rt_free(cf_rt_devptr p, cf_error *err);
 cf_status cf_rt_memcpy_htod(cf_rt_devptr dst, const void *src, size_t bytes, cf_error *err);
 cf_status cf_rt_memcpy_dtoh(void *dst, cf_rt_devptr src, size_t bytes, cf_error *err);
 cf_status cf_rt_memcpy_dtod(cf_rt_devptr dst, cf_rt_devptr src, size_t bytes, cf_error *err);
+/* rows of width_bytes from one pitch to another, device to device, on stream s */
+cf_status cf_rt_memcpy_2d_async(cf_rt_devptr dst, size_t dst_pitch, cf_rt_devptr src, size_t src_pitch,
+                                size_t width_bytes, size_t rows, cf_rt_stream s, cf_error *err);
 /* count elements of 1, 2 or 4 bytes. */
 cf_status cf_rt_memset_d8(cf_rt_devptr dst, uint8_t v, size_t count, cf_error *err);
 cf_status cf_rt_memset_d8_async(cf_rt_devptr dst, uint8_t v, size_t count, cf_rt_stream s, cf_error *err);

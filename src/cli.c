@@ -260,7 +260,7 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
         } else if (strcmp(a, "--block-n") == 0 && parse_int(v, 1, 1024, &x)) {
             o->kopt.block_n = (int)x;
         } else if (strcmp(a, "--stages") == 0 && parse_int(v, 1, 64, &x)) {
-            o->kopt.stages = (int)x;
+            o->kopt.stages = o->stages_asked = (int)x;
         } else if (strcmp(a, "--cluster") == 0 && parse_int(v, 1, 64, &x)) {
             o->kopt.cluster_n = (int)x;
         } else if (strcmp(a, "--schedule") == 0 && (strcmp(v, "pingpong") == 0 || strcmp(v, "cooperative") == 0 ||
@@ -328,20 +328,33 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
     return 0;
 }
 
+/* Builds the kernel, and with compile also compiles what a launch at the shape runs; frees it
+ * on failure. */
+cf_status cli_build_kernel(const cli_opts *o, const cf_graph *g, bool compile, cf_kernel **k, cf_error *err)
+{
+    cf_status st = cf_kernel_build(g, &o->kopt, o->spec, k, err);
+    if (st == CF_OK && o->stages_asked && cf_kernel_options(*k)->stages != o->stages_asked)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                       "--stages %d: this plan fits at most %d stages in shared memory", o->stages_asked,
+                       cf_kernel_options(*k)->stages);
+    if (st == CF_OK && compile)   /* with a shape, exactly the kernels run and bench launch there */
+        st = o->have_shape ? cf_kernel_prepare(*k, o->dims, err) : cf_kernel_compile(*k, err);
+    if (st == CF_OK && compile)
+        cli_note_kernel(o, *k);
+    if (st != CF_OK) {
+        cf_kernel_free(*k);
+        *k = NULL;
+    }
+    return st;
+}
+
 /* Builds (and optionally compiles) the kernel; prints errors. */
 static cf_status make_kernel(const cli_opts *o, const cf_graph *g, bool compile, cf_kernel **k)
 {
     cf_error err;
-    cf_status st = cf_kernel_build(g, &o->kopt, o->spec, k, &err);
-    if (st == CF_OK && compile)
-        st = cf_kernel_compile(*k, &err);
-    if (st == CF_OK && compile)
-        cli_note_kernel(o, *k);
-    if (st != CF_OK) {
+    cf_status st = cli_build_kernel(o, g, compile, k, &err);
+    if (st != CF_OK)
         fprintf(stderr, "comfuse: %s\n", err.msg);
-        cf_kernel_free(*k);
-        *k = NULL;
-    }
     return st;
 }
 
@@ -506,6 +519,10 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
         printf("  registers %d/thread, spills %d bytes, stack frame %d bytes, dynamic shared memory %d bytes\n",
                r.registers, r.spill_bytes, r.stack_bytes, r.smem_bytes);
         printf("  cubin: %s\n", r.cache_path[0] ? r.cache_path : "(not cached)");
+        const cf_ir *ir = cf_kernel_ir(k);
+        if (o.have_shape && ir->dim_n >= 0 && cf_kernel_wide(k, o.dims[ir->dim_n]))
+            printf("  rows of N=%lld are wider than the row group: launches run the wide-row path (this GEMM to "
+                   "f32, then the row kernel), both compiled\n", (long long)o.dims[ir->dim_n]);
         if (want_ptx)
             fputs(cf_kernel_ptx(k), stdout);
     }

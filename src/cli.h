@@ -12,6 +12,7 @@ typedef struct cli_opts {
     double params[64];           /* runtime scalars by param index                */
     bool params_set[64];
     cf_options kopt;             /* 0 fields: chosen from the shape               */
+    int stages_asked;            /* --stages, which must fit as asked (0: none)   */
     int schedule_asked;          /* --schedule as given (0: none)                 */
     bool check;
     bool unfused;                /* run / emit: the unfused path (cuBLAS + rows)  */
@@ -24,6 +25,9 @@ typedef struct cli_opts {
  * fused kernel cannot take yet still runs on the unfused path. */
 int cli_run(const cf_graph *g, const cli_opts *o);
 int cli_bench(const cf_graph *g, const cli_opts *o);
+/* Builds the fused kernel for o (an unfit --stages refused), and with compile compiles every
+ * kernel a launch at o's shape runs; NULL and an error on failure. */
+cf_status cli_build_kernel(const cli_opts *o, const cf_graph *g, bool compile, cf_kernel **k, cf_error *err);
 /* Notes on stderr about the compiled kernel k: a --schedule it does not run, and a wgmma
  * pipeline ptxas serialised. */
 void cli_note_kernel(const cli_opts *o, const cf_kernel *k);

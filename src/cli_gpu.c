@@ -330,16 +330,7 @@ done:
  * err) when Ψ cannot fuse this graph yet. */
 static cf_status build_fused(const cf_graph *g, const cli_opts *o, cf_kernel **k, cf_error *err)
 {
-    cf_status st = cf_kernel_build(g, &o->kopt, o->spec, k, err);
-    if (st == CF_OK)
-        st = cf_kernel_compile(*k, err);
-    if (st != CF_OK) {
-        cf_kernel_free(*k);
-        *k = NULL;
-    } else {
-        cli_note_kernel(o, *k);
-    }
-    return st;
+    return cli_build_kernel(o, g, true, k, err);
 }
 
 /* The unfused path, as a user runs it today: cuBLASLt writes C = X*W in the

@@ -445,7 +445,17 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
     cf_sb_free(&e);
 }
 
-/* "T1[r]", "R0[cf_acc_slot(r)]" or "S_7": the storage of node n. */
+/* The reduction whose row statistic n is, through any bypasses of it: that value lives in
+ * red_<reduction> from its exchange to the end of the epilogue (after a merged exchange it is
+ * the row's, not the tile's, statistic), so it needs no array of its own.  NULL otherwise. */
+static const cf_ir_node *stat_source(const cf_ir_node *n)
+{
+    while (n->kind == CF_IR_PLACEHOLDER && !n->is_stat)
+        n = n->ref;
+    return n->kind == CF_IR_PLACEHOLDER ? n->ref : NULL;
+}
+
+/* "T1[r]", "R0[cf_acc_slot(r)]", "red_m_3[cf_acc_slot(r)]" or "S_7": the storage of node n. */
 static const char *slot_ref(cg_ctx *c, const cf_ir_node *n, char *buf, size_t len)
 {
     int k = c->arr[n->id];
@@ -464,9 +474,16 @@ static const char *slot_ref(cg_ctx *c, const cf_ir_node *n, char *buf, size_t le
         snprintf(buf, len, "%s[r %% 8]", n->kind == CF_IR_PLACEHOLDER ? "pk" : "y8");
         return buf;
     }
+    const cf_ir_node *red = cls_of(n->shape) == CLS_ROW ? stat_source(n) : NULL;
+    char id[96];
     switch (cls_of(n->shape)) {
     case CLS_TILE: snprintf(buf, len, "T%d[r]", k); break;
-    case CLS_ROW: snprintf(buf, len, "R%d[cf_acc_slot(r)]", k); break;
+    case CLS_ROW:
+        if (red)
+            snprintf(buf, len, "red_%s[cf_acc_slot(r)]", ident(red, id, sizeof id));
+        else
+            snprintf(buf, len, "R%d[cf_acc_slot(r)]", k);
+        break;
     default: snprintf(buf, len, "S_%d", k); break;
     }
     return buf;
@@ -616,6 +633,8 @@ static void plan_storage(cg_ctx *c, const cf_ir_spec *sp)
         const cf_ir_node *n = sp->nodes[i];
         if (n->kind == CF_IR_ACC)
             c->arr[n->id] = 0;
+        else if (n->kind == CF_IR_PLACEHOLDER && stat_source(n))
+            continue; /* read from its reduction's red_ array wherever it is used */
         else if (n->kind == CF_IR_PLACEHOLDER && !n->is_stat)
             c->arr[n->id] = c->arr[n->ref->id];
         else
@@ -627,7 +646,7 @@ static void plan_storage(cg_ctx *c, const cf_ir_spec *sp)
     for (int i = 0; i < sp->n_nodes; i++) {
         const cf_ir_node *n = sp->nodes[i];
         if (n->kind == CF_IR_STORE || n->kind == CF_IR_REDUCE || n->kind == CF_IR_MATMUL || c->pass[n->id] ||
-            !(carried_out(sp, n) || stored(c, sp, n)))
+            (n->kind == CF_IR_PLACEHOLDER && stat_source(n)) || !(carried_out(sp, n) || stored(c, sp, n)))
             continue;
         int cls = cls_of(n->shape);
         if (cls == CLS_SCALAR) {
@@ -679,16 +698,18 @@ static bool is_square_of(const cf_ir_node *a, const cf_ir_node *d)
 
 /* Whole-tile staging for both warpgroups beside the ring (a late finish parks there; a staged
  * gather lands the row's words there). */
-static bool whole_tile_staging_fits(const cf_cg_options *o)
+static bool whole_tile_staging_fits(const cg_ctx *c)
 {
-    return cf_cg_smem_fits(o->bm, o->bm, o->bn, o->stages, o->bn / 64, o->pair_tiles);
+    cf_cg_smem m = cf_cg_plan_smem(c->ir, c->opt);
+    return m.fits && m.stg_chunks == c->opt->bn / 64;
 }
 
 /* cf_reduce.cuh's cf_staged_gather: the row's 8-byte slots for a warp's 32 rows fit the warp's
  * staging boxes (bn/64 x bm/64 box slots of 2 KB a warp, with whole-tile staging). */
-static bool staged_gather_fits(const cf_cg_options *o)
+static bool staged_gather_fits(const cg_ctx *c)
 {
-    return whole_tile_staging_fits(o) && o->row_ctas * 32 * 8 <= (o->bn / 64) * (o->bm / 64) * 2048;
+    const cf_cg_options *o = c->opt;
+    return whole_tile_staging_fits(c) && o->row_ctas * 32 * 8 <= (o->bn / 64) * (o->bm / 64) * 2048;
 }
 
 /* MERGE_* when sp's reduction can share its PostOp's exchange; *shifted is
@@ -708,7 +729,7 @@ static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **
      * CTAs 1.236 -> 1.196, v17), not with two, whose unmerged last exchange finishes late (LN
      * 1.134 -> 1.174). */
     const int rounds = (c->opt->row_ctas * c->opt->bm / 128 + 15) / 16;
-    const bool staged = rounds == 2 && c->opt->bm == 128 && c->ir->n_stages[0] - 1 > 2 && staged_gather_fits(c->opt);
+    const bool staged = rounds == 2 && c->opt->bm == 128 && c->ir->n_stages[0] - 1 > 2 && staged_gather_fits(c);
     if (!c->opt->red_global || c->opt->row_ctas < 2 || rounds > (staged ? 2 : 1) || !r1 || r1->kind != CF_IR_REDUCE ||
         !r2 || r2->kind != CF_IR_REDUCE)
         return MERGE_NONE;
@@ -749,14 +770,45 @@ static void emit_mean_scale(cg_ctx *c, const cf_ir_node *red, const char *id, bo
         line(c, "    red_%s[s] *= cf_rcp((float)t.N);", id);
 }
 
-bool cf_cg_smem_fits(int tile_m, int bm, int bn, int stages, int stg_chunks, bool pair_tiles)
+/* The DSMEM exchange's static buffers (cf_reduce.cuh): partials [2 wg][2 buf][cluster][rows],
+ * the leader's results, barriers and sequence counters; 128 bytes of alignment slack with any
+ * reduction. */
+static int static_smem_bytes(const cf_ir *ir, const cf_cg_options *o)
 {
-    /* cf_sm90.cuh's CF_SMEM_BYTES: 1024 + 16 stages + 96 (+ the pair's handoff: two mbarriers
-     * and 8 bytes a row) + stages x stage + both warpgroups' staging buffers (stg_chunks x bm
-     * rows x 128 bytes each) <= 227 KB less the static 128 bytes */
-    long need = 1024 + 16L * stages + 96 + (pair_tiles ? 16 + 8L * bm : 0) + (long)stages * (tile_m + bn) * 128 +
-                2L * stg_chunks * bm * 128;
-    return need <= 232448 - 128;
+    if (ir->n_stages[0] < 2)
+        return 0;
+    const bool dsmem = o->row_ctas > 1 && !o->red_global;
+    const int red = dsmem ? 2 * 2 * o->cluster_n * o->bm * 4 + (o->red_leader ? 2 * 2 * o->bm * 4 + 32 : 0) + 32 +
+                                2 * 128 * 4
+                          : 0;
+    return red + 128;
+}
+
+/* cf_sm90.cuh's CF_SMEM_BYTES, the one formula of the dynamic shared memory: 1024 bytes of
+ * alignment slack, two mbarriers a stage and 96 bytes of others (+ the pair's handoff: two
+ * mbarriers and 8 bytes a row), the operand ring, and both warpgroups' staging buffers
+ * (stg_chunks 64-column chunks of bm rows at 128 bytes a row). */
+static long dynamic_smem_bytes(const cf_cg_options *o, int stg_chunks)
+{
+    const long tile_m = o->cooperative ? 2L * o->bm : o->bm;
+    return 1024 + 16L * o->stages + 96 + (o->pair_tiles ? 16 + 8L * o->bm : 0) + o->stages * (tile_m + o->bn) * 128L +
+           2L * stg_chunks * o->bm * 128;
+}
+
+cf_cg_smem cf_cg_plan_smem(const cf_ir *ir, const cf_cg_options *o)
+{
+    cf_cg_smem m = {.static_bytes = static_smem_bytes(ir, o)};
+    const long limit = CF_SMEM_OPTIN - m.static_bytes;
+    /* staging: the whole tile where it fits (a late finish parks it there), else half, else one chunk */
+    const int whole = o->bn / 64, choices[3] = {whole, (whole + 1) / 2, 1};
+    for (int i = 0; i < 3; i++) {
+        m.stg_chunks = choices[i];
+        m.dynamic_bytes = dynamic_smem_bytes(o, m.stg_chunks);
+        if (m.dynamic_bytes <= limit)
+            break;
+    }
+    m.fits = m.dynamic_bytes <= limit;
+    return m;
 }
 
 /* ---- late finish -----------------------------------------------------------
@@ -779,7 +831,7 @@ static const cf_ir_spec *find_late(cg_ctx *c)
         prev = last;
         last = last->post;
     }
-    if (!c->opt->red_global || c->opt->row_ctas < 2 || c->opt->sync_finish || !prev || !whole_tile_staging_fits(c->opt))
+    if (!c->opt->red_global || c->opt->row_ctas < 2 || c->opt->sync_finish || !prev || !whole_tile_staging_fits(c))
         return NULL;
     /* Exchanges per tile (a merged pair is one).  Every exchange before the last still waits
      * for the row's slowest CTA, and the park costs a pipeline stage: measured (perf-notes
@@ -1562,8 +1614,14 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
                 line(c, "for (int s = 0; s < CF_ROWS; ++s) {  /* output %s: %s [M], one writer per row */", a->name,
                      cf_dtype_name(a->dtype));
                 line(c, "    const int row = t.m0 + cf_slot_row(t, s);");
+                const cf_ir_node *stat = stat_source(src);
+                char from[112];
+                if (stat)
+                    snprintf(from, sizeof from, "red_%s[s]", ident(stat, id, sizeof id));
+                else
+                    snprintf(from, sizeof from, "R%d[s]", k);
                 line(c, "    if (t.n0 == 0 && (t.lane & 3) == 0 && row < t.M)");
-                line(c, "        store_%s(p.%s, row, R%d[s]);", cf_dtype_name(a->dtype), a->name, k);
+                line(c, "        store_%s(p.%s, row, %s);", cf_dtype_name(a->dtype), a->name, from);
                 line(c, "}");
             }
         }
@@ -1659,6 +1717,10 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     line(&c, "#define CF_B_NK %d", ir->args[1].b_is_nk ? 1 : 0);
     line(&c, "#define CF_IN_F16 %d", A->dtype == CF_F16 ? 1 : 0);
     line(&c, "#define CF_NUM_OUT %d%s", n_out ? n_out : 1, n_out ? "" : "  /* no tile output: one unused slot */");
+    const cf_cg_smem smem = cf_cg_plan_smem(ir, opt);
+    line(&c, "#define CF_STG_CHUNKS %d  /* 64-column staging chunks per warpgroup */", smem.stg_chunks);
+    line(&c, "#define CF_SMEM_PLAN %ld  /* dynamic shared memory of the plan (cf_cg_plan_smem) */",
+         smem.dynamic_bytes);
     const int tile_m = opt->cooperative ? 2 * opt->bm : opt->bm;
     if (opt->cluster_n > 1 && (tile_m / opt->cluster_n) % 8 != 0)
         line(&c, "#define CF_MULTICAST 0  /* a %d-row slice per CTA is too thin for TMA multicast */",
@@ -1681,13 +1743,7 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     if (ir->n_stages[0] > 1) {
         line(&c, "#define CF_HAS_REDUCE 1");
         line(&c, "#define CF_NUM_RED %d", ir->n_stages[0] - 1);
-        /* cf_reduce.cuh's static buffers for the DSMEM exchange: partials [2 wg][2 buf][cluster]
-         * [rows], leader results, barriers and sequence counters; the pipeline gets the rest. */
-        bool dsmem = opt->row_ctas > 1 && !opt->red_global;
-        int red = dsmem ? 2 * 2 * opt->cluster_n * opt->bm * 4 + (opt->red_leader ? 2 * 2 * opt->bm * 4 + 32 : 0) + 32 +
-                              2 * 128 * 4
-                        : 0;
-        line(&c, "#define CF_STATIC_SMEM %d", red + 128 /* alignment slack */);
+        line(&c, "#define CF_STATIC_SMEM %d", static_smem_bytes(ir, opt));
         if (opt->red_global)
             line(&c, "#define CF_RED_GLOBAL 1  /* row partials through L2 (cooperative launch) */");
         else

@@ -39,6 +39,11 @@ struct cf_kernel {
     size_t xchg_bytes;
     /* Rows wider than a cluster: our GEMM into an f32 buffer, then the row
      * kernel (rows.c) runs the epilogue; built on the first such launch. */
+    /* By IR arg: the padded copy of a tensor TMA cannot address in place (see staging). */
+    struct padded {
+        cf_rt_devptr buf;
+        size_t bytes;
+    } *padded;
     struct {
         cf_graph *graph;     /* X, W -> C = X @ W as f32                          */
         cf_kernel *gemm;
@@ -95,10 +100,11 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
         /* A row block's column tiles run at once on cluster_n CTAs that exchange
          * row partials through L2 (docs/perf-notes.md v8: a hardware cluster of
          * 4 or more CTAs keeps only 120 of 132 SMs busy and couples the CTAs'
-         * pipelines, +25-30 % before any epilogue work); rows up to 64 x 128. */
+         * pipelines, +25-30 % before any epilogue work); rows up to 64 x 128.  A row group is
+         * exactly the row's column tiles (any count, no idle padding CTAs): through L2 it needs
+         * no power of two. */
         int64_t tiles = n > 0 ? (n + o.block_n - 1) / o.block_n : 1;
-        while (o.cluster_n < tiles && o.cluster_n < 64)
-            o.cluster_n *= 2;
+        o.cluster_n = (int)(tiles < 64 ? tiles : 64);
         o.reduce_mode = CF_REDUCE_GLOBAL;
         /* Tiles that finish late park in shared memory, which takes the sixth stage; so do
          * synchronous exchanges over more than 16 CTAs, which land the row's words in each
@@ -124,7 +130,7 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
              * at 4096x2048x512, 1.155 -> 1.147 at 16384x1024x1024; paired 1.158 -> 1.124 at
              * 16384x2048x1024). */
             cf_cg_options pair = cg;
-            pair.row_ctas = o.cluster_n / 2;
+            pair.row_ctas = (o.cluster_n + 1) / 2;
             pair.pair_tiles = true;
             const int vectors = last_stage_vectors(ir);
             const bool heavy_finish = vectors >= 2, long_k = k >= 1024;
@@ -160,7 +166,7 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
                 o.schedule = CF_SCHEDULE_FINISHER;
             if (paired) {
                 o.pair_tiles = 1;
-                o.cluster_n /= 2;
+                o.cluster_n = (o.cluster_n + 1) / 2;
                 o.stages = 5;
             }
             /* Four or more reductions (LN+softmax) spill ~500 bytes per thread; up to
@@ -181,6 +187,8 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
              * fused kernels ran 1.08-1.20 of cuBLAS while its cluster-2 GEMM ran 1.01); pairs of
              * CTAs multicasting their X rows ran 0.90-0.94 of that with W as [N,K], 0.98-1.01
              * as [K,N], and 1-4.5 % slower at K <= 1024 (v22 §1). */
+            if (k >= 4096 && o.cluster_n > 1 && o.cluster_n % 2 && o.cluster_n < 64)
+                o.cluster_n++;   /* multicast pairs: an odd row group gets one idle CTA */
             if (k >= 4096 && o.cluster_n % 2 == 0)
                 o.multicast = 1;
         }
@@ -189,6 +197,14 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
         o.reduce_mode = CF_REDUCE_PEER; /* unused without reductions */
     }
     return o;
+}
+
+static int pow2_at_least(int c)
+{
+    int p = 1;
+    while (p < c)
+        p *= 2;
+    return p;
 }
 
 void cf_options_fill(cf_options *o, cf_options def)
@@ -215,7 +231,7 @@ void cf_options_fill(cf_options *o, cf_options def)
     if (def.pair_tiles == 1 && o->pair_tiles != 1 && def.cluster_n < 64)
         def.cluster_n *= 2;   /* a CTA per tile again */
     else if (def.pair_tiles != 1 && o->pair_tiles == 1 && def.cluster_n > 1) {
-        def.cluster_n /= 2;
+        def.cluster_n = (def.cluster_n + 1) / 2;
         if (def.schedule == CF_SCHEDULE_FINISHER)
             def.schedule = CF_SCHEDULE_PINGPONG;   /* the pair's warpgroups finish their own tiles */
     }
@@ -230,6 +246,7 @@ void cf_options_fill(cf_options *o, cf_options def)
         def.stages = 4; /* the late finish's depth there: a stage parks, one more for the spills */
     if (def.reduce_mode == CF_REDUCE_GLOBAL && o->reduce_mode != CF_REDUCE_GLOBAL) {
         def.stages = 4;
+        def.cluster_n = pow2_at_least(def.cluster_n);   /* a hardware cluster */
         if (def.cluster_n > 16 && !o->block_m && !o->block_n && !o->cluster_n) {
             def.block_m = 64;
             def.block_n = 256;
@@ -239,21 +256,17 @@ void cf_options_fill(cf_options *o, cf_options def)
     /* a row group covers N: wider tiles given without a row-group size need fewer CTAs
      * (64x256 tiles over the default 8 CTAs of N = 1024 ran half the grid on empty tiles) */
     if (o->block_n && !o->cluster_n && def.cluster_n > 1 && o->block_n != def.block_n) {
-        int c = (int)((int64_t)def.cluster_n * def.block_n / o->block_n);
-        def.cluster_n = c < 1 ? 1 : c;
+        int c = (int)(((int64_t)def.cluster_n * def.block_n + o->block_n - 1) / o->block_n);
+        def.cluster_n = c < 1 ? 1 : o->reduce_mode == CF_REDUCE_GLOBAL ? c : pow2_at_least(c);
     }
     if (!o->block_m)
         o->block_m = def.block_m;
     if (!o->block_n)
         o->block_n = def.block_n;
-    if (!o->stages) {
-        o->stages = def.stages;
-        /* the default depth, as deep as the tile's ring and one staging chunk per warpgroup fit
-         * in shared memory (64x256 tiles take 40 KB a stage) */
-        const int tile_m = o->schedule == CF_SCHEDULE_COOPERATIVE ? 2 * o->block_m : o->block_m;
-        while (o->stages > 2 && !cf_cg_smem_fits(tile_m, o->block_m, o->block_n, o->stages, 1, o->pair_tiles == 1))
-            o->stages--;
-    }
+    if (!o->stages)
+        o->stages = def.stages; /* cf_kernel_build lowers it until the plan fits shared memory */
+    if (o->multicast == 1 && def.cluster_n > 1 && def.cluster_n % 2 && def.cluster_n < 64)
+        def.cluster_n++;   /* multicast pairs: an odd row group gets one idle CTA */
     if (!o->cluster_n)
         o->cluster_n = def.cluster_n;
     if (!o->multicast)
@@ -272,6 +285,10 @@ void cf_kernel_free(cf_kernel *k)
         cf_rt_free(k->xchg, NULL);
     if (k->xsync)
         cf_rt_free(k->xsync, NULL);
+    for (int i = 0; k->padded && i < k->ir->n_args; i++)
+        if (k->padded[i].buf)
+            cf_rt_free(k->padded[i].buf, NULL);
+    free(k->padded);
     cf_rows_free(k->wide.rows);
     cf_kernel_free(k->wide.gemm);
     cf_graph_free(k->wide.graph);
@@ -279,6 +296,25 @@ void cf_kernel_free(cf_kernel *k)
     cf_sb_free(&k->src);
     cf_ir_free(k->ir);
     free(k);
+}
+
+/* Every plan is checked against shared memory before code is generated: the depth is lowered
+ * until it fits (cf_options.stages is the deepest wanted), and a tile that fits at no depth is
+ * refused. */
+static cf_status check_smem(const cf_ir *ir, cf_cg_options *cg, cf_error *err)
+{
+    cf_cg_smem m = cf_cg_plan_smem(ir, cg);
+    while (!m.fits && cg->stages > 2) {
+        cg->stages--;
+        m = cf_cg_plan_smem(ir, cg);
+    }
+    if (m.fits)
+        return CF_OK;
+    return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                     "shared memory: %d stages of a %dx%d tile need %ld bytes dynamic + %d static, over the "
+                     "%d-byte limit per CTA; use a narrower tile (--block-n) or another schedule",
+                     cg->stages, cg->cooperative ? 2 * cg->bm : cg->bm, cg->bn, m.dynamic_bytes, m.static_bytes,
+                     CF_SMEM_OPTIN);
 }
 
 cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *title, cf_kernel **out,
@@ -324,9 +360,13 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     else if (o->sync_finish < -1 || o->sync_finish > 1)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "sync_finish %d: must be 0 (auto), 1 or -1",
                        o->sync_finish);
-    else if (o->cluster_n < 1 || o->cluster_n > (global ? 64 : 16) || (o->cluster_n & (o->cluster_n - 1)))
+    else if (o->cluster_n < 1 || o->cluster_n > (global ? 64 : 16) || (!global && (o->cluster_n & (o->cluster_n - 1))))
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cluster_n %d: must be 1, 2, 4, 8 or 16%s",
-                       o->cluster_n, reduces ? " (32 or 64 with reduce mode global)" : "");
+                       o->cluster_n, reduces ? " (any count up to 64 with reduce mode global)" : "");
+    else if (global && o->multicast == 1 && o->cluster_n % 2)
+        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                       "multicast: a row group of %d CTAs cannot be split into the multicast's pairs",
+                       o->cluster_n);
     else if (o->multicast < -1 || o->multicast > 1)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "multicast %d: must be 0 (auto), 1 or -1",
                        o->multicast);
@@ -344,9 +384,14 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
                             .sync_finish = o->sync_finish == 1, .pair_tiles = o->pair_tiles == 1,
                             .cooperative = o->schedule == CF_SCHEDULE_COOPERATIVE,
                             .finisher = o->schedule == CF_SCHEDULE_FINISHER};
-        st = cf_codegen(k->ir, &cg, title, &k->src, err);
+        st = check_smem(k->ir, &cg, err);
+        k->opt.stages = cg.stages;
+        if (st == CF_OK)
+            st = cf_codegen(k->ir, &cg, title, &k->src, err);
         k->gather_early = st == CF_OK && cf_cg_gathers_early(k->ir, &cg);
     }
+    if (st == CF_OK && !(k->padded = calloc((size_t)k->ir->n_args, sizeof *k->padded)))
+        st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     if (st != CF_OK) {
         cf_kernel_free(k);
         return st;
@@ -356,6 +401,7 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
 }
 
 const cf_ir *cf_kernel_ir(const cf_kernel *k) { return k ? k->ir : NULL; }
+const cf_options *cf_kernel_options(const cf_kernel *k) { return k ? &k->opt : NULL; }
 const char *cf_kernel_source(const cf_kernel *k) { return k ? k->src.data : NULL; }
 const char *cf_kernel_ptx(const cf_kernel *k) { return k && k->compiled ? k->cubin.ptx : NULL; }
 
@@ -578,6 +624,20 @@ static cf_status build_wide(cf_kernel *k, int64_t M, int64_t N, int64_t K, cf_er
     return st;
 }
 
+cf_status cf_kernel_prepare(cf_kernel *k, const int64_t *dims, cf_error *err)
+{
+    cf_error_clear(err);
+    if (!k || !dims)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_prepare: NULL argument");
+    cf_status st = cf_kernel_compile(k, err);
+    const cf_ir *ir = k->ir;
+    const int64_t M = ir->dim_m >= 0 ? dims[ir->dim_m] : 0, N = ir->dim_n >= 0 ? dims[ir->dim_n] : 0,
+                  K = ir->dim_k >= 0 ? dims[ir->dim_k] : 0;
+    if (st == CF_OK && cf_kernel_wide(k, N) && !k->wide.gemm)
+        st = build_wide(k, M, N, K, err);
+    return st;
+}
+
 /* Rows wider than one cluster cannot be reduced on chip: C goes through
  * device memory once (f32) and the row kernel runs the epilogue over it. */
 static cf_status launch_wide(cf_kernel *k, const cf_launch_args *a, int64_t M, int64_t N, int64_t K, cf_error *err)
@@ -604,6 +664,69 @@ static cf_status launch_wide(cf_kernel *k, const cf_launch_args *a, int64_t M, i
     if ((st = cf_kernel_launch(k->wide.gemm, &ga, err)) != CF_OK)
         return st;
     return cf_rows_launch(k->wide.rows, k->wide.c, CF_F32, M, N, a, a->stream, err);
+}
+
+/* ---- staging: tensors TMA cannot address in place ---------------------------------------
+ * TMA needs a 16-byte aligned base and row pitch, which a 16-bit tensor with an odd K or N (a
+ * vocabulary of 50257) or an offset view does not have.  Such a tensor goes through a padded
+ * copy the kernel object owns: an operand is copied in before the launch and an output out
+ * after it, on the launch's stream (a 2D copy, so CUDA-graph capture holds), and the kernel
+ * runs on the copy with the same logical dims.  One extra pass over that tensor. */
+static bool tma_addressable(uint64_t ptr, uint64_t cols, cf_dtype t)
+{
+    return ptr % 16 == 0 && (cols * cf_dtype_size(t)) % 16 == 0;
+}
+
+/* The padded copy of arg (rows x cols of dtype t) at *ptr: *ptr and *pitch become the copy's;
+ * an input's data is copied in. */
+static cf_status pad_tensor(cf_kernel *k, int arg, uint64_t *ptr, uint64_t rows, uint64_t cols, cf_dtype t,
+                            bool input, cf_rt_stream s, uint64_t *pitch, cf_error *err)
+{
+    const size_t es = cf_dtype_size(t), row_bytes = (size_t)cols * es, padded = (row_bytes + 15) / 16 * 16;
+    if (rows > SIZE_MAX / padded)
+        return cf_errorf(err, CF_ERR_SHAPE, (cf_loc){0}, "tensor '%s': %llu rows of %zu bytes overflow a size",
+                         k->ir->args[arg].name, (unsigned long long)rows, padded);
+    struct padded *p = &k->padded[arg];
+    cf_status st;
+    if (p->bytes < rows * padded) {
+        if (p->buf)
+            cf_rt_free(p->buf, NULL);
+        *p = (struct padded){0};
+        if ((st = cf_rt_malloc(&p->buf, rows * padded, err)) != CF_OK)
+            return st;
+        p->bytes = rows * padded;
+    }
+    if (input && (st = cf_rt_memcpy_2d_async(p->buf, padded, *ptr, row_bytes, row_bytes, rows, s, err)) != CF_OK)
+        return st;
+    *ptr = p->buf;
+    *pitch = padded / es;
+    return CF_OK;
+}
+
+/* The operand or output arg as TMA sees it: in place, or its padded copy. */
+static cf_status tma_view(cf_kernel *k, int arg, uint64_t *ptr, uint64_t rows, uint64_t cols, bool input,
+                          cf_rt_stream s, uint64_t *pitch, cf_error *err)
+{
+    const cf_dtype t = k->ir->args[arg].dtype;
+    *pitch = cols;
+    return tma_addressable(*ptr, cols, t) ? CF_OK : pad_tensor(k, arg, ptr, rows, cols, t, input, s, pitch, err);
+}
+
+/* Outputs the kernel wrote into their padded copies, to the caller's tensors. */
+static cf_status copy_out_padded(cf_kernel *k, const cf_launch_args *a, int64_t M, int64_t N, cf_error *err)
+{
+    for (int i = 0; i < k->ir->n_args; i++) {
+        const cf_ir_arg *x = &k->ir->args[i];
+        if (x->kind != CF_ARG_OUTPUT || cf_graph_output_info(k->graph, x->index).rank != 2 ||
+            tma_addressable(a->outputs[x->index], (uint64_t)N, x->dtype))
+            continue;
+        const size_t row_bytes = (size_t)N * cf_dtype_size(x->dtype);
+        cf_status st = cf_rt_memcpy_2d_async(a->outputs[x->index], row_bytes, k->padded[i].buf,
+                                             (row_bytes + 15) / 16 * 16, row_bytes, (size_t)M, a->stream, err);
+        if (st != CF_OK)
+            return st;
+    }
+    return CF_OK;
 }
 
 cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
@@ -637,18 +760,17 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
     int bn = k->info[INFO_BN];
     cf_dtype in_t = A->dtype;
-    const void *pa = (const void *)(uintptr_t)a->inputs[A->index];
-    const void *pb = (const void *)(uintptr_t)a->inputs[B->index];
-    st = cf_rt_tensor_map_2d_named(block, A->name, in_t, pa, (uint64_t)M, (uint64_t)K, (uint64_t)K,
+    uint64_t pa = a->inputs[A->index], pb = a->inputs[B->index], lda, ldb;
+    const uint64_t b_rows = B->b_is_nk ? (uint64_t)N : (uint64_t)K, b_cols = B->b_is_nk ? (uint64_t)K : (uint64_t)N;
+    if ((st = tma_view(k, 0, &pa, (uint64_t)M, (uint64_t)K, true, a->stream, &lda, err)) != CF_OK ||
+        (st = tma_view(k, 1, &pb, b_rows, b_cols, true, a->stream, &ldb, err)) != CF_OK)
+        return st;
+    st = cf_rt_tensor_map_2d_named(block, A->name, in_t, (const void *)(uintptr_t)pa, (uint64_t)M, (uint64_t)K, lda,
                                    (uint32_t)k->info[INFO_A_BOX_ROWS], 64, 128, err);
     if (st != CF_OK)
         return st;
-    if (B->b_is_nk)
-        st = cf_rt_tensor_map_2d_named(block + 128, B->name, in_t, pb, (uint64_t)N, (uint64_t)K, (uint64_t)K,
-                                       (uint32_t)k->info[INFO_B_BOX], 64, 128, err);
-    else
-        st = cf_rt_tensor_map_2d_named(block + 128, B->name, in_t, pb, (uint64_t)K, (uint64_t)N, (uint64_t)N, 64,
-                                       64, 128, err);
+    st = cf_rt_tensor_map_2d_named(block + 128, B->name, in_t, (const void *)(uintptr_t)pb, b_rows, b_cols, ldb,
+                                   B->b_is_nk ? (uint32_t)k->info[INFO_B_BOX] : 64, 64, 128, err);
     if (st != CF_OK)
         return st;
     int o = 0;
@@ -656,14 +778,16 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
         const cf_ir_arg *x = &ir->args[i];
         if (x->kind != CF_ARG_OUTPUT || cf_graph_output_info(g, x->index).rank != 2)
             continue; /* per-row outputs are plain pointers in the epilogue struct */
-        const void *po = (const void *)(uintptr_t)a->outputs[x->index];
+        uint64_t ptr = a->outputs[x->index], ldo;
+        if ((st = tma_view(k, i, &ptr, (uint64_t)M, (uint64_t)N, false, a->stream, &ldo, err)) != CF_OK)
+            return st;
         uint32_t box_cols = (uint32_t)(128 / cf_dtype_size(x->dtype));
-        st = cf_rt_tensor_map_2d_named(block + l.tma_out + 128 * (size_t)o, x->name, x->dtype, po, (uint64_t)M,
-                                       (uint64_t)N, (uint64_t)N, (uint32_t)k->info[INFO_OUT_BOX_ROWS], box_cols, 128, err);
+        st = cf_rt_tensor_map_2d_named(block + l.tma_out + 128 * (size_t)o, x->name, x->dtype,
+                                       (const void *)(uintptr_t)ptr, (uint64_t)M, (uint64_t)N, ldo,
+                                       (uint32_t)k->info[INFO_OUT_BOX_ROWS], box_cols, 128, err);
         if (st != CF_OK)
             return st;
-        uint64_t ptr = a->outputs[x->index];
-        int32_t ld = (int32_t)N;
+        int32_t ld = (int32_t)ldo;
         memcpy(block + l.out_ptr + 8 * (size_t)o, &ptr, 8);
         memcpy(block + l.out_ld + 4 * (size_t)o, &ld, 4);
         o++;
@@ -720,7 +844,9 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
         .cooperative = global, /* a row group's CTAs wait for each other: all must be resident */
     };
     void *params[] = {block};
-    return cf_rt_launch(k->func, &cfg, params, err);
+    if ((st = cf_rt_launch(k->func, &cfg, params, err)) != CF_OK)
+        return st;
+    return copy_out_padded(k, a, M, N, err);
 }
 
 cf_status cf_kernel_global(const cf_kernel *k, const char *name, cf_rt_devptr *p, size_t *bytes, cf_error *err)

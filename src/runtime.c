@@ -475,7 +475,7 @@ done:
     X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuModuleLoadData)   \
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncGetAttribute) X(cuFuncSetAttribute)      \
     X(cuOccupancyMaxActiveClusters) X(cuLaunchKernelEx) X(cuMemAlloc) X(cuMemFree)            \
-    X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD16) \
+    X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpy2DAsync) X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD16) \
     X(cuMemsetD32) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)               \
     X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)                \
     X(cuEventElapsedTime) X(cuTensorMapEncodeTiled)
@@ -806,6 +806,19 @@ cf_status cf_rt_memcpy_dtoh(void *dst, cf_rt_devptr src, size_t bytes, cf_error 
     cf_status st;
     INIT();
     CF_CU_CHECK(cu.cuMemcpyDtoH(dst, src, bytes));
+fail:
+    return st;
+}
+
+cf_status cf_rt_memcpy_2d_async(cf_rt_devptr dst, size_t dst_pitch, cf_rt_devptr src, size_t src_pitch,
+                                size_t width_bytes, size_t rows, cf_rt_stream s, cf_error *err)
+{
+    cf_status st;
+    INIT();
+    CUDA_MEMCPY2D c = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = src, .srcPitch = src_pitch,
+                       .dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = dst, .dstPitch = dst_pitch,
+                       .WidthInBytes = width_bytes, .Height = rows};
+    CF_CU_CHECK(cu.cuMemcpy2DAsync(&c, (CUstream)s));
 fail:
     return st;
 }

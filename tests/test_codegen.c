@@ -1121,6 +1121,169 @@ static void test_scale_into_exp(void)
     cf_graph_free(lnsm);
 }
 
+/* Whether every row array R<k> the source reads was written earlier in it (a read of an
+ * unwritten one left [M] outputs unwritten on the GPU while every CPU check passed). */
+static bool row_arrays_written(const char *src)
+{
+    bool written[64] = {false};
+    for (const char *p = src; (p = strstr(p, "R")) != NULL; p++) {
+        if (p > src && (p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= 'A' && p[-1] <= 'Z') ||
+                        (p[-1] >= '0' && p[-1] <= '9')))
+            continue;
+        char *end;
+        long k = strtol(p + 1, &end, 10);
+        if (end == p + 1 || *end != '[' || k < 0 || k >= 64)
+            continue;
+        if (p >= src + 6 && strncmp(p - 6, "float ", 6) == 0)
+            continue; /* the declaration */
+        const char *close = strchr(end, ']');
+        if (close && strncmp(close, "] = ", 4) == 0)
+            written[k] = true;
+        else if (!written[k]) {
+            fprintf(stderr, "R%ld read before any write: %.60s\n", k, p);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Every output kind — [M, N] tiles and [M] vectors, several of each, before, between and after
+ * reductions — is stored from a value the kernel wrote, under every schedule the options pick
+ * at these shapes. */
+static void test_row_outputs(void)
+{
+    static const char *specs[] = {"tests/specs/out_softmax_max.cf", "tests/specs/out_logsumexp.cf",
+                                  "tests/specs/out_log_softmax_lse.cf", "tests/specs/out_ln_stats.cf",
+                                  "tests/specs/out_rows_mixed.cf", "tests/specs/softmax_inf.cf"};
+    static const int64_t shapes[][3] = {{4096, 2048, 512}, {16384, 1024, 1024}, {8192, 4096, 4096},
+                                        {129, 72, 136}, {300, 8200, 136}, {64, 32768, 256}};
+    static const cf_options forced[] = {{0}, {.sync_finish = 1}, {.schedule = CF_SCHEDULE_FINISHER},
+                                        {.pair_tiles = 1}, {.reduce_mode = CF_REDUCE_PEER}};
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+        cf_graph *g = parse(specs[i]);
+        CHECK(g != NULL);
+        for (size_t s = 0; g && s < sizeof shapes / sizeof *shapes; s++)
+            for (size_t f = 0; f < sizeof forced / sizeof *forced; f++) {
+                cf_options opt = forced[f];
+                cf_options_fill(&opt, cf_options_for(g, shapes[s][0], shapes[s][1], shapes[s][2]));
+                cf_kernel *k = NULL;
+                cf_error err;
+                if (cf_kernel_build(g, &opt, "out", &k, &err) != CF_OK)
+                    continue; /* e.g. rows wider than a cluster: the wide-row path */
+                const char *src = cf_kernel_source(k);
+                bool ok = row_arrays_written(src);
+                if (!ok)
+                    fprintf(stderr, "  in %s at %lldx%lldx%lld, options #%zu\n", specs[i], (long long)shapes[s][0],
+                            (long long)shapes[s][1], (long long)shapes[s][2], f);
+                CHECK(ok);
+                for (int o = 0; o < cf_graph_num_outputs(g); o++) {
+                    cf_tensor_info info = cf_graph_output_info(g, o);
+                    if (info.rank != 1)
+                        continue;
+                    char want[96];
+                    snprintf(want, sizeof want, "(p.%s, row, ", info.name);
+                    CHECK_CONTAINS(src, want);
+                }
+                cf_kernel_free(k);
+            }
+        cf_graph_free(g);
+    }
+}
+
+/* Every plan is checked against shared memory before code generation, with the one formula
+ * (cf_cg_plan_smem) that the generated source passes to the device header. */
+static void test_smem_plan(void)
+{
+    cf_graph *g = parse("examples/gemm_bias_ln.cf");
+    cf_error err;
+    cf_kernel *k = NULL;
+    /* DSMEM: the exchange's static buffers count too (they were left out, and NVRTC hit #error) */
+    cf_options peer = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = 16, .reduce_mode = CF_REDUCE_PEER};
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &peer, "peer", &k, &err));
+    CHECK(k && cf_kernel_options(k)->stages < 6);
+    const char *src = k ? cf_kernel_source(k) : "";
+    CHECK_CONTAINS(src, "#define CF_SMEM_PLAN ");
+    CHECK_CONTAINS(src, "#define CF_STG_CHUNKS ");
+    const char *plan = strstr(src, "#define CF_SMEM_PLAN ");
+    const char *stat = strstr(src, "#define CF_STATIC_SMEM ");
+    CHECK(plan && stat && atol(plan + 21) + atol(stat + 23) <= CF_SMEM_OPTIN);
+    if (k)
+        CHECK_EQ_INT(CF_OK, cf_kernel_compile(k, &err));   /* the device layout agrees with the plan */
+    cf_kernel_free(k);
+    cf_graph_free(g);
+}
+
+/* compile at a shape compiles exactly what a launch there runs: rows wider than the row group
+ * take the wide-row path's GEMM and row kernel, and all three come from the cache afterwards. */
+static void test_prepare_cached(void)
+{
+    char dir[] = "/tmp/cf_prepare_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    const char *old = getenv("CF_CACHE_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("CF_CACHE_DIR", dir, 1);
+    cf_graph *g = parse("tests/specs/out_logsumexp.cf");
+    int64_t dims[3] = {0};
+    for (int d = 0; g && d < cf_graph_num_dims(g); d++) {
+        const char *n = cf_graph_dim_name(g, d);
+        dims[d] = !strcmp(n, "M") ? 2048 : !strcmp(n, "N") ? 32000 : 4096;
+    }
+    cf_error err;
+    for (int pass = 0; g && pass < 2; pass++) {
+        if (pass == 1)
+            setenv("CF_ASSERT_CACHED", "1", 1);
+        cf_options opt = cf_options_for(g, 2048, 32000, 4096);
+        cf_kernel *k = NULL;
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "lse", &k, &err));
+        cf_status st = k ? cf_kernel_prepare(k, dims, &err) : CF_ERR_INTERNAL;
+        if (st != CF_OK)
+            fprintf(stderr, "prepare (pass %d): %s\n", pass, err.msg);
+        CHECK_EQ_INT(CF_OK, st);
+        CHECK(k && cf_kernel_wide(k, 32000));
+        cf_kernel_free(k);
+    }
+    unsetenv("CF_ASSERT_CACHED");
+    if (saved) {
+        setenv("CF_CACHE_DIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("CF_CACHE_DIR");
+    }
+    cf_graph_free(g);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK_EQ_INT(0, system(cmd));
+}
+
+/* A row group is exactly the row's column tiles, no padding to a power of two (N = 5120 is 40
+ * tiles: 40 CTAs, or 20 of two tiles, not 64); an odd group gets one idle CTA where multicast
+ * pairs it (K = 4096); a DSMEM cluster is still a power of two. */
+static void test_row_group_sizes(void)
+{
+    cf_graph *g = parse("examples/gemm_rmsnorm.cf");
+    static const int64_t ns[] = {768, 1600, 2560, 5120, 3960, 520};
+    for (size_t i = 0; g && i < sizeof ns / sizeof *ns; i++) {
+        const int64_t tiles = (ns[i] + 127) / 128;
+        cf_options o = cf_options_for(g, 2048, ns[i], 1024);
+        const int64_t covered = (int64_t)o.cluster_n * (o.pair_tiles == 1 ? 2 : 1);
+        CHECK(covered >= tiles && covered <= tiles + 1);
+        cf_options k4 = cf_options_for(g, 8192, ns[i], 4096);
+        CHECK(k4.multicast != 1 || k4.cluster_n % 2 == 0);
+        cf_options peer = {.reduce_mode = CF_REDUCE_PEER};
+        cf_options_fill(&peer, o);
+        CHECK_EQ_INT(0, peer.cluster_n & (peer.cluster_n - 1));
+        cf_kernel *k = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &o, "rows", &k, &err));
+        cf_kernel_free(k);
+    }
+    cf_options odd = {.block_m = 128, .block_n = 128, .cluster_n = 5, .reduce_mode = CF_REDUCE_PEER};
+    cf_kernel *k = NULL;
+    cf_error err;
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, g ? cf_kernel_build(g, &odd, "odd", &k, &err) : CF_ERR_INVALID_ARG);
+    cf_graph_free(g);
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -1139,5 +1302,9 @@ int main(void)
     test_pair_tiles();
     test_gather_early();
     test_gelu_at_store();
+    test_row_outputs();
+    test_smem_plan();
+    test_prepare_cached();
+    test_row_group_sizes();
     return tu_finish("test_codegen");
 }

@@ -211,13 +211,7 @@
 /* alignment slack + mbarriers (+ the pair's handoff: two mbarriers and a word pair per row) */
 #define CF_SMEM_FIXED (1024 + 2 * 8 * CF_STAGES + 96 + (CF_PAIR_TILES ? 16 + CF_BM * 8 : 0))
 #ifndef CF_STG_CHUNKS
-#if (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * (CF_BN / 64) * CF_STG_CHUNK_BYTES) <= CF_SMEM_LIMIT
-#define CF_STG_CHUNKS (CF_BN / 64)
-#elif (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * ((CF_BN / 64 + 1) / 2) * CF_STG_CHUNK_BYTES) <= CF_SMEM_LIMIT
-#define CF_STG_CHUNKS ((CF_BN / 64 + 1) / 2)
-#else
-#define CF_STG_CHUNKS 1
-#endif
+#define CF_STG_CHUNKS (CF_BN / 64)   /* Psi passes the plan's choice (cf_cg_plan_smem) */
 #endif
 #define CF_STG_BYTES (CF_STG_CHUNKS * CF_STG_CHUNK_BYTES)
 /* Dynamic shared memory the host must pass (and set with CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES):
@@ -240,6 +234,9 @@
 #endif
 #if CF_SMEM_BYTES > CF_SMEM_LIMIT
 #error "shared memory over the 227 KB opt-in limit: lower CF_STAGES or CF_STG_CHUNKS"
+#endif
+#if defined(CF_SMEM_PLAN) && CF_SMEM_PLAN != CF_SMEM_BYTES
+#error "this layout and the host's plan (cf_cg_plan_smem) disagree on the shared memory"
 #endif
 #if CF_MULTICAST && (CF_CLUSTER_N < 2 || CF_A_BOX_ROWS % 8 != 0)
 #error "CF_MULTICAST needs CF_CLUSTER_N >= 2 and CF_TILE_M / CF_CLUSTER_N a multiple of 8"

@@ -8,6 +8,8 @@
 #define CF_B_NK 0
 #define CF_IN_F16 0
 #define CF_NUM_OUT 1
+#define CF_STG_CHUNKS 2  /* 64-column staging chunks per warpgroup */
+#define CF_SMEM_PLAN 230576  /* dynamic shared memory of the plan (cf_cg_plan_smem) */
 
 /* Epilogue inputs and runtime scalars (the IR's parameter table A). */
 struct cf_epi_params {

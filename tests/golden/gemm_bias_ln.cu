@@ -8,6 +8,8 @@
 #define CF_B_NK 0
 #define CF_IN_F16 0
 #define CF_NUM_OUT 1
+#define CF_STG_CHUNKS 2  /* 64-column staging chunks per warpgroup */
+#define CF_SMEM_PLAN 156848  /* dynamic shared memory of the plan (cf_cg_plan_smem) */
 #define CF_HAS_REDUCE 1
 #define CF_NUM_RED 2
 #define CF_STATIC_SMEM 9376

@@ -9,6 +9,8 @@
 #define CF_B_NK 0
 #define CF_IN_F16 0
 #define CF_NUM_OUT 1
+#define CF_STG_CHUNKS 2  /* 64-column staging chunks per warpgroup */
+#define CF_SMEM_PLAN 156848  /* dynamic shared memory of the plan (cf_cg_plan_smem) */
 #define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */
 #define CF_POST_FIRST 1  /* a tile posts, then the previous one finishes, then it parks */
 #define CF_HAS_REDUCE 1
