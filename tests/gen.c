@@ -203,7 +203,10 @@ static cf_value binary_step(gen *G, cf_value a)
     cf_value b = pick_other(G);
     if (op == CF_OP_DIV && chance(&G->r, G->p_guard_div))
         b = safe_pos(G, b);
-    return chance(&G->r, 0.5) ? bin(G, op, a, b) : bin(G, op, b, a);
+    bool swap = !chance(&G->r, 0.5);
+    if (swap && op == CF_OP_DIV && G->gpu) /* GPU mode: the divisor is guarded either way */
+        a = safe_pos(G, a);
+    return swap ? bin(G, op, b, a) : bin(G, op, a, b);
 }
 
 static cf_value reduce_step(gen *G)
@@ -219,7 +222,10 @@ static cf_value reduce_step(gen *G)
         static const cf_op use[] = {CF_OP_SUB, CF_OP_MUL, CF_OP_ADD, CF_OP_DIV, CF_OP_MAX};
         cf_op op = use[rint_in(&G->r, 0, CF_ARRAY_LEN(use) - 1)];
         cf_value s = op == CF_OP_DIV ? safe_pos(G, r) : r;
-        keep(G, chance(&G->r, 0.8) ? bin(G, op, x, s) : bin(G, op, s, x));
+        bool swap = !chance(&G->r, 0.8);
+        if (swap && op == CF_OP_DIV && G->gpu) /* GPU mode: x becomes the divisor */
+            x = safe_pos(G, x);
+        keep(G, swap ? bin(G, op, s, x) : bin(G, op, x, s));
     }
     return r;
 }
@@ -648,8 +654,9 @@ bool cfgen_write_spec(const cf_graph *g, const char *header, cf_strbuf *out)
  * pattern moves, or whose values leave the f32 range, can fail there without a
  * defect: the screen finds those on the CPU, at 16 rows of the real N.  It
  * runs the spec with X*W times an input "cfgen_noise" and every computed value
- * as an output, twice: noise 1, then round16(X*W) / (X*W) (unfused) or
- * 1 + 2^-18 u (fused: f32 accumulation). */
+ * as an output, twice: noise 1, then (X*W + 2^-18 u) / (X*W) (fused: f32
+ * accumulation, whose error does not shrink with X*W), and with X*W rounded
+ * to 16 bits first (unfused). */
 
 #define SCREEN_ROWS 16
 #define SCREEN_K 32
@@ -713,13 +720,14 @@ static void screen_noise(const cf_graph *s, const int64_t *sd, void *const *in, 
     rng r = {99};
     for (int64_t i = 0; i < sd[M]; i++)
         for (int64_t j = 0; j < sd[N]; j++) {
-            double q = 1 + cfgen_unif(&r, -1, 1) * 0x1p-18;
+            double c = gemm_at(s, sd, in, i, j), moved = c;
             if (unfused) {
-                float c = (float)gemm_at(s, sd, in, i, j);
-                float c16 = bf ? cf_bf16_to_f32(cf_f32_to_bf16(c)) : cf_f16_to_f32(cf_f32_to_f16(c));
-                q = c != 0 && isfinite(c16) ? (double)c16 / (double)c : 1;
+                float c16 = (float)c;
+                c16 = bf ? cf_bf16_to_f32(cf_f32_to_bf16(c16)) : cf_f16_to_f32(cf_f32_to_f16(c16));
+                moved = isfinite(c16) ? c16 : c;
             }
-            noise[i * sd[N] + j] = (float)q;
+            moved += cfgen_unif(&r, -1, 1) * 0x1p-18; /* f32 accumulation: absolute, X*W is about unit size */
+            noise[i * sd[N] + j] = c != 0 ? (float)(moved / c) : 1;
         }
 }
 
@@ -781,7 +789,7 @@ static bool screen_compare(const cf_graph *g, const cf_graph *s, double *const *
         double rel = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2), tol = t == CF_F32 ? 2e-3 : 1e-2;
         if (user && rel > 0.8 * tol) {
             snprintf(why, n, "output %s moves by %.2g (relative; the check allows %g) when X*W moves by %s",
-                     g->outputs[o].name, rel, tol, unfused ? "its 16-bit rounding" : "2^-18");
+                     g->outputs[o].name, rel, tol, unfused ? "its 16-bit rounding" : "2^-18 (absolute)");
             return false;
         }
     }
