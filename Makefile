@@ -16,7 +16,7 @@ DEVICE_HDRS := $(sort $(wildcard src/device/*.cuh))
 LIB_OBJ += $(BUILD)/obj/gen_device_headers.o
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/test_util.c,$(wildcard tests/test_*.c)))
 
-all: $(BUILD)/libcomfuse.a $(BUILD)/libcomfuse.so $(BUILD)/comfuse
+all: $(BUILD)/libcomfuse.a $(BUILD)/libcomfuse.so $(BUILD)/comfuse $(BUILD)/cfgen
 
 $(BUILD)/obj/%.o: src/%.c src/cf_internal.h include/comfuse.h src/ops.def $(wildcard src/*.inc)
 	@mkdir -p $(dir $@)
@@ -46,9 +46,18 @@ $(BUILD)/libcomfuse.so: $(LIB_OBJ)
 $(BUILD)/comfuse: $(CLI_SRC) src/cli.h $(BUILD)/libcomfuse.a
 	$(CC) $(CFLAGS) $(CLI_SRC) -o $@ $(BUILD)/libcomfuse.a $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c tests/test_util.h $(BUILD)/libcomfuse.a
+# tests/gen.c: the random graph generator, shared by the tests and cfgen.
+GEN_OBJ := $(BUILD)/obj/tests/gen.o
+$(GEN_OBJ): tests/gen.c tests/gen.h src/cf_internal.h include/comfuse.h src/ops.def
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $< -o $@ $(BUILD)/libcomfuse.a $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@
+
+$(BUILD)/cfgen: tools/cfgen.c $(GEN_OBJ) $(BUILD)/libcomfuse.a
+	$(CC) $(CFLAGS) -Itests $< $(GEN_OBJ) -o $@ $(BUILD)/libcomfuse.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/test_util.h tests/gen.h $(GEN_OBJ) $(BUILD)/libcomfuse.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(GEN_OBJ) -o $@ $(BUILD)/libcomfuse.a $(LDLIBS)
 
 test: all $(TESTS)
 	@./tests/run.sh $(BUILD)

@@ -12,8 +12,12 @@
  * order-of-summation change could legitimately change the result's class
  * (an operand interval touching a pole, a domain edge or overflow, or the
  * sign of an exact zero reaching 1/x).  Certain elements must match within
- * 16 e, with NaN == NaN and infinities equal; uncertain ones are counted. */
+ * 16 e, with NaN == NaN and infinities equal; uncertain ones are counted.
+ *
+ * The graphs come from tests/gen.c (cfgen_property), which build/cfgen also
+ * uses, in its GPU mode, for the GPU property test (scripts/gpu-check). */
 #include "cf_internal.h"
+#include "gen.h"
 #include "test_util.h"
 
 #include <float.h>
@@ -22,393 +26,6 @@
 
 #define SAFETY 16.0
 #define U 0x1p-53 /* unit roundoff of double */
-
-/* ---- PRNG: splitmix64, so a case depends on its seed alone ---------------- */
-
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rnext(rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static int rint_in(rng *r, int lo, int hi) { return lo + (int)(rnext(r) % (uint64_t)(hi - lo + 1)); }
-static double runif(rng *r, double lo, double hi) { return lo + (hi - lo) * (double)(rnext(r) >> 11) * 0x1p-53; }
-static bool chance(rng *r, double p) { return runif(r, 0, 1) < p; }
-
-/* ---- the generator ---------------------------------------------------------
- * Every random draw and node creation is its own statement (never two in one
- * argument list, whose order C leaves open) so a seed means the same graph
- * under every compiler. */
-
-#define POOL 128
-
-typedef struct pool {
-    cf_value v[POOL];
-    int n;
-} pool;
-
-typedef struct gen {
-    rng r;
-    cf_graph *g;
-    cf_dim M, N, K, N2, ncol; /* ncol: the columns of the current epilogue */
-    pool tile, vm, vn, sc;    /* values of the current epilogue by shape   */
-    int n_names, red_left, n_params;
-    cf_dtype gemm_t;
-} gen;
-
-static void push(pool *p, cf_value v)
-{
-    if (v < 0)
-        return;
-    if (p->n < POOL)
-        p->v[p->n++] = v;
-    else
-        p->v[POOL - 1] = v;
-}
-
-static cf_value pick(gen *G, const pool *p)
-{
-    if (p->n == 0)
-        return -1;
-    /* favour recent values so chains grow deep, but reach back too (bypasses) */
-    if (p->n > 3 && chance(&G->r, 0.6))
-        return p->v[p->n - 1 - rint_in(&G->r, 0, 2)];
-    return p->v[rint_in(&G->r, 0, p->n - 1)];
-}
-
-static const cf_node *node(const gen *G, cf_value v) { return cf_graph_node(G->g, v); }
-
-/* Files a value under its shape in the current epilogue. */
-static cf_value keep(gen *G, cf_value v)
-{
-    const cf_node *n = node(G, v);
-    if (!n)
-        return v;
-    if (n->rank == 2)
-        push(&G->tile, v);
-    else if (n->rank == 1 && n->dims[0] == G->M)
-        push(&G->vm, v);
-    else if (n->rank == 1)
-        push(&G->vn, v);
-    else
-        push(&G->sc, v);
-    return v;
-}
-
-static cf_dtype any_dtype(gen *G) { return (cf_dtype)rint_in(&G->r, 0, CF_DTYPE_COUNT - 1); }
-
-static cf_value new_input(gen *G, const char *prefix, int rank, cf_dim d0, cf_dim d1, cf_dtype t)
-{
-    char name[32];
-    snprintf(name, sizeof name, "%s%d", prefix, G->n_names++);
-    return cf_graph_input(G->g, name, t, rank, (cf_dim[]){d0, d1});
-}
-
-static cf_value konst(gen *G)
-{
-    static const double cs[] = {0.5, 2, -1, 0.25, 3, -0.5, 1e-5, 1, 0, 1.5, -2, 10, 0.1};
-    return cf_graph_const(G->g, cs[rint_in(&G->r, 0, CF_ARRAY_LEN(cs) - 1)]);
-}
-
-static cf_value param(gen *G)
-{
-    if (G->n_params > 0 && chance(&G->r, 0.4))
-        return G->g->params[rint_in(&G->r, 0, G->n_params - 1)];
-    char name[32];
-    snprintf(name, sizeof name, "p%d", G->n_params++);
-    return cf_graph_param(G->g, name);
-}
-
-static cf_value un(gen *G, cf_op op, cf_value x) { return cf_graph_unary(G->g, op, x); }
-static cf_value bin(gen *G, cf_op op, cf_value a, cf_value b) { return cf_graph_binary(G->g, op, a, b); }
-
-/* Something positive and away from 0 built from x: the domain of log, sqrt,
- * rsqrt and 1/x (used most of the time; raw operands are allowed too). */
-static cf_value safe_pos(gen *G, cf_value x)
-{
-    switch (rint_in(&G->r, 0, 3)) {
-    case 0: x = un(G, CF_OP_ABS, x); return bin(G, CF_OP_ADD, x, cf_graph_const(G->g, 0.5));
-    case 1: x = un(G, CF_OP_SQUARE, x); return bin(G, CF_OP_ADD, x, cf_graph_const(G->g, 1));
-    case 2: return un(G, CF_OP_EXP, un(G, CF_OP_TANH, x));
-    default: x = un(G, CF_OP_SIGMOID, x); return bin(G, CF_OP_ADD, x, cf_graph_const(G->g, 0.25));
-    }
-}
-
-/* Something of moderate size built from x (keeps exp() finite mostly). */
-static cf_value squash(gen *G, cf_value x)
-{
-    switch (rint_in(&G->r, 0, 2)) {
-    case 0: return un(G, CF_OP_TANH, x);
-    case 1: return bin(G, CF_OP_MUL, x, cf_graph_const(G->g, 0.25));
-    default: return un(G, CF_OP_SIGMOID, x);
-    }
-}
-
-/* Any operand that broadcasts against a tile of the current epilogue. */
-static cf_value pick_other(gen *G)
-{
-    cf_value v = -1;
-    switch (rint_in(&G->r, 0, 8)) {
-    case 0: v = pick(G, &G->tile); break;
-    case 1:
-        v = G->vn.n && chance(&G->r, 0.5) ? pick(G, &G->vn)
-                                          : keep(G, new_input(G, "r", 1, G->ncol, -1, any_dtype(G)));
-        break;
-    case 2:
-        v = G->vm.n && chance(&G->r, 0.5) ? pick(G, &G->vm)
-                                          : keep(G, new_input(G, "c", 1, G->M, -1, any_dtype(G)));
-        break;
-    case 3: v = konst(G); break;
-    case 4: v = param(G); break;
-    case 5: v = new_input(G, "t", 2, G->M, G->ncol, any_dtype(G)); break;
-    case 6: v = pick(G, &G->vm); break; /* often a reduction result */
-    case 7: v = G->sc.n ? pick(G, &G->sc) : konst(G); break;
-    default: v = pick(G, &G->tile); break;
-    }
-    return v >= 0 ? v : konst(G);
-}
-
-static cf_op any_unary(gen *G) { return (cf_op)rint_in(&G->r, CF_OP_NEG, CF_OP_TANH); }
-static cf_op any_binary(gen *G) { return (cf_op)rint_in(&G->r, CF_OP_ADD, CF_OP_POW); }
-
-static cf_value unary_step(gen *G, cf_value x)
-{
-    cf_op op = any_unary(G);
-    if ((op == CF_OP_LOG || op == CF_OP_SQRT || op == CF_OP_RSQRT || op == CF_OP_RECIP) && chance(&G->r, 0.75))
-        x = safe_pos(G, x);
-    if (op == CF_OP_EXP && chance(&G->r, 0.75))
-        x = squash(G, x);
-    return un(G, op, x);
-}
-
-static cf_value pow_step(gen *G, cf_value a)
-{
-    static const double ex[] = {2, 3, 0.5, -1, 1.5, 2.5, -0.5};
-    double e = ex[rint_in(&G->r, 0, CF_ARRAY_LEN(ex) - 1)];
-    cf_value b = chance(&G->r, 0.7) ? cf_graph_const(G->g, e) : param(G);
-    if (chance(&G->r, 0.7))
-        a = safe_pos(G, a);
-    return bin(G, CF_OP_POW, a, b);
-}
-
-static cf_value binary_step(gen *G, cf_value a)
-{
-    cf_op op = any_binary(G);
-    if (op == CF_OP_POW)
-        return pow_step(G, a);
-    cf_value b = pick_other(G);
-    if (op == CF_OP_DIV && chance(&G->r, 0.7))
-        b = safe_pos(G, b);
-    return chance(&G->r, 0.5) ? bin(G, op, a, b) : bin(G, op, b, a);
-}
-
-static cf_value reduce_step(gen *G)
-{
-    static const cf_op ops[] = {CF_OP_SUM, CF_OP_MEAN, CF_OP_RMAX, CF_OP_RMIN};
-    cf_value x = pick(G, &G->tile);
-    cf_op rop = ops[rint_in(&G->r, 0, 3)];
-    int axis = chance(&G->r, 0.5) ? -1 : 1;
-    cf_value r = keep(G, cf_graph_reduce(G->g, rop, x, axis));
-    G->red_left--;
-    /* the reduced value used again after its reduction: a bypass */
-    if (chance(&G->r, 0.7)) {
-        static const cf_op use[] = {CF_OP_SUB, CF_OP_MUL, CF_OP_ADD, CF_OP_DIV, CF_OP_MAX};
-        cf_op op = use[rint_in(&G->r, 0, CF_ARRAY_LEN(use) - 1)];
-        cf_value s = op == CF_OP_DIV ? safe_pos(G, r) : r;
-        keep(G, chance(&G->r, 0.8) ? bin(G, op, x, s) : bin(G, op, s, x));
-    }
-    return r;
-}
-
-/* LayerNorm, softmax or RMSNorm of x, as a user would write them. */
-static cf_value norm_step(gen *G, cf_value x)
-{
-    cf_value eps = cf_graph_const(G->g, 1e-5);
-    int kind = rint_in(&G->r, 0, 2);
-    if (kind == 2 || G->red_left < 2) {
-        cf_value ms = cf_graph_reduce(G->g, CF_OP_MEAN, un(G, CF_OP_SQUARE, x), -1);
-        G->red_left--;
-        cf_value y = bin(G, CF_OP_MUL, x, un(G, CF_OP_RSQRT, bin(G, CF_OP_ADD, ms, eps)));
-        return chance(&G->r, 0.5) ? bin(G, CF_OP_MUL, y, new_input(G, "gamma", 1, G->ncol, -1, any_dtype(G))) : y;
-    }
-    G->red_left -= 2;
-    if (kind == 0) {
-        cf_value mu = keep(G, cf_graph_reduce(G->g, CF_OP_MEAN, x, -1));
-        cf_value d = bin(G, CF_OP_SUB, x, mu);
-        cf_value var = cf_graph_reduce(G->g, CF_OP_MEAN, un(G, CF_OP_SQUARE, d), -1);
-        cf_value y = bin(G, CF_OP_MUL, d, un(G, CF_OP_RSQRT, bin(G, CF_OP_ADD, var, eps)));
-        if (chance(&G->r, 0.5)) {
-            y = bin(G, CF_OP_MUL, y, new_input(G, "gamma", 1, G->ncol, -1, any_dtype(G)));
-            y = bin(G, CF_OP_ADD, y, new_input(G, "beta", 1, G->ncol, -1, any_dtype(G)));
-        }
-        return y;
-    }
-    cf_value e = un(G, CF_OP_EXP, bin(G, CF_OP_SUB, x, cf_graph_reduce(G->g, CF_OP_RMAX, x, -1)));
-    return bin(G, CF_OP_DIV, e, cf_graph_reduce(G->g, CF_OP_SUM, e, -1));
-}
-
-/* The same expression built a second time, operands maybe swapped: CSE. */
-static cf_value duplicate_step(gen *G)
-{
-    const pool *p = chance(&G->r, 0.7) ? &G->tile : &G->vm;
-    cf_value v = pick(G, p);
-    const cf_node *n = node(G, v);
-    if (!n)
-        return -1;
-    switch (cf_op_class_of(n->op)) {
-    case CF_OPC_UNARY: return un(G, n->op, n->src[0]);
-    case CF_OPC_REDUCE: return cf_graph_reduce(G->g, n->op, n->src[0], n->axis);
-    case CF_OPC_BINARY: {
-        bool comm = n->op == CF_OP_ADD || n->op == CF_OP_MUL || n->op == CF_OP_MAX || n->op == CF_OP_MIN;
-        bool swap = comm && chance(&G->r, 0.5);
-        return bin(G, n->op, n->src[swap ? 1 : 0], n->src[swap ? 0 : 1]);
-    }
-    default: return -1;
-    }
-}
-
-/* A per-row or per-column value computed from vectors and scalars. */
-static cf_value vector_step(gen *G)
-{
-    bool use_m = G->vm.n && (!G->vn.n || chance(&G->r, 0.6));
-    pool *p = use_m ? &G->vm : &G->vn;
-    if (!p->n)
-        return -1;
-    cf_value a = pick(G, p);
-    if (chance(&G->r, 0.5))
-        return unary_step(G, a);
-    cf_op op = any_binary(G);
-    if (op == CF_OP_POW)
-        return pow_step(G, a);
-    cf_value b = chance(&G->r, 0.5) ? pick(G, p) : chance(&G->r, 0.5) ? konst(G) : param(G);
-    if (op == CF_OP_DIV && chance(&G->r, 0.7))
-        b = safe_pos(G, b);
-    return bin(G, op, a, b);
-}
-
-static bool consumed(const cf_graph *g, cf_value v)
-{
-    for (int i = v + 1; i < g->n_nodes; i++)
-        if (g->nodes[i].src[0] == v || g->nodes[i].src[1] == v)
-            return true;
-    return false;
-}
-
-/* Random steps, then the dangling values folded into one tile so that every
- * reduction stays live. */
-static cf_value grow_epilogue(gen *G, int steps)
-{
-    for (int s = 0; s < steps || G->red_left > 0; s++) {
-        int k = rint_in(&G->r, 0, 99);
-        if (s >= steps)
-            k = 60; /* only reductions left to place */
-        if (k < 25)
-            keep(G, unary_step(G, pick(G, &G->tile)));
-        else if (k < 55)
-            keep(G, binary_step(G, pick(G, &G->tile)));
-        else if (k < 70 && G->red_left > 0)
-            reduce_step(G);
-        else if (k < 80)
-            keep(G, vector_step(G));
-        else if (k < 90)
-            keep(G, duplicate_step(G));
-        else if (G->red_left > 0)
-            keep(G, norm_step(G, pick(G, &G->tile)));
-        else
-            keep(G, binary_step(G, pick(G, &G->tile)));
-    }
-    cf_value acc = G->tile.v[0]; /* the GEMM */
-    cf_value fin = pick(G, &G->tile);
-    const pool *ps[2] = {&G->tile, &G->vm};
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < ps[k]->n; i++) {
-            cf_value v = ps[k]->v[i];
-            const cf_node *n = node(G, v);
-            if (v == fin || !n || n->op == CF_OP_INPUT || consumed(G->g, v))
-                continue;
-            if (n->op == CF_OP_MATMUL || cf_op_class_of(n->op) == CF_OPC_REDUCE || chance(&G->r, 0.5))
-                fin = bin(G, CF_OP_ADD, fin, bin(G, CF_OP_MUL, v, cf_graph_const(G->g, 0.5)));
-        }
-    if (node(G, fin) && node(G, fin)->rank != 2)
-        fin = bin(G, CF_OP_ADD, acc, fin);
-    return keep(G, fin);
-}
-
-static void add_outputs(gen *G, cf_value fin, int extra)
-{
-    char name[32];
-    snprintf(name, sizeof name, "o%d", G->n_names++);
-    cf_graph_output(G->g, name, fin, any_dtype(G));
-    for (int i = 0; i < extra; i++) {
-        cf_value v = G->vm.n && chance(&G->r, 0.3) ? pick(G, &G->vm) : pick(G, &G->tile);
-        snprintf(name, sizeof name, "o%d", G->n_names++);
-        cf_graph_output(G->g, name, v, any_dtype(G));
-    }
-}
-
-typedef struct gcase {
-    cf_graph *g;
-    bool b2b;
-    int64_t dims[4];
-} gcase;
-
-/* Builds the graph of one case; everything depends on seed (and big) only.
- * Big cases have rows long enough for the threads and many tiles. */
-static gcase generate(uint64_t seed, bool big)
-{
-    gen G = {.r = {seed}};
-    gcase c = {0};
-    G.g = cf_graph_new();
-    c.g = G.g;
-    G.M = cf_graph_dim(G.g, "M");
-    G.N = cf_graph_dim(G.g, "N");
-    G.K = cf_graph_dim(G.g, "K");
-    c.dims[G.M] = big ? rint_in(&G.r, 100, 300) : rint_in(&G.r, 1, 9);
-    c.dims[G.N] = big ? rint_in(&G.r, 100, 400) : rint_in(&G.r, 1, 70);
-    c.dims[G.K] = big ? rint_in(&G.r, 20, 100) : rint_in(&G.r, 1, 20);
-    G.ncol = G.N;
-    G.gemm_t = chance(&G.r, 0.5) ? CF_BF16 : CF_F16;
-    c.b2b = chance(&G.r, 0.1);
-    int n_red = rint_in(&G.r, 0, 4);
-    cf_value X = cf_graph_input(G.g, "X", G.gemm_t, 2, (cf_dim[]){G.M, G.K});
-    bool nk = chance(&G.r, 0.5);
-    cf_value W = cf_graph_input(G.g, "W", G.gemm_t, 2, nk ? (cf_dim[]){G.N, G.K} : (cf_dim[]){G.K, G.N});
-    push(&G.tile, cf_graph_matmul(G.g, X, W));
-    G.red_left = c.b2b ? rint_in(&G.r, 0, n_red < 2 ? n_red : 2) : n_red;
-    int red1 = n_red - G.red_left;
-    cf_value fin = grow_epilogue(&G, rint_in(&G.r, c.b2b ? 0 : 1, c.b2b ? 6 : 12));
-    if (!c.b2b) {
-        add_outputs(&G, fin, chance(&G.r, 0.4) ? rint_in(&G.r, 1, 2) : 0);
-        return c;
-    }
-    if (chance(&G.r, 0.3))
-        add_outputs(&G, pick(&G, &G.tile), 0); /* an intermediate output of S's epilogue */
-    G.N2 = cf_graph_dim(G.g, "N2");
-    c.dims[G.N2] = big ? rint_in(&G.r, 50, 200) : rint_in(&G.r, 1, 40);
-    bool nk2 = chance(&G.r, 0.5);
-    cf_value W2 = cf_graph_input(G.g, "W2", G.gemm_t, 2, nk2 ? (cf_dim[]){G.N2, G.N} : (cf_dim[]){G.N, G.N2});
-    cf_value mm1 = cf_graph_matmul(G.g, fin, W2);
-    /* the second epilogue sees only its GEMM, leaves and leaf-only values */
-    pool vm_leaves = {.n = 0};
-    for (int i = 0; i < G.vm.n; i++)
-        if (node(&G, G.vm.v[i])->op == CF_OP_INPUT)
-            push(&vm_leaves, G.vm.v[i]);
-    G.tile = (pool){.n = 0};
-    G.vn = (pool){.n = 0};
-    G.vm = vm_leaves;
-    push(&G.tile, mm1);
-    G.ncol = G.N2;
-    G.red_left = red1;
-    fin = grow_epilogue(&G, rint_in(&G.r, 0, 5));
-    add_outputs(&G, fin, chance(&G.r, 0.3) ? 1 : 0);
-    return c;
-}
 
 /* ---- inputs -------------------------------------------------------------------- */
 
@@ -430,26 +47,26 @@ static void store_elem(void *p, cf_dtype t, int64_t i, double v)
 
 static binding_set make_inputs(const cf_graph *g, const int64_t *dims, uint64_t seed)
 {
-    rng r = {seed ^ 0x5eed5eed5eedull};
+    cfgen_rng r = {seed ^ 0x5eed5eed5eedull};
     binding_set bs = {.n_in = g->n_inputs};
     bs.in = calloc((size_t)g->n_inputs + 1, sizeof *bs.in);
     bs.params = calloc((size_t)g->n_params + 1, sizeof *bs.params);
-    bool specials = chance(&r, 0.08);
+    bool specials = cfgen_chance(&r, 0.08);
     for (int i = 0; i < g->n_inputs; i++) {
         cf_tensor_info t = cf_graph_input_info(g, i);
         int64_t n = dims[t.dims[0]] * (t.rank == 2 ? dims[t.dims[1]] : 1);
         bs.in[i] = calloc((size_t)n, cf_dtype_size(t.dtype));
         double span = t.name[0] == 'X' || t.name[0] == 'W' ? 1.0 : 1.5;
         for (int64_t e = 0; e < n; e++)
-            store_elem(bs.in[i], t.dtype, e, runif(&r, -span, span));
-        if (specials && chance(&r, 0.4)) {
+            store_elem(bs.in[i], t.dtype, e, cfgen_unif(&r, -span, span));
+        if (specials && cfgen_chance(&r, 0.4)) {
             static const double sp[] = {NAN, INFINITY, -INFINITY, 0.0};
-            int64_t at = (int64_t)(rnext(&r) % (uint64_t)n);
-            store_elem(bs.in[i], t.dtype, at, sp[rint_in(&r, 0, 3)]);
+            int64_t at = (int64_t)(cfgen_next(&r) % (uint64_t)n);
+            store_elem(bs.in[i], t.dtype, at, sp[cfgen_int(&r, 0, 3)]);
         }
     }
     for (int i = 0; i < g->n_params; i++)
-        bs.params[i] = runif(&r, -2, 2);
+        bs.params[i] = cfgen_unif(&r, -2, 2);
     return bs;
 }
 
@@ -776,7 +393,7 @@ static void fail_case(stats *st, int idx, uint64_t seed, const cf_graph *g, cons
 
 static void run_case(stats *st, int idx, uint64_t seed, bool big)
 {
-    gcase c = generate(seed, big);
+    cfgen_case c = cfgen_property(seed, big);
     cf_graph *g = c.g;
     st->big = big;
     char msg[2400];
@@ -806,7 +423,7 @@ static void run_case(stats *st, int idx, uint64_t seed, bool big)
         fail_case(st, idx, seed, g, ir, "a graph value is computed twice in the IR");
 
     /* determinism: the same graph twice, and the same seed rebuilt */
-    gcase c2 = generate(seed, big);
+    cfgen_case c2 = cfgen_property(seed, big);
     char *t1 = ir_text(ir), *t2 = NULL, *t3 = NULL;
     if (cf_lower(g, &ir2, &err) == CF_OK)
         t2 = ir_text(ir2);
@@ -1097,8 +714,7 @@ int main(void)
         return tu_finish("test_property");
     }
     for (int i = 0; i < count; i++) {
-        rng r = {base_seed + (uint64_t)i};
-        run_case(&st, i, rnext(&r), i % 100 == 99);
+        run_case(&st, i, cfgen_case_seed(base_seed, i), i % 100 == 99);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
