@@ -1,0 +1,115 @@
+"""comfuse for PyTorch: fuse a GEMM with the epilogue that follows it into one sm_90a kernel.
+
+    import comfuse
+    layer = comfuse.fuse(torch.nn.Sequential(nn.Linear(1024, 1024), nn.LayerNorm(1024)))
+    y = layer(x)                                            # traced and compiled on first call
+    model = torch.compile(model, backend=comfuse.backend)    # or the whole model
+    print("\\n".join(comfuse.explain(layer, x)))            # one line per region
+    comfuse.stats()                                         # compile time, cache hits, fallbacks
+
+Regions comfuse cannot fuse (an op outside the domain, a dtype, CPU tensors, autograd
+needing gradients, no GPU) run through PyTorch unchanged.  Set logging for "comfuse"
+to INFO to see one line per region saying whether it was fused.
+"""
+import logging
+
+from ._lib import LibraryNotFound, path as library_path  # noqa: F401
+from .capi import CfError, Graph, Kernel, parse_spec  # noqa: F401
+from .runtime import BUCKETS, stats  # noqa: F401
+
+__version__ = "0.1.0"
+__all__ = ["fuse", "backend", "explain", "warmup", "stats", "Graph", "Kernel", "CfError", "LibraryNotFound"]
+
+log = logging.getLogger("comfuse")
+
+
+class _Fused:
+    """fuse(fn): traced with torch.fx on the first call; see fuse()."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.gm = None
+        self.report = None
+
+    def _trace(self, args):
+        import torch
+        import torch.fx as fx
+        from torch.fx.passes.shape_prop import ShapeProp
+        from . import rewrite
+        try:
+            gm = fx.symbolic_trace(self.fn)
+            from .region import normalize_modules
+            normalize_modules(gm)
+            ShapeProp(gm).propagate(*args)
+        except Exception as e:   # noqa: BLE001 - any tracing failure means: run fn as is
+            self.gm = self.fn
+            self.report = rewrite.Report([], [], "torch.fx could not trace it (%s: %s)"
+                                         % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+            log.info("comfuse: %s", self.report.lines()[0])
+            return
+        if isinstance(self.fn, torch.nn.Module):
+            gm.train(self.fn.training)
+        self.report = rewrite.rewrite(gm)
+        self.gm = gm
+
+    def __call__(self, *args):
+        if self.gm is None:
+            self._trace(args)
+        return self.gm(*args)
+
+    def regions(self):
+        return self.report.modules if self.report else []
+
+
+def fuse(fn):
+    """Wraps fn (an nn.Module or a function of tensors): on its first call fn is traced
+    with torch.fx, every matmul + epilogue region that comfuse can fuse is replaced by a
+    fused kernel launched on the current CUDA stream, and the rest runs as written."""
+    if isinstance(fn, _Fused):
+        return fn
+    return _Fused(fn)
+
+
+def backend(gm, example_inputs):
+    """A torch.compile backend: torch.compile(model, backend=comfuse.backend).
+
+    Each fusible matmul + epilogue region of the FX graph dynamo captured becomes one
+    call of a fused kernel (or, per call, of the region's own ops when the kernel does
+    not apply: see explain()).  Everything else runs eagerly, op by op, as the captured
+    graph has it: not through Inductor, because Inductor would retrace the fused calls
+    (opaque ctypes launches) and fuse the same epilogues itself, so the comparison
+    with torch.compile's default backend would measure neither alone.
+    Dynamic M works: kernels are keyed by graph, N, K, dtype and an M bucket."""
+    from . import rewrite
+    report = rewrite.rewrite(gm)
+    _backend_reports.append(report)
+    for line in report.lines():
+        log.debug("comfuse: %s", line)
+    return gm.forward
+
+
+_backend_reports = []
+
+
+def backend_reports():
+    """The Report of every graph comfuse.backend compiled, in order."""
+    return list(_backend_reports)
+
+
+def explain(fn, *args):
+    """Runs fn once on args and returns one line per region: fused, or why not."""
+    f = fuse(fn)
+    f(*args)
+    return f.report.lines()
+
+
+def warmup(fn, *args, ms=None):
+    """Traces fn with args (if not yet) and compiles every fused region's kernel for the
+    M buckets of the given M values (default: every bucket), so no later call compiles.
+    Returns the number of kernels now cached."""
+    f = fuse(fn)
+    if f.gm is None:
+        f._trace(args)
+    for m in f.regions():
+        m.warmup(ms or BUCKETS)
+    return stats()["kernels"]
