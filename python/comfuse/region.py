@@ -58,6 +58,12 @@ def _sym_tok(d):
     if isinstance(d, int):
         return d
     if isinstance(d, torch.SymInt):
+        try:
+            from torch.fx.experimental.symbolic_shapes import is_concrete_int
+            if is_concrete_int(d):
+                return int(d)
+        except ImportError:
+            pass
         return ("sym", str(d))
     return _tok(d)
 
@@ -344,6 +350,16 @@ class Region:
         self.recipe = None            # hashable description: the kernel cache key
         self.wt_node = None           # x @ w.t(): the .t() node the matmul reads
 
+    def substitute(self, old, new):
+        """An external input was replaced (another region's output became a getitem)."""
+        self.inputs = [new if e is old else e for e in self.inputs]
+        if old in self.in_cls:
+            self.in_cls[new] = self.in_cls.pop(old)
+        for s in self.steps.values():
+            s.operands = [new if o is old else o for o in s.operands]
+        if self.wt_node is old:
+            self.wt_node = new
+
     def label(self):
         parts = []
         for n in self.nodes:
@@ -390,6 +406,8 @@ def start_region(index, mm, step):
                          % (xm[1], wm[1]))
     K = xm[0][-1]
     N, Kw = (wm[0][0], wm[0][1]) if step.attrs["layout"] == "nk" else (wm[0][1], wm[0][0])
+    if not _static(K) and _static(Kw):
+        K = Kw          # a dynamic X whose K the weight fixes (each call checks x.shape[-1])
     if not (_static(K) and _static(N)) or K != Kw:
         raise NotFusible("N and K must be static and agree (got K=%s, W %s)" % (K, list(wm[0])))
     if N % 8 or K % 8:
@@ -593,8 +611,8 @@ def _grow(r, gm, order, taken):
                     raise NotFusible("%s reads '%s', computed from the region outside it" % (_node_desc(node), o.name))
             try_absorb(r, node, step)
         except NotFusible as e:
-            if r.tail_reason is None:
-                r.tail_reason = str(e)
+            if r.tail_reason is None and "second GEMM" not in str(e):
+                r.tail_reason = str(e)     # the next GEMM is a natural end: not worth a word
             tainted.add(node)
 
 

@@ -111,6 +111,8 @@ def rewrite(gm):
         for o, rep in zip(r.outputs, outs):
             rep.meta = dict(o.meta)
             o.replace_all_uses_with(rep)
+            for later in regions[r.index + 1:]:
+                later.substitute(o, rep)
         for n in reversed(r.nodes):
             if not n.users:
                 gm.graph.erase_node(n)
