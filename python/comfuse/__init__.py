@@ -24,7 +24,7 @@ log = logging.getLogger("comfuse")
 
 
 class _Fused:
-    """fuse(fn): traced with torch.fx on the first call; see fuse()."""
+    """fuse(fn): traced on the first call; see fuse()."""
 
     def __init__(self, fn):
         self.fn = fn
@@ -36,21 +36,33 @@ class _Fused:
         import torch.fx as fx
         from torch.fx.passes.shape_prop import ShapeProp
         from . import rewrite
+        from .region import normalize_modules
         try:
             gm = fx.symbolic_trace(self.fn)
-            from .region import normalize_modules
             normalize_modules(gm)
             ShapeProp(gm).propagate(*args)
-        except Exception as e:   # noqa: BLE001 - any tracing failure means: run fn as is
-            self.gm = self.fn
-            self.report = rewrite.Report([], [], "torch.fx could not trace it (%s: %s)"
-                                         % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
-            log.info("comfuse: %s", self.report.lines()[0])
+        except Exception as e:   # noqa: BLE001 - torch.fx cannot trace it: let dynamo capture it
+            why = "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:120])
+            self._via_dynamo(why)
             return
         if isinstance(self.fn, torch.nn.Module):
             gm.train(self.fn.training)
         self.report = rewrite.rewrite(gm)
         self.gm = gm
+
+    def _via_dynamo(self, why):
+        """torch.fx could not trace fn (control flow, modules called from a function):
+        torch.compile with comfuse's backend captures it instead, graph by graph."""
+        import torch
+        from . import rewrite
+        reports = []
+
+        def collect(gm, example_inputs):
+            reports.append(rewrite.rewrite(gm))
+            return gm.forward
+        self.report = rewrite.MultiReport(reports, "torch.fx could not trace it (%s); captured by dynamo" % why)
+        self.gm = torch.compile(self.fn, backend=collect, dynamic=None)
+        log.info("comfuse: %s", self.report.note)
 
     def __call__(self, *args):
         if self.gm is None:
@@ -58,7 +70,7 @@ class _Fused:
         return self.gm(*args)
 
     def regions(self):
-        return self.report.modules if self.report else []
+        return self.report.all_modules() if self.report else []
 
 
 def fuse(fn):

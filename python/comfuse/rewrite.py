@@ -43,6 +43,27 @@ class Report:
         return out
 
 
+    def all_modules(self):
+        return list(self.modules)
+
+
+class MultiReport:
+    """The Reports of the graphs dynamo captured from one function (see fuse())."""
+
+    def __init__(self, reports, note):
+        self.reports = reports
+        self.note = note
+
+    def lines(self):
+        out = []
+        for i, r in enumerate(self.reports):
+            out += ["graph %d: %s" % (i, l) for l in r.lines()]
+        return out or ["no graph captured yet: %s" % self.note]
+
+    def all_modules(self):
+        return [m for r in self.reports for m in r.modules]
+
+
 def _subgraph(gm, r):
     """The region as its own GraphModule (the fallback): placeholders are r.inputs."""
     g = fx.Graph()

@@ -195,16 +195,42 @@ def test_autograd_falls_back_and_keeps_gradients():
     assert x.grad is not None and mod.lin.weight.grad is not None
 
 
-def test_untraceable_function_runs_unchanged():
+def test_untraceable_function_is_captured_by_dynamo():
     def fn(x, w):
         if x.sum() > 0:           # data-dependent control flow: torch.fx cannot trace it
             return torch.relu(x @ w)
         return x @ w
     x, w = torch.randn(4, 64, dtype=BF).abs(), torch.randn(64, 128, dtype=BF)
+    torch._dynamo.reset()
     f = comfuse.fuse(fn)
     lines = comfuse.explain(f, x, w)
-    assert lines[0].startswith("whole function: fell back") and "torch.fx could not trace" in lines[0]
+    assert any("[matmul->relu]" in l and "CPU tensors" in l for l in lines), lines
+    assert "torch.fx could not trace" in f.report.note
     assert torch.equal(f(x, w), fn(x, w))
+    assert torch.equal(f(-x, w), fn(-x, w))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="would launch on host pointers where a GPU exists")
+def test_launch_failure_falls_back(monkeypatch):
+    """No CUDA driver (or any launch error): the call runs in PyTorch and says why."""
+    from comfuse import runtime
+
+    class _S:
+        cuda_stream = 0
+    mod = layers.LinearGELU(64, 128).to(BF).eval()
+    f = comfuse.fuse(mod)
+    x = torch.randn(4, 64, dtype=BF)
+    with torch.no_grad():
+        f(x)
+        (m,) = f.regions()
+        monkeypatch.setattr(runtime.FusedRegion, "why_not", lambda self, args: None)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: _S())
+        try:
+            y = f(x)
+        except comfuse.CfError:
+            raise AssertionError("a launch error escaped")
+    assert m.last.startswith("the launch failed: CF_ERR_")
+    assert torch.equal(y, mod(x))
 
 
 def test_dynamic_m_uses_one_plan():
