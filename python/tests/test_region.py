@@ -252,10 +252,10 @@ def test_buckets():
 
 
 def test_warmup_compiles_each_bucket_once():
-    mod = layers.LinearGELU(64, 128).to(BF).eval()
+    mod = layers.LinearGELU(72, 200).to(BF).eval()       # a shape no other test compiles
     before = comfuse.stats()
     try:
-        comfuse.warmup(mod, torch.randn(2, 64, dtype=BF), ms=(8, 100, 1000))
+        comfuse.warmup(mod, torch.randn(2, 72, dtype=BF), ms=(8, 100, 1000))
     except comfuse.CfError as e:
         if "NVRTC not found" in str(e):
             pytest.skip("NVRTC not installed")
