@@ -4,8 +4,9 @@
     python3 bench/torch_layers.py [--m 16384] [--k 1024] [--n 1024] [--iters 50] [--models]
 
 Each plain-PyTorch layer (Linear->bias->LayerNorm, Linear->GELU, projection->softmax,
-residual+RMSNorm) is timed three ways with CUDA events (median of --iters, after warm-up),
-under torch.no_grad(), in bf16.  For comfuse two more columns: the fused kernel alone
+residual+RMSNorm) is timed four ways with CUDA events (median of --iters, after warm-up),
+under torch.no_grad(), in bf16: eager, Inductor, comfuse.backend (the rest eager) and
+comfuse.inductor_backend (the rest through Inductor).  For comfuse two more columns: the fused kernel alone
 (cf_kernel_launch through ctypes on the region's own inputs: what `comfuse bench` times in
 C) and the region call (checks, output allocation, launch): their difference is the Python
 launch overhead.  --models adds a BERT layer and a LLaMA decoder layer end to end.
@@ -71,6 +72,9 @@ def bench_layer(name, make, args, iters):
     torch._dynamo.reset()
     cf = torch.compile(mod, backend=comfuse.backend)
     t_cf = time_ms(lambda: cf(*args), iters)
+    torch._dynamo.reset()
+    cfi = torch.compile(mod, backend=comfuse.inductor_backend)
+    t_cfi = time_ms(lambda: cfi(*args), iters)
     f = comfuse.fuse(mod)
     f(*args)
     hooks, seen = region_args(f)
@@ -84,7 +88,8 @@ def bench_layer(name, make, args, iters):
         t_kernel = time_ms(kernel_alone(rmod, rargs), iters)
         t_region = time_ms(lambda: rmod(*rargs), iters)
         status = "fused"
-    print("%-22s %9.4f %9.4f %9.4f %9.4f %9.4f   %s" % (name, eager, t_ind, t_cf, t_region, t_kernel, status))
+    print("%-22s %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f   %s" % (name, eager, t_ind, t_cf, t_cfi, t_region, t_kernel,
+                                                         status))
 
 
 def main():
@@ -98,7 +103,7 @@ def main():
     torch.manual_seed(0)
     dt = torch.bfloat16
     print("M=%d K=%d N=%d bf16, %s, median of %d (ms)" % (a.m, a.k, a.n, torch.cuda.get_device_name(), a.iters))
-    print("%-22s %9s %9s %9s %9s %9s" % ("layer", "eager", "inductor", "comfuse", "region", "kernel"))
+    print("%-22s %9s %9s %9s %9s %9s %9s" % ("layer", "eager", "inductor", "comfuse", "cf+ind", "region", "kernel"))
     with torch.no_grad():
         for name in sorted(layers.PLAIN):
             args = layers.inputs_for(name, (a.m,), a.k, a.n, dt, "cuda")
@@ -119,7 +124,10 @@ def main():
                 torch._dynamo.reset()
                 cf = torch.compile(m0, backend=comfuse.backend)
                 t_cf = time_ms(lambda: cf(*args, **kwargs), a.iters)
-                print("%-22s %9.4f %9.4f %9.4f" % (label, eager, t_ind, t_cf))
+                torch._dynamo.reset()
+                cfi = torch.compile(m0, backend=comfuse.inductor_backend)
+                t_cfi = time_ms(lambda: cfi(*args, **kwargs), a.iters)
+                print("%-22s %9.4f %9.4f %9.4f %9.4f" % (label, eager, t_ind, t_cf, t_cfi))
     print("stats: %s" % comfuse.stats())
 
 

@@ -18,7 +18,7 @@ from .capi import CfError, Graph, Kernel, parse_spec  # noqa: F401
 from .runtime import BUCKETS, stats  # noqa: F401
 
 __version__ = "0.1.0"
-__all__ = ["fuse", "backend", "explain", "warmup", "stats", "Graph", "Kernel", "CfError", "LibraryNotFound"]
+__all__ = ["fuse", "backend", "inductor_backend", "explain", "warmup", "stats", "Graph", "Kernel", "CfError", "LibraryNotFound"]
 
 log = logging.getLogger("comfuse")
 
@@ -88,9 +88,11 @@ def backend(gm, example_inputs):
     Each fusible matmul + epilogue region of the FX graph dynamo captured becomes one
     call of a fused kernel (or, per call, of the region's own ops when the kernel does
     not apply: see explain()).  Everything else runs eagerly, op by op, as the captured
-    graph has it: not through Inductor, because Inductor would retrace the fused calls
-    (opaque ctypes launches) and fuse the same epilogues itself, so the comparison
-    with torch.compile's default backend would measure neither alone.
+    graph has it: nothing else is compiled, so a region's time and the rest's are
+    PyTorch's own and what comfuse changes is measured alone, compile time is NVRTC's
+    only, and there is no second code generator whose bugs could be ours.
+    comfuse.inductor_backend sends the rest through Inductor instead (regions as opaque
+    custom ops), for the best end-to-end time.
     Dynamic M works: kernels are keyed by graph, N, K, dtype and an M bucket."""
     from . import rewrite
     report = rewrite.rewrite(gm)
@@ -98,6 +100,26 @@ def backend(gm, example_inputs):
     for line in report.lines():
         log.debug("comfuse: %s", line)
     return gm.forward
+
+
+def inductor_backend(gm, example_inputs):
+    """Like backend, but the rest of the graph goes through Inductor (torch.compile's
+    default): each fused region is an opaque custom op (comfuse::region) in the graph
+    Inductor compiles, so Inductor fuses what comfuse does not (attention's softmax,
+    norms without a GEMM before them).  Graphs that need gradients are left to Inductor
+    whole (the fused kernel has no backward)."""
+    import torch
+    from torch._inductor.compile_fx import compile_fx
+    from . import rewrite
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+        log.info("comfuse: a graph that needs gradients: left to Inductor whole")
+        return compile_fx(gm, example_inputs)
+    report = rewrite.rewrite(gm, opaque=True)
+    _backend_reports.append(report)
+    # comfuse::region names its region by an index into this process's registry: a graph
+    # cached on disk by another process must not be reused
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        return compile_fx(gm, example_inputs)
 
 
 _backend_reports = []

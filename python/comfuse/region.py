@@ -327,8 +327,10 @@ class Region:
     """A matmul and the epilogue nodes fused with it.
 
     nodes: region nodes in graph order (the matmul first); inputs: external operand
-    nodes in cf input order (X, W, then first use); outputs: region nodes read outside.
-    cls[n]: TILE / VEC_M of every region node; in_cls[e]: TILE / VEC_M / VEC_N of inputs.
+    nodes in cf input order (X, W, then first use), roles[i] what input i is ("X", "W",
+    TILE, VEC_M, VEC_N): a node may be both X and a residual; outputs: region nodes read
+    outside.  cls[n]: TILE / VEC_M of every region node; in_cls[e]: the class of an
+    external read by the epilogue.
     """
 
     def __init__(self, index, mm):
@@ -339,6 +341,7 @@ class Region:
         self.keep = {mm: True}        # VEC_M values: shape lead + (1,) (True) or lead
         self.steps = {}
         self.inputs = []
+        self.roles = []
         self.in_cls = {}
         self.outputs = []
         self.N = self.K = None
@@ -415,7 +418,7 @@ def start_region(index, mm, step):
                          % (N, K))
     r.N, r.K, r.dtype, r.lead = N, K, xm[1], xm[0][:-1]
     r.inputs = [x, w]
-    r.in_cls = {x: "X", w: "W"}
+    r.roles = ["X", "W"]
     bias = step.operands[2] if len(step.operands) > 2 else None
     if bias is not None:
         _classify_external(r, bias, TILE, mm)
@@ -448,9 +451,11 @@ def _classify_external(r, e, against, at):
         raise NotFusible("%s combines a per-row value with an [N] vector" % _node_desc(at))
     if e in r.in_cls and r.in_cls[e] != c:
         raise NotFusible("'%s' is read both as %s and as %s" % (e.name, r.in_cls[e], c))
+    # (an X or W node read again by the epilogue is a second cf input on the same pointer)
     if e not in r.in_cls:
         r.in_cls[e] = c
         r.inputs.append(e)
+        r.roles.append(c)
     return c
 
 
@@ -478,11 +483,11 @@ def try_absorb(r, node, step):
         base = _combine(base, r.cls[o])
     if base == VEC_N:
         raise NotFusible("%s mixes per-row and per-column values" % _node_desc(node))
-    saved_inputs, saved_cls = list(r.inputs), dict(r.in_cls)
+    saved = list(r.inputs), list(r.roles), dict(r.in_cls)
     try:
         cls = _check_step(r, node, step, base, nm)
     except NotFusible:
-        r.inputs, r.in_cls = saved_inputs, saved_cls
+        r.inputs, r.roles, r.in_cls = list(saved[0]), list(saved[1]), dict(saved[2])
         raise
     r.nodes.append(node)
     r.steps[node] = step
@@ -518,8 +523,6 @@ def _check_step(r, node, step, base, nm):
         cls = base
         for o in ops:
             if isinstance(o, torch.fx.Node) and o in r.cls:
-                if r.cls[o] == VEC_M and cls == VEC_M and not r.keep[o]:
-                    pass
                 continue
             if o is None:
                 continue
@@ -631,12 +634,10 @@ def translate(r, gm=None):
     dt = DT[r.dtype]
     step = r.steps[r.mm]
     val = {}
-    x, w = r.inputs[0], r.inputs[1]
-    val[x] = g.input("X", dt, [M, K])
-    val[w] = g.input("W", dt, [N, K] if step.attrs["layout"] == "nk" else [K, N])
+    x_v = g.input("X", dt, [M, K])
+    w_v = g.input("W", dt, [N, K] if step.attrs["layout"] == "nk" else [K, N])
     rec += [("X", dt), ("W", dt, step.attrs["layout"])]
-    for i, e in enumerate(r.inputs[2:]):
-        c = r.in_cls[e]
+    for i, (e, c) in enumerate(zip(r.inputs[2:], r.roles[2:])):
         edt = DT[meta(e)[1]]
         val[e] = g.input("in%d" % i, edt, dims_of[c])
         rec.append(("in", edt, c))
@@ -668,7 +669,7 @@ def translate(r, gm=None):
         rec.append(("const", float(v)))
         return g.const(v)
 
-    acc = g.matmul(val[x], val[w])
+    acc = g.matmul(x_v, w_v)
     if len(step.operands) > 2 and step.operands[2] is not None:
         acc = B("add", acc, val[step.operands[2]])
     val[r.mm] = acc
@@ -773,11 +774,12 @@ def plan(r, gm):
 
 def _prune_inputs(r):
     """Drops inputs only the removed tail read (translate ran on the kept nodes)."""
-    used = set()
-    for n in r.nodes:
+    used = set(o for o in r.steps[r.mm].operands[2:] if isinstance(o, torch.fx.Node))   # the bias
+    for n in r.nodes[1:]:
         used.update(o for o in r.steps[n].operands if isinstance(o, torch.fx.Node))
-    keep = [e for e in r.inputs if e in used]
-    if keep != r.inputs:
-        r.inputs = keep
+    keep = [i for i in range(len(r.inputs)) if i < 2 or r.inputs[i] in used]
+    if len(keep) != len(r.inputs):
+        r.inputs = [r.inputs[i] for i in keep]
+        r.roles = [r.roles[i] for i in keep]
         r.in_cls = {e: c for e, c in r.in_cls.items() if e in used}
         translate(r)

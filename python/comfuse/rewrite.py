@@ -69,7 +69,7 @@ def _subgraph(gm, r):
     g = fx.Graph()
     env = {}
     for i, e in enumerate(r.inputs):
-        env[e] = g.placeholder("in%d_%s" % (i, e.name))
+        env[e] = g.placeholder("in%d_%s" % (i, e.name))   # a repeated node: either placeholder
     if r.wt_node is not None:
         env[r.wt_node] = g.node_copy(r.wt_node, lambda a: env[a])
     for n in r.nodes:
@@ -109,8 +109,9 @@ def _topo_sort(graph):
         prev = n
 
 
-def rewrite(gm):
-    """Plans every region of gm and swaps the fusible ones for FusedRegion modules."""
+def rewrite(gm, opaque=False):
+    """Plans every region of gm and swaps the fusible ones for FusedRegion modules
+    (opaque: for comfuse::region custom-op calls, which Inductor leaves alone)."""
     R.normalize_modules(gm)
     regions = R.find_regions(gm)
     mods = []
@@ -121,10 +122,15 @@ def rewrite(gm):
             continue
         name = "comfuse_region%d" % r.index
         mod = runtime.FusedRegion(r, _subgraph(gm, r), name)
-        gm.add_submodule(name, mod)
+        if not opaque:
+            gm.add_submodule(name, mod)
         last = r.nodes[-1]
         with gm.graph.inserting_after(last):
-            call = gm.graph.call_module(name, tuple(r.inputs))
+            if opaque:
+                from . import opaque as op
+                call = gm.graph.call_function(torch.ops.comfuse.region.default, (op.register(mod), list(r.inputs)))
+            else:
+                call = gm.graph.call_module(name, tuple(r.inputs))
         outs = []
         with gm.graph.inserting_after(call):
             for i, o in enumerate(r.outputs):

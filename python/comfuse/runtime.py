@@ -100,7 +100,7 @@ class FusedRegion(torch.nn.Module):
         self.name = name
         self.region = r
         self.label = r.label()
-        self.in_cls = [r.in_cls[e] for e in r.inputs]
+        self.in_cls = list(r.roles)
         self.in_dt = [R.meta(e)[1] for e in r.inputs]
         self.out_cls = [r.cls[o] for o in r.outputs]
         self.out_keep = [r.keep.get(o, True) for o in r.outputs]

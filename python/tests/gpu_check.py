@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The PyTorch frontend on a GPU, end to end (run on the H200 after `make`):
 
-    python3 python/tests/gpu_check.py [--small]
+    python3 python/tests/gpu_check.py [--small] [--inductor]
 
 1. A BERT layer and a LLaMA decoder layer built by `transformers` from config objects
    with random weights (nothing downloaded), through torch.compile(backend=comfuse.backend)
@@ -52,8 +52,9 @@ def fused_lines(reports):
     return [l for r in reports for l in r.lines() if ": fused" in l]
 
 
-def run_model(name, make, inputs_for, batches, min_fused):
-    print("== %s" % name)
+def run_model(name, make, inputs_for, batches, min_fused, be=None):
+    be = be or comfuse.backend
+    print("== %s (%s)" % (name, be.__name__))
     torch.manual_seed(0)
     model = make().eval()
     ref = make().eval()
@@ -62,7 +63,7 @@ def run_model(name, make, inputs_for, batches, min_fused):
     ref = ref.to(DEV, torch.float32)
     torch._dynamo.reset()
     n0 = len(comfuse.backend_reports())
-    compiled = torch.compile(model, backend=comfuse.backend)
+    compiled = torch.compile(model, backend=be)
     compiles = []
     with torch.no_grad():
         for b in batches:
@@ -141,6 +142,8 @@ def plain_layers(small):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", action="store_true", help="tiny layers (quick)")
+    ap.add_argument("--inductor", action="store_true",
+                    help="the models also through comfuse.inductor_backend (Triton compiles: slower)")
     ap.add_argument("--dry-run-cpu", action="store_true",
                     help="exercise the script on the CPU (everything falls back; for its own testing)")
     a = ap.parse_args()
@@ -157,6 +160,11 @@ def main():
     run_model("BERT layer", make, inputs, (4, 12), 3)
     make, inputs = llama(a.small)
     run_model("LLaMA decoder layer", make, inputs, (4, 12), 3)
+    if a.inductor:
+        make, inputs = bert(a.small)
+        run_model("BERT layer", make, inputs, (4, 12), 3, comfuse.inductor_backend)
+        make, inputs = llama(a.small)
+        run_model("LLaMA decoder layer", make, inputs, (4, 12), 3, comfuse.inductor_backend)
     plain_layers(a.small)
     s = comfuse.stats()
     print("stats: %s" % s)

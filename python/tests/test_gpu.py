@@ -109,3 +109,17 @@ def test_misaligned_operand_falls_back():
         y = f(x)
         assert "16-byte aligned" in f.regions()[0].last
         assert torch.equal(y, mod(x))
+
+
+def test_inductor_backend_fuses_on_the_gpu():
+    torch.manual_seed(0)
+    mod = layers.LinearBiasLN(512, 1024).to("cuda", torch.bfloat16).eval()
+    torch._dynamo.reset()
+    n0 = len(comfuse.backend_reports())
+    c = torch.compile(mod, backend=comfuse.inductor_backend)
+    with torch.no_grad():
+        for b in (64, 200):
+            x = torch.randn(b, 16, 512, device="cuda", dtype=torch.bfloat16)
+            assert _rel(c(x), mod(x)) < 1e-2
+    mods = [m for r in comfuse.backend_reports()[n0:] for m in r.modules]
+    assert mods and all(m.last == "fused" for m in mods)

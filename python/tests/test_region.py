@@ -141,6 +141,21 @@ def test_outputs_with_other_consumers():
     assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
+def test_residual_of_the_gemm_input():
+    """x + linear(x): x is both the GEMM's X and the residual tile (two cf inputs, one pointer)."""
+    lin = nn.Linear(128, 128).to(BF)
+
+    def fn(x):
+        return F.layer_norm(x + lin(x), (128,))
+    x = torch.randn(2, 5, 128, dtype=BF)
+    with torch.no_grad():
+        f, lines = _fused(fn, x)
+        (m,) = f.regions()
+        assert m.label == "linear->add->layer_norm" and m.in_cls[0] == "X" and m.in_cls[-1] == "tile"
+        _check_reference(f, (x,))
+        assert torch.equal(f(x), fn(x))
+
+
 def test_two_regions_and_a_bare_matmul():
     """LLaMA's MLP: act(gate(x)) * up(x) then down: up is bare (left to cuBLAS), gate fuses
     with silu * up's result, down has no epilogue."""
