@@ -15,7 +15,7 @@ import logging
 
 from ._lib import LibraryNotFound, path as library_path  # noqa: F401
 from .capi import CfError, Graph, Kernel, parse_spec  # noqa: F401
-from .runtime import BUCKETS, stats  # noqa: F401
+from .runtime import BUCKETS, stats, warmup_all  # noqa: F401
 
 __version__ = "0.1.0"
 __all__ = ["fuse", "backend", "inductor_backend", "explain", "warmup", "stats", "Graph", "Kernel", "CfError", "LibraryNotFound"]

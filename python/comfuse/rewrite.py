@@ -34,7 +34,8 @@ class Report:
             m = mods[r.index]
             last = m.last
             if last is None or last == "fused":
-                s = "%s%s: fused (%d stages, %d outputs)" % (head, dims, r.graph.lower().num_stages(), len(r.outputs))
+                s = "%s%s: %s (%d stages, %d outputs)" % (head, dims, "fused" if last else "fusible, not run yet",
+                                                          r.graph.lower().num_stages(), len(r.outputs))
             else:
                 s = "%s%s: fell back at run time: %s" % (head, dims, last)
             if r.tail_reason:

@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 
 import torch
 
@@ -27,6 +28,7 @@ _failed = {}           # (recipe, bucket) -> the CfError its build or compile ra
 _stats = {"compiles": 0, "compile_ms": 0.0, "first_compile_ms": None, "disk_cache_hits": 0,
           "kernel_cache_hits": 0, "fused_calls": 0, "fallback_calls": 0, "fallback_reasons": {}}
 _logged = set()
+_regions = weakref.WeakSet()   # every FusedRegion alive (warmup_all)
 
 
 def bucket_of(m):
@@ -109,6 +111,7 @@ class FusedRegion(torch.nn.Module):
         self.graph = r.graph
         self.recipe = r.recipe
         self.last = None           # the last call's outcome: "fused" or the fallback reason
+        _regions.add(self)
 
     def extra_repr(self):
         return "%s: %s (N=%d, K=%d)" % (self.name, self.label, self.N, self.K)
@@ -219,3 +222,13 @@ class FusedRegion(torch.nn.Module):
             shape = lead + (self.N,) if c == R.TILE else (lead + (1,) if keep else lead)
             outs.append(torch.tensor(v, dtype=torch.float64).reshape(shape))
         return tuple(outs)
+
+
+def warmup_all(ms=BUCKETS):
+    """Compiles every live region's kernel for the buckets of ms (no GPU needed: NVRTC
+    only, into the on-disk cache that a GPU machine can then load from)."""
+    n = 0
+    for r in list(_regions):
+        r.warmup(ms)
+        n += 1
+    return n

@@ -144,11 +144,14 @@ def main():
     ap.add_argument("--small", action="store_true", help="tiny layers (quick)")
     ap.add_argument("--inductor", action="store_true",
                     help="the models also through comfuse.inductor_backend (Triton compiles: slower)")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="no GPU: trace everything on the CPU and NVRTC-compile every region's kernels "
+                         "into $CF_CACHE_DIR (carry it to the GPU machine)")
     ap.add_argument("--dry-run-cpu", action="store_true",
                     help="exercise the script on the CPU (everything falls back; for its own testing)")
     a = ap.parse_args()
     global DEV
-    if a.dry_run_cpu:
+    if a.dry_run_cpu or a.compile_only:
         DEV = "cpu"
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     if DEV == "cuda" and not torch.cuda.is_available():
@@ -166,6 +169,10 @@ def main():
         make, inputs = llama(a.small)
         run_model("LLaMA decoder layer", make, inputs, (4, 12), 3, comfuse.inductor_backend)
     plain_layers(a.small)
+    if a.compile_only:
+        n = comfuse.warmup_all()
+        print("gpu_check --compile-only: %d regions, %s" % (n, comfuse.stats()))
+        return 0
     s = comfuse.stats()
     print("stats: %s" % s)
     print("gpu_check: %s" % ("all ok" if not failures else "FAILED: %s" % "; ".join(failures)))
