@@ -106,3 +106,18 @@ def test_inductor_backend_keeps_regions_opaque():
     (rep,) = comfuse.backend_reports()[n0:]
     assert [m.label for m in rep.modules] == ["linear->silu->mul"]
     assert rep.modules[0].last.startswith("CPU tensors")   # the op ran, through its fallback
+
+
+def test_backend_in_training_keeps_autograd():
+    torch.manual_seed(0)
+    mod = layers.LinearBiasLN(64, 128).to(BF).train()
+    c, reports = _compile(mod)
+    x = torch.randn(4, 64, dtype=BF, requires_grad=True)
+    c(x).float().square().sum().backward()
+    g_c, gw_c = x.grad.clone(), mod.lin.weight.grad.clone()
+    x.grad = None
+    mod.zero_grad()
+    mod(x).float().square().sum().backward()
+    assert torch.equal(g_c, x.grad) and torch.equal(gw_c, mod.lin.weight.grad)
+    (rep,) = reports()
+    assert "autograd needs gradients" in rep.modules[0].last

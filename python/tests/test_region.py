@@ -43,11 +43,12 @@ def _check_reference(f, args, rtol=2e-3):
     return seen
 
 
+@pytest.mark.parametrize("dtype", [BF, torch.float16])
 @pytest.mark.parametrize("name", sorted(layers.PLAIN))
-def test_plain_layers_fuse_and_match_reference(name):
+def test_plain_layers_fuse_and_match_reference(name, dtype):
     k, n = 64, 128
-    mod = layers.PLAIN[name](k, n).to(BF).eval()
-    args = layers.inputs_for(name, (2, 8), k, n, BF, "cpu")
+    mod = layers.PLAIN[name](k, n).to(dtype).eval()
+    args = layers.inputs_for(name, (2, 8), k, n, dtype, "cpu")
     with torch.no_grad():
         f, lines = _fused(mod, *args)
         assert len(lines) == 1 and "fell back at run time: CPU tensors" in lines[0], lines
