@@ -109,6 +109,9 @@ class Graph:
     def num_inputs(self):
         return self._lib.cf_graph_num_inputs(self._g)
 
+    def num_params(self):
+        return self._lib.cf_graph_num_params(self._g)
+
     def num_outputs(self):
         return self._lib.cf_graph_num_outputs(self._g)
 
@@ -180,6 +183,7 @@ class Kernel:
                                          ctypes.byref(err)), err)
         self._k = out
         self.n_inputs = graph.num_inputs()
+        self.n_params = graph.num_params()
         self.n_outputs = graph.num_outputs()
 
     def __del__(self):
@@ -206,9 +210,10 @@ class Kernel:
         """Launches on stream (a CUstream handle as an int; None: the default stream).
         dims are indexed by cf_dim, inputs/outputs are device pointers (ints) in the
         graph's declaration order.  Asynchronous: nothing waits for the GPU."""
-        if len(inputs) != self.n_inputs or len(outputs) != self.n_outputs:
-            raise ValueError("launch: %d inputs / %d outputs given, the graph has %d / %d"
-                             % (len(inputs), len(outputs), self.n_inputs, self.n_outputs))
+        if len(inputs) != self.n_inputs or len(outputs) != self.n_outputs or len(params) != self.n_params:
+            raise ValueError("launch: %d inputs / %d outputs / %d params given, the graph has %d / %d / %d"
+                             % (len(inputs), len(outputs), len(params), self.n_inputs, self.n_outputs,
+                                self.n_params))
         d = (ctypes.c_int64 * len(dims))(*dims)
         i = (ctypes.c_uint64 * max(1, len(inputs)))(*inputs)
         o = (ctypes.c_uint64 * max(1, len(outputs)))(*outputs)
@@ -218,7 +223,7 @@ class Kernel:
         _check(self._lib.cf_kernel_launch(self._k, ctypes.byref(a), ctypes.byref(err)), err)
 
 
-def reference_run(graph, dims, inputs, out_sizes):
+def reference_run(graph, dims, inputs, out_sizes, params=()):
     """cf_reference_run: the graph in float64 on the CPU.  inputs are host pointers
     (ints) to row-major data in each input's declared dtype; returns one list of floats
     per output (out_sizes[i] values)."""
@@ -228,7 +233,8 @@ def reference_run(graph, dims, inputs, out_sizes):
     outs = [(ctypes.c_double * n)() for n in out_sizes]
     optr = (ctypes.POINTER(ctypes.c_double) * max(1, len(outs)))(
         *[ctypes.cast(o, ctypes.POINTER(ctypes.c_double)) for o in outs])
-    b = L.cf_bindings(d, i, None)
+    p = (ctypes.c_double * max(1, len(params)))(*params)
+    b = L.cf_bindings(d, i, p)
     err = L.cf_error()
     _check(lib.cf_reference_run(graph.handle, ctypes.byref(b), optr, ctypes.byref(err)), err)
     return [list(o) for o in outs]

@@ -19,8 +19,10 @@ def register(mod):
 
 
 @torch.library.custom_op("comfuse::region", mutates_args=())
-def region_call(idx: int, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
-    outs = _registry[idx](*inputs)
+def region_call(idx: int, inputs: List[torch.Tensor], scalars: List[float]) -> List[torch.Tensor]:
+    mod = _registry[idx]
+    it, sc = iter(inputs), iter(scalars)
+    outs = mod(*[next(sc) if c == R.PARAM else next(it) for c in mod.in_cls])
     # a custom op's outputs may alias neither its inputs nor each other (the fallback's might)
     taken = {t.untyped_storage().data_ptr() for t in inputs}
     res = []
@@ -32,7 +34,7 @@ def region_call(idx: int, inputs: List[torch.Tensor]) -> List[torch.Tensor]:
 
 
 @region_call.register_fake
-def _region_fake(idx, inputs):
+def _region_fake(idx, inputs, scalars):
     mod = _registry[idx]
     lead = tuple(inputs[0].shape[:-1])
     out = []

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from . import capi
 
 TILE, VEC_M, VEC_N, SCALAR = "tile", "vec_m", "vec_n", "scalar"
+PARAM = "param"        # a scalar computed at run time (dynamo's SymFloat eps): a cf param
 DT = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 
 
@@ -66,6 +67,13 @@ def _sym_tok(d):
             pass
         return ("sym", str(d))
     return _tok(d)
+
+
+def is_scalar_node(node):
+    """A node whose value is a Python number at run time (dynamic=True makes float
+    attributes such as eps graph inputs)."""
+    v = node.meta.get("example_value", node.meta.get("val"))
+    return isinstance(v, (float, int, torch.SymFloat, torch.SymInt)) and not isinstance(v, bool)
 
 
 def _static(d):
@@ -432,6 +440,12 @@ def _classify_external(r, e, against, at):
             return SCALAR
         raise NotFusible("%s has a non-numeric operand %r" % (_node_desc(at), e))
     em = meta(e)
+    if em is None and is_scalar_node(e):
+        if e not in r.in_cls:
+            r.in_cls[e] = PARAM
+            r.inputs.append(e)
+            r.roles.append(PARAM)
+        return SCALAR
     if em is None:
         raise NotFusible("%s reads '%s', which is not a tensor" % (_node_desc(at), e.name))
     shape, dt = em
@@ -638,6 +652,10 @@ def translate(r, gm=None):
     w_v = g.input("W", dt, [N, K] if step.attrs["layout"] == "nk" else [K, N])
     rec += [("X", dt), ("W", dt, step.attrs["layout"])]
     for i, (e, c) in enumerate(zip(r.inputs[2:], r.roles[2:])):
+        if c == PARAM:
+            val[e] = g.param("p%d" % i)
+            rec.append(("param",))
+            continue
         edt = DT[meta(e)[1]]
         val[e] = g.input("in%d" % i, edt, dims_of[c])
         rec.append(("in", edt, c))

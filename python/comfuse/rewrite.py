@@ -129,7 +129,9 @@ def rewrite(gm, opaque=False):
         with gm.graph.inserting_after(last):
             if opaque:
                 from . import opaque as op
-                call = gm.graph.call_function(torch.ops.comfuse.region.default, (op.register(mod), list(r.inputs)))
+                ts = [e for e, c in zip(r.inputs, r.roles) if c != R.PARAM]
+                sc = [e for e, c in zip(r.inputs, r.roles) if c == R.PARAM]
+                call = gm.graph.call_function(torch.ops.comfuse.region.default, (op.register(mod), ts, sc))
             else:
                 call = gm.graph.call_module(name, tuple(r.inputs))
         outs = []

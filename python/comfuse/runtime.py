@@ -103,7 +103,7 @@ class FusedRegion(torch.nn.Module):
         self.region = r
         self.label = r.label()
         self.in_cls = list(r.roles)
-        self.in_dt = [R.meta(e)[1] for e in r.inputs]
+        self.in_dt = [None if c == R.PARAM else R.meta(e)[1] for e, c in zip(r.inputs, r.roles)]
         self.out_cls = [r.cls[o] for o in r.outputs]
         self.out_keep = [r.keep.get(o, True) for o in r.outputs]
         self.out_dt = [R.meta(o)[1] for o in r.outputs]
@@ -119,15 +119,17 @@ class FusedRegion(torch.nn.Module):
     def why_not(self, args):
         """None when the fused kernel applies to these arguments, else the reason."""
         x = args[0]
-        if not all(isinstance(a, torch.Tensor) for a in args):
-            return "an operand is not a tensor"
+        for a, c in zip(args, self.in_cls):
+            if (c == R.PARAM) == isinstance(a, torch.Tensor) or (c == R.PARAM and not isinstance(a, (int, float))):
+                return "an operand is not a tensor" if c != R.PARAM else "a scalar operand is not a number"
+        args = [a for a, c in zip(args, self.in_cls) if c != R.PARAM]
         if torch.is_grad_enabled() and any(a.requires_grad for a in args):
             return "autograd needs gradients (no backward for the fused kernel): run under torch.no_grad()"
         if not x.is_cuda:
             return "CPU tensors (the fused kernel runs on CUDA)"
         if x.device.index != _cf_device():
             return "tensors on %s, comfuse drives cuda:%d (set CF_DEVICE)" % (x.device, _cf_device())
-        for a, dt in zip(args, self.in_dt):
+        for a, dt in zip(args, [d for d in self.in_dt if d is not None]):
             if a.dtype != dt:
                 return "dtype %s where the region was traced with %s" % (a.dtype, dt)
             if a.device != x.device:
@@ -141,7 +143,7 @@ class FusedRegion(torch.nn.Module):
             return "X has K=%d, traced %d" % (x.shape[-1], self.K)
         if x.numel() == 0:
             return "an empty batch"
-        for a, c in zip(args[1:], self.in_cls[1:]):
+        for a, c in zip(args[1:], [c for c in self.in_cls[1:] if c != R.PARAM]):
             if not self._shape_ok(a, c, lead):
                 return "operand of shape %s does not broadcast as %s" % (list(a.shape), c)
         return None
@@ -200,8 +202,14 @@ class FusedRegion(torch.nn.Module):
         for c, keep, dt in zip(self.out_cls, self.out_keep, self.out_dt):
             shape = lead + (self.N,) if c == R.TILE else (lead + (1,) if keep else lead)
             outs.append(torch.empty(shape, dtype=dt, device=dev))
-        kern.launch([m, self.N, self.K], [a.data_ptr() for a in args], [o.data_ptr() for o in outs], stream)
+        ins, params = self._split(args)
+        kern.launch([m, self.N, self.K], [a.data_ptr() for a in ins], [o.data_ptr() for o in outs], stream, params)
         return tuple(outs)
+
+    def _split(self, args):
+        """The tensor inputs (cf_graph_input order) and the runtime scalars (cf params)."""
+        ins = [a for a, c in zip(args, self.in_cls) if c != R.PARAM]
+        return ins, [float(a) for a, c in zip(args, self.in_cls) if c == R.PARAM]
 
     def warmup(self, ms=(1,)):
         """Compiles the kernels for the buckets of these M values (no GPU needed)."""
@@ -211,12 +219,13 @@ class FusedRegion(torch.nn.Module):
     def reference(self, *args):
         """The region's cf_graph run by the float64 reference (cf_reference_run) on CPU
         copies of args: what the fused kernel computes, checkable without a GPU."""
-        host = [a.detach().cpu().contiguous() for a in args]
+        ins, params = self._split(args)
+        host = [a.detach().cpu().contiguous() for a in ins]
         x = host[0]
         lead = tuple(x.shape[:-1])
         m = x.numel() // self.K
         sizes = [m * self.N if c == R.TILE else m for c in self.out_cls]
-        vals = capi.reference_run(self.graph, [m, self.N, self.K], [h.data_ptr() for h in host], sizes)
+        vals = capi.reference_run(self.graph, [m, self.N, self.K], [h.data_ptr() for h in host], sizes, params)
         outs = []
         for v, c, keep in zip(vals, self.out_cls, self.out_keep):
             shape = lead + (self.N,) if c == R.TILE else (lead + (1,) if keep else lead)

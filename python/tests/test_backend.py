@@ -121,3 +121,31 @@ def test_backend_in_training_keeps_autograd():
     assert torch.equal(g_c, x.grad) and torch.equal(gw_c, mod.lin.weight.grad)
     (rep,) = reports()
     assert "autograd needs gradients" in rep.modules[0].last
+
+
+def test_dynamic_true_makes_eps_a_runtime_scalar():
+    """dynamic=True turns float attributes (eps) into graph inputs: they become cf params,
+    bound per launch; the translation still matches PyTorch in float64."""
+    torch.manual_seed(0)
+    mod = layers.ResidualRMSNorm(64, 128, eps=1e-2).to(BF).eval()
+    torch._dynamo.reset()
+    n0 = len(comfuse.backend_reports())
+    c = torch.compile(mod, backend=comfuse.backend, dynamic=True)
+    seen = []
+    with torch.no_grad():
+        args = layers.inputs_for("residual_rmsnorm", (3, 8), 64, 128, BF, "cpu")
+        assert all(torch.equal(g, w) for g, w in zip(c(*args), mod(*args)))
+        (rep,) = comfuse.backend_reports()[n0:]
+        (m,) = rep.modules
+        assert "param" in m.in_cls
+        h = m.register_forward_hook(lambda mod_, i, o: seen.append(i))
+        c(*args)
+        h.remove()
+    inputs = seen[0]
+    ref = m.reference(*inputs)
+    want = m.fallback(*[a.double() if torch.is_tensor(a) else a for a in inputs])
+    for r, w in zip(ref, want):
+        assert ((r - w.double()).norm() / w.double().norm()).item() < 2e-3
+    k = comfuse.Kernel(m.graph, m.graph.options_for(4096, 128, 64))
+    assert k.n_params == 1
+    k.compile()                       # NVRTC; the kernel reads eps from its parameter block
