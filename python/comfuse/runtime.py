@@ -25,6 +25,7 @@ BUCKETS = (256, 4096, 1 << 31)
 _lock = threading.Lock()
 _kernels = {}          # (recipe, bucket) -> capi.Kernel
 _failed = {}           # (recipe, bucket) -> the CfError its build or compile raised
+_compile_ms = {}       # (recipe, bucket) -> ms its build + compile took (NVRTC or the disk cache)
 _stats = {"compiles": 0, "compile_ms": 0.0, "first_compile_ms": None, "disk_cache_hits": 0,
           "kernel_cache_hits": 0, "fused_calls": 0, "fallback_calls": 0, "fallback_reasons": {}}
 _logged = set()
@@ -90,6 +91,7 @@ def get_kernel(graph, recipe, m, n, k):
             _stats["first_compile_ms"] = ms
         _stats["disk_cache_hits"] += bool(res.get("cache_hit"))
         _kernels.setdefault(key, kern)
+        _compile_ms[key] = ms
         return _kernels[key]
 
 
@@ -186,8 +188,10 @@ class FusedRegion(torch.nn.Module):
             _logged.add(key)
         if first:
             if outcome == "fused":
-                log.info("comfuse: %s fused: %s (N=%d, K=%d, %s)", self.name, self.label, self.N, self.K,
-                         R.DT[self.in_dt[0]])
+                ms = [v for (rec, b), v in list(_compile_ms.items()) if rec == self.recipe]
+                log.info("comfuse: %s fused: %s (N=%d, K=%d, %s; kernel built in %s)", self.name, self.label,
+                         self.N, self.K, R.DT[self.in_dt[0]],
+                         " + ".join("%.0f ms" % v for v in ms) if ms else "an earlier run")
             else:
                 log.info("comfuse: %s fell back to PyTorch: %s (%s)", self.name, outcome, self.label)
 

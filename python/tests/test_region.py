@@ -267,7 +267,12 @@ def test_buckets():
     assert runtime.bucket_of(10 ** 9) == runtime.BUCKETS[-1]
 
 
-def test_warmup_compiles_each_bucket_once():
+def mod_regions(mod):
+    from comfuse import runtime
+    return [r for r in list(runtime._regions) if r.fallback is not None and r.N == 200 and r.K == 72]
+
+
+def test_warmup_compiles_each_bucket_once(caplog):
     mod = layers.LinearGELU(72, 200).to(BF).eval()       # a shape no other test compiles
     before = comfuse.stats()
     try:
@@ -278,6 +283,12 @@ def test_warmup_compiles_each_bucket_once():
         raise
     s = comfuse.stats()
     assert s["compiles"] - before["compiles"] == 2          # 8 and 100 share the small bucket
+    m = mod_regions(mod)[0]
+    with caplog.at_level(logging.INFO, logger="comfuse"):
+        m._note("fused")                                    # the first fused call's log line
+        m._note("fused")                                    # logged once
+    msgs = [r.getMessage() for r in caplog.records if "fused:" in r.getMessage()]
+    assert len(msgs) == 1 and "linear->gelu_erf" in msgs[0] and "kernel built in" in msgs[0] and " ms" in msgs[0]
     assert s["kernel_cache_hits"] - before["kernel_cache_hits"] == 1
     assert s["first_compile_ms"] is not None and s["first_compile_ms"] > 0
 
