@@ -18,7 +18,8 @@ from .capi import CfError, Graph, Kernel, parse_spec  # noqa: F401
 from .runtime import BUCKETS, stats, warmup_all  # noqa: F401
 
 __version__ = "0.1.0"
-__all__ = ["fuse", "backend", "inductor_backend", "explain", "warmup", "stats", "Graph", "Kernel", "CfError", "LibraryNotFound"]
+__all__ = ["fuse", "backend", "inductor_backend", "explain", "warmup", "warmup_all", "stats", "library_path",
+           "parse_spec", "Graph", "Kernel", "CfError", "LibraryNotFound"]
 
 log = logging.getLogger("comfuse")
 

@@ -13,7 +13,6 @@ scalar, an [N] row vector (bias, gamma), an [M] column (keepdim statistics) or a
 
 where lead is the matmul's X.shape[:-1] (M = its product).  Nothing here needs a GPU.
 """
-import math
 import operator
 
 import torch
@@ -659,17 +658,11 @@ def translate(r, gm=None):
         edt = DT[meta(e)[1]]
         val[e] = g.input("in%d" % i, edt, dims_of[c])
         rec.append(("in", edt, c))
-    ids = {}
-
     def operand(o):
         if isinstance(o, torch.fx.Node):
             return val[o]
         rec.append(("const", float(o)))
         return g.const(o)
-
-    def emit(key, v):
-        ids[v] = len(ids)
-        return v
 
     def B(op, a, b):
         rec.append(("bin", op))
