@@ -61,10 +61,17 @@ $(BUILD)/tests/%: tests/%.c tests/test_util.h tests/gen.h $(GEN_OBJ) $(BUILD)/li
 
 test: all $(TESTS)
 	@./tests/run.sh $(BUILD)
+	@$(if $(filter 1,$(PYTHON_TESTS)),$(MAKE) --no-print-directory test-python)
+
+# The PyTorch frontend (python/) against this build's library: tracing, region matching,
+# lowering and kernel builds run on the CPU; GPU tests skip without CUDA.
+PYTHON_TESTS ?= 1
+test-python: $(BUILD)/libcomfuse.so
+	COMFUSE_LIB=$(abspath $(BUILD))/libcomfuse.so python3 -m pytest -q -p no:cacheprovider python/tests
 
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan:
-	$(MAKE) test BUILD=build-asan CC=clang \
+	$(MAKE) test BUILD=build-asan CC=clang PYTHON_TESTS=0 \
 	    CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
 	    LDFLAGS="-fsanitize=address,undefined"
 
@@ -84,4 +91,4 @@ $(BUILD)/fuzz_spec: fuzz/fuzz_spec.c $(LIB_SRC) src/cf_internal.h include/comfus
 clean:
 	rm -rf build build-asan
 
-.PHONY: all test test-asan fuzz clean
+.PHONY: all test test-python test-asan fuzz clean

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Eager vs torch.compile (Inductor) vs torch.compile(backend=comfuse.backend), layer by layer.
+
+    python3 bench/torch_layers.py [--m 16384] [--k 1024] [--n 1024] [--iters 50] [--models]
+
+Each plain-PyTorch layer (Linear->bias->LayerNorm, Linear->GELU, projection->softmax,
+residual+RMSNorm) is timed four ways with CUDA events (median of --iters, after warm-up),
+under torch.no_grad(), in bf16: eager, Inductor, comfuse.backend (the rest eager) and
+comfuse.inductor_backend (the rest through Inductor).  For comfuse two more columns: the fused kernel alone
+(cf_kernel_launch through ctypes on the region's own inputs: what `comfuse bench` times in
+C) and the region call (checks, output allocation, launch): their difference is the Python
+launch overhead.  --models adds a BERT layer and a LLaMA decoder layer end to end.
+The C figure for the same shape: build/comfuse bench --shape M=..,N=..,K=.. SPEC.
+"""
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
+
+import comfuse  # noqa: E402
+import layers  # noqa: E402
+from comfuse import runtime  # noqa: E402
+
+
+def time_ms(fn, iters):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def region_args(fused):
+    seen = []
+    hooks = [m.register_forward_hook(lambda mod, i, o: seen.append((mod, i))) for m in fused.regions()]
+    return hooks, seen
+
+
+def kernel_alone(mod, args):
+    """A closure launching the region's compiled kernel directly on its inputs."""
+    x = args[0]
+    m = x.numel() // mod.K
+    kern = runtime.get_kernel(mod.graph, mod.recipe, m, mod.N, mod.K)
+    outs = mod._launch(args)
+    ins = [a.data_ptr() for a in args]
+    ptrs = [o.data_ptr() for o in outs]
+
+    def run():
+        kern.launch([m, mod.N, mod.K], ins, ptrs, torch.cuda.current_stream().cuda_stream)
+    return run
+
+
+def bench_layer(name, make, args, iters):
+    mod = make()
+    eager = time_ms(lambda: mod(*args), iters)
+    torch._dynamo.reset()
+    ind = torch.compile(mod)
+    t_ind = time_ms(lambda: ind(*args), iters)
+    torch._dynamo.reset()
+    cf = torch.compile(mod, backend=comfuse.backend)
+    t_cf = time_ms(lambda: cf(*args), iters)
+    torch._dynamo.reset()
+    cfi = torch.compile(mod, backend=comfuse.inductor_backend)
+    t_cfi = time_ms(lambda: cfi(*args), iters)
+    f = comfuse.fuse(mod)
+    f(*args)
+    hooks, seen = region_args(f)
+    f(*args)
+    for h in hooks:
+        h.remove()
+    t_kernel = t_region = float("nan")
+    status = "; ".join(f.report.lines())
+    if seen and seen[0][0].last == "fused":
+        rmod, rargs = seen[0]
+        t_kernel = time_ms(kernel_alone(rmod, rargs), iters)
+        t_region = time_ms(lambda: rmod(*rargs), iters)
+        status = "fused"
+    print("%-22s %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f   %s" % (name, eager, t_ind, t_cf, t_cfi, t_region, t_kernel,
+                                                         status))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--m", type=int, default=16384)
+    ap.add_argument("--k", type=int, default=1024)
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--models", action="store_true", help="also a BERT layer and a LLaMA decoder layer")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    dt = torch.bfloat16
+    print("M=%d K=%d N=%d bf16, %s, median of %d (ms)" % (a.m, a.k, a.n, torch.cuda.get_device_name(), a.iters))
+    print("%-22s %9s %9s %9s %9s %9s %9s" % ("layer", "eager", "inductor", "comfuse", "cf+ind", "region", "kernel"))
+    with torch.no_grad():
+        for name in sorted(layers.PLAIN):
+            args = layers.inputs_for(name, (a.m,), a.k, a.n, dt, "cuda")
+            bench_layer(name, lambda: layers.PLAIN[name](a.k, a.n).to("cuda", dt).eval(), args, a.iters)
+        if a.models:
+            sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
+            import gpu_check
+            for label, (make, inputs) in (("bert_layer", gpu_check.bert(False)), ("llama_layer", gpu_check.llama(False))):
+                args, kwargs = inputs(max(1, a.m // 128), dt)
+
+                def mk(make=make):
+                    return make().to("cuda", dt).eval()
+                m0 = mk()
+                eager = time_ms(lambda: m0(*args, **kwargs), a.iters)
+                torch._dynamo.reset()
+                ind = torch.compile(m0)
+                t_ind = time_ms(lambda: ind(*args, **kwargs), a.iters)
+                torch._dynamo.reset()
+                cf = torch.compile(m0, backend=comfuse.backend)
+                t_cf = time_ms(lambda: cf(*args, **kwargs), a.iters)
+                torch._dynamo.reset()
+                cfi = torch.compile(m0, backend=comfuse.inductor_backend)
+                t_cfi = time_ms(lambda: cfi(*args, **kwargs), a.iters)
+                print("%-22s %9.4f %9.4f %9.4f %9.4f" % (label, eager, t_ind, t_cf, t_cfi))
+    print("stats: %s" % comfuse.stats())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,321 @@
+"""Tracing, region matching and lowering on the CPU, and the translation checked
+numerically: each region's cf_graph, run by the C float64 reference, against PyTorch
+running the same region in float64."""
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import comfuse
+import layers
+
+torch.manual_seed(0)
+BF = torch.bfloat16
+
+
+def _fused(fn, *args):
+    f = comfuse.fuse(fn)
+    lines = comfuse.explain(f, *args)
+    return f, lines
+
+
+def _check_reference(f, args, rtol=2e-3):
+    """Every fused region: C reference of its cf_graph == its PyTorch sub-graph in f64."""
+    assert f.regions(), "no fused region"
+    seen = {}
+
+    def hook(mod, inputs, outputs):
+        seen[mod] = inputs
+    handles = [m.register_forward_hook(hook) for m in f.regions()]
+    f(*args)
+    for h in handles:
+        h.remove()
+    for m, inputs in seen.items():
+        ref = m.reference(*inputs)
+        want = m.fallback(*[a.double() if torch.is_tensor(a) else a for a in inputs])
+        assert len(ref) == len(want)
+        for r, w in zip(ref, want):
+            assert r.shape == w.shape
+            err = (r - w.double()).norm() / w.double().norm()
+            assert err < rtol, "%s: relative error %.2e" % (m.label, err)
+    return seen
+
+
+@pytest.mark.parametrize("dtype", [BF, torch.float16])
+@pytest.mark.parametrize("name", sorted(layers.PLAIN))
+def test_plain_layers_fuse_and_match_reference(name, dtype):
+    k, n = 64, 128
+    mod = layers.PLAIN[name](k, n).to(dtype).eval()
+    args = layers.inputs_for(name, (2, 8), k, n, dtype, "cpu")
+    with torch.no_grad():
+        f, lines = _fused(mod, *args)
+        assert len(lines) == 1 and "fell back at run time: CPU tensors" in lines[0], lines
+        _check_reference(f, args)
+        # the fallback on CPU is PyTorch itself: bit-identical to eager
+        got, want = f(*args), mod(*args)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert torch.equal(g, w)
+
+
+EXPECT = {
+    "linear_bias_ln": ("linear->add->layer_norm", 1),
+    "linear_gelu": ("linear->gelu_erf", 1),
+    "proj_softmax": ("matmul->mul->softmax", 1),
+    "residual_rmsnorm": ("linear->add->identity->pow->mean->add->rsqrt->mul->identity->mul", 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECT))
+def test_region_matching(name):
+    k, n = 64, 128
+    mod = layers.PLAIN[name](k, n).to(BF).eval()
+    args = layers.inputs_for(name, (3, 5), k, n, BF, "cpu")
+    with torch.no_grad():
+        f, _ = _fused(mod, *args)
+    (m,) = f.regions()
+    label, n_out = EXPECT[name]
+    assert m.label == label
+    assert len(m.out_cls) == n_out
+    assert m.N == n and m.K == k
+
+
+class Custom(nn.Module):
+    def __init__(self, fn, k=64, n=128, dtype=BF, bias=True):
+        super().__init__()
+        self.lin = nn.Linear(k, n, bias=bias).to(dtype)
+        self.fn = fn
+
+    def forward(self, x, u):
+        return self.fn(self, x, u)
+
+
+EPILOGUES = {
+    "gelu_tanh": lambda s, x, u: F.gelu(s.lin(x), approximate="tanh"),
+    "silu_mul": lambda s, x, u: F.silu(s.lin(x)) * u,
+    "relu_sigmoid_tanh": lambda s, x, u: torch.tanh(torch.relu(s.lin(x))) + torch.sigmoid(s.lin(x)),
+    "log_softmax": lambda s, x, u: F.log_softmax(s.lin(x), dim=-1),
+    "softmax_method": lambda s, x, u: s.lin(x).softmax(-1),
+    "stats": lambda s, x, u: (s.lin(x).mean(-1, keepdim=True), s.lin(x).sum(dim=-1), torch.amax(s.lin(x), dim=-1)),
+    "hand_softmax": lambda s, x, u: (lambda h: torch.exp(h - h.amax(-1, keepdim=True)) /
+                                  torch.exp(h - h.amax(-1, keepdim=True)).sum(-1, keepdim=True))(s.lin(x)),
+    "hand_layernorm": lambda s, x, u: layers.HandLayerNorm.forward(s.hl, x),
+    "casts": lambda s, x, u: F.layer_norm(s.lin(x).float(), (128,)).to(BF),
+    "clamp_div_pow": lambda s, x, u: torch.clamp(1.0 / (s.lin(x) ** 2 + 1.0), min=0.1, max=0.9) - 2 * s.lin(x),
+    "rms_norm_fn": lambda s, x, u: F.rms_norm(s.lin(x), (128,), s.w, 1e-6),
+    "matmul_t": lambda s, x, u: torch.sigmoid(x @ s.lin.weight.t()),
+    "dropout_eval": lambda s, x, u: F.dropout(s.lin(x), 0.1, training=False) * 3,
+    "sub_alpha_rsub": lambda s, x, u: torch.sub(s.lin(x), 1.5, alpha=2) + (1 - s.lin(x)),
+}
+
+
+def _extra(name, k=64, n=128):
+    return (torch.randn(4, n, dtype=BF),)
+
+
+@pytest.mark.parametrize("name", sorted(EPILOGUES))
+def test_epilogue_translation(name):
+    mod = Custom(EPILOGUES[name]).eval()
+    mod.hl = layers.HandLayerNorm(64, 128).to(BF)
+    mod.w = nn.Parameter(torch.rand(128, dtype=BF) + 0.5)
+    x = torch.randn(4, 64, dtype=BF)
+    args = (x,) + _extra(name)
+    with torch.no_grad():
+        f, lines = _fused(mod, *args)
+        assert any("fell back at run time: CPU" in l for l in lines), lines
+        _check_reference(f, args, rtol=5e-3)
+
+
+def test_outputs_with_other_consumers():
+    def fn(x, w, b, r):
+        h = F.linear(x, w, b)            # read by the region and outside it
+        y = F.layer_norm(h + r, (128,))
+        return y, torch.cumsum(h, -1)    # cumsum is outside the domain
+    args = (torch.randn(6, 64, dtype=BF), torch.randn(128, 64, dtype=BF), torch.randn(128, dtype=BF),
+            torch.randn(6, 128, dtype=BF))
+    f, lines = _fused(fn, *args)
+    (m,) = f.regions()
+    assert len(m.out_cls) == 2 and "fell back at run time" in lines[0]
+    _check_reference(f, args)
+    got, want = f(*args), fn(*args)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_residual_of_the_gemm_input():
+    """x + linear(x): x is both the GEMM's X and the residual tile (two cf inputs, one pointer)."""
+    lin = nn.Linear(128, 128).to(BF)
+
+    def fn(x):
+        return F.layer_norm(x + lin(x), (128,))
+    x = torch.randn(2, 5, 128, dtype=BF)
+    with torch.no_grad():
+        f, lines = _fused(fn, x)
+        (m,) = f.regions()
+        assert m.label == "linear->add->layer_norm" and m.in_cls[0] == "X" and m.in_cls[-1] == "tile"
+        _check_reference(f, (x,))
+        assert torch.equal(f(x), fn(x))
+
+
+def test_two_regions_and_a_bare_matmul():
+    """LLaMA's MLP: act(gate(x)) * up(x) then down: up is bare (left to cuBLAS), gate fuses
+    with silu * up's result, down has no epilogue."""
+    def fn(x, wg, wu, wd):
+        return F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd)
+    args = (torch.randn(5, 64, dtype=BF), torch.randn(128, 64, dtype=BF), torch.randn(128, 64, dtype=BF),
+            torch.randn(64, 128, dtype=BF))
+    f, lines = _fused(fn, *args)
+    assert len(lines) == 3
+    fused = [l for l in lines if "CPU tensors" in l]
+    assert len(fused) == 1 and "silu->mul" in fused[0]
+    assert sum("bare matmul" in l for l in lines) == 2
+    _check_reference(f, args)
+    assert torch.equal(f(*args), fn(*args))
+
+
+FALLBACKS = {
+    "f32 operands": (lambda x, w: torch.relu(x.float() @ w.float()), "bf16 or f16"),
+    "reduce over rows": (lambda x, w: (x @ w).sum(0), "bare matmul"),
+    "cumsum": (lambda x, w: torch.cumsum(x @ w, -1), "bare matmul"),
+    "training dropout": (lambda x, w: F.dropout(x @ w, 0.5, training=True), "training-mode dropout"),
+    "layer_norm over 2 dims": (lambda x, w: F.layer_norm((x @ w).view(2, 4, 128), (4, 128)), "bare matmul"),
+    "in-place": (lambda x, w: (x @ w).relu_(), "in-place"),
+    "odd N": (lambda x, w: torch.relu(x @ w[:, :100]), "multiples of 8"),
+    "partial broadcast": (lambda x, w: (x.view(2, 4, 64) @ w) + torch.ones(1, 4, 128, dtype=BF), "not a scalar, [N]"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FALLBACKS))
+def test_unsupported_patterns_fall_back_with_a_reason(name, caplog):
+    fn, reason = FALLBACKS[name]
+    x, w = torch.randn(8, 64, dtype=BF), torch.randn(64, 128, dtype=BF)
+    torch.manual_seed(1)
+    with caplog.at_level(logging.INFO, logger="comfuse"):
+        f, lines = _fused(fn, x, w)
+    assert any(reason in l for l in lines), lines
+    assert all("fused (" not in l for l in lines)
+    torch.manual_seed(2)
+    got = f(x, w)
+    torch.manual_seed(2)
+    assert torch.equal(got, fn(x, w))
+    assert any("fell back" in r.getMessage() for r in caplog.records)
+
+
+def test_autograd_falls_back_and_keeps_gradients():
+    mod = layers.LinearGELU(64, 128).to(BF).train()
+    x = torch.randn(4, 64, dtype=BF, requires_grad=True)
+    f = comfuse.fuse(mod)
+    lines = comfuse.explain(f, x)
+    assert "autograd needs gradients" in lines[0]
+    f(x).float().sum().backward()
+    assert x.grad is not None and mod.lin.weight.grad is not None
+
+
+def test_untraceable_function_is_captured_by_dynamo():
+    def fn(x, w):
+        if x.sum() > 0:           # data-dependent control flow: torch.fx cannot trace it
+            return torch.relu(x @ w)
+        return x @ w
+    x, w = torch.randn(4, 64, dtype=BF).abs(), torch.randn(64, 128, dtype=BF)
+    torch._dynamo.reset()
+    f = comfuse.fuse(fn)
+    lines = comfuse.explain(f, x, w)
+    assert any("[matmul->relu]" in l and "CPU tensors" in l for l in lines), lines
+    assert "torch.fx could not trace" in f.report.note
+    assert torch.equal(f(x, w), fn(x, w))
+    assert torch.equal(f(-x, w), fn(-x, w))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="would launch on host pointers where a GPU exists")
+def test_launch_failure_falls_back(monkeypatch):
+    """No CUDA driver (or any launch error): the call runs in PyTorch and says why."""
+    from comfuse import runtime
+
+    class _S:
+        cuda_stream = 0
+    mod = layers.LinearGELU(64, 128).to(BF).eval()
+    f = comfuse.fuse(mod)
+    x = torch.randn(4, 64, dtype=BF)
+    with torch.no_grad():
+        f(x)
+        (m,) = f.regions()
+        monkeypatch.setattr(runtime.FusedRegion, "why_not", lambda self, args: None)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: _S())
+        try:
+            y = f(x)
+        except comfuse.CfError:
+            raise AssertionError("a launch error escaped")
+    assert m.last.startswith("the launch failed: CF_ERR_")
+    assert torch.equal(y, mod(x))
+
+
+def test_dynamic_m_uses_one_plan():
+    mod = layers.LinearBiasLN(64, 128).to(BF).eval()
+    f = comfuse.fuse(mod)
+    with torch.no_grad():
+        for lead in ((2, 3), (7,), (1, 1, 9)):
+            x = torch.randn(*lead, 64, dtype=BF)
+            assert torch.equal(f(x), mod(x))
+            (m,) = f.regions()
+            assert m.why_not((x,) + tuple(p for p in (mod.lin.weight, mod.bias, mod.ln.weight, mod.ln.bias))) \
+                .startswith("CPU tensors")
+
+
+def test_buckets():
+    from comfuse import runtime
+    assert runtime.bucket_of(1) == runtime.bucket_of(256) != runtime.bucket_of(257)
+    assert runtime.bucket_of(10 ** 9) == runtime.BUCKETS[-1]
+
+
+def mod_regions(mod):
+    from comfuse import runtime
+    return [r for r in list(runtime._regions) if r.fallback is not None and r.N == 200 and r.K == 72]
+
+
+def test_warmup_compiles_each_bucket_once(caplog):
+    mod = layers.LinearGELU(72, 200).to(BF).eval()       # a shape no other test compiles
+    before = comfuse.stats()
+    try:
+        comfuse.warmup(mod, torch.randn(2, 72, dtype=BF), ms=(8, 100, 1000))
+    except comfuse.CfError as e:
+        if "NVRTC not found" in str(e):
+            pytest.skip("NVRTC not installed")
+        raise
+    s = comfuse.stats()
+    assert s["compiles"] - before["compiles"] == 2          # 8 and 100 share the small bucket
+    m = mod_regions(mod)[0]
+    with caplog.at_level(logging.INFO, logger="comfuse"):
+        m._note("fused")                                    # the first fused call's log line
+        m._note("fused")                                    # logged once
+    msgs = [r.getMessage() for r in caplog.records if "fused:" in r.getMessage()]
+    assert len(msgs) == 1 and "linear->gelu_erf" in msgs[0] and "kernel built in" in msgs[0] and " ms" in msgs[0]
+    assert s["kernel_cache_hits"] - before["kernel_cache_hits"] == 1
+    assert s["first_compile_ms"] is not None and s["first_compile_ms"] > 0
+
+
+@pytest.mark.parametrize("name", sorted(EPILOGUES) + ["plain:" + p for p in sorted(layers.PLAIN)])
+def test_region_kernels_compile(name, tmp_path, monkeypatch):
+    """Every region above builds and NVRTC-compiles for sm_90a (no GPU needed): bf16
+    vectors, per-row outputs, several outputs, [N, K] and [K, N] weights."""
+    monkeypatch.setenv("CF_CACHE_DIR", str(tmp_path))      # a real compile, not a cache hit
+    if name.startswith("plain:"):
+        p = name[6:]
+        mod = layers.PLAIN[p](64, 128).to(BF).eval()
+        args = layers.inputs_for(p, (4,), 64, 128, BF, "cpu")
+    else:
+        mod = Custom(EPILOGUES[name]).eval()
+        mod.hl = layers.HandLayerNorm(64, 128).to(BF)
+        mod.w = nn.Parameter(torch.rand(128, dtype=BF) + 0.5)
+        args = (torch.randn(4, 64, dtype=BF),) + _extra(name)
+    with torch.no_grad():
+        f, _ = _fused(mod, *args)
+    for m in f.regions():
+        k = comfuse.Kernel(m.graph, m.graph.options_for(4096, m.N, m.K))
+        try:
+            k.compile()
+        except comfuse.CfError as e:
+            if "NVRTC not found" in str(e):
+                pytest.skip("NVRTC not installed")
+            raise
+        r = k.resources()
+        assert not r["cache_hit"] and r["smem_bytes"] > 0
