@@ -625,7 +625,9 @@ static bool stored(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *v)
 /* Gives every value that must outlive its fragment loop (carried to the next
  * stage, or stored after the loop) an array.  In-values are read at the top
  * of iteration r and out-values written at its bottom, always at index r, so
- * an out-value may take the array of any in-value that is not carried on. */
+ * an out-tile may take the array of any in-tile that is not carried on; a row
+ * array is indexed by the row slot, which later iterations read again, so row
+ * arrays are never shared within a stage. */
 static void plan_storage(cg_ctx *c, const cf_ir_spec *sp)
 {
     bool busy[2][CG_MAX_ARRAYS] = {{false}};
@@ -640,7 +642,8 @@ static void plan_storage(cg_ctx *c, const cf_ir_spec *sp)
         else
             continue;
         c->pass[n->id] = carried_out(sp, n);
-        if (c->pass[n->id] && cls_of(n->shape) != CLS_SCALAR)
+        /* a row array is read at every r of its row, so no out-value may take an in-value's */
+        if ((c->pass[n->id] || cls_of(n->shape) == CLS_ROW) && cls_of(n->shape) != CLS_SCALAR)
             busy[cls_of(n->shape)][c->arr[n->id]] = true;
     }
     for (int i = 0; i < sp->n_nodes; i++) {

@@ -481,11 +481,15 @@ static cf_status decompose(uf_ctx *c)
     for (int j = 0; j < c->u->n_gemms; j++)
         if ((st = check_gemm(c, j)) != CF_OK)
             return st;
+    /* Work that depends on no GEMM (a per-row output of an [M] input, an input kept as an
+     * output) runs in the first piece, as the fused kernel runs it in its epilogue; what feeds
+     * a GEMM was refused above. */
+    for (int v = 0; v < g->n_nodes; v++)
+        if (c->seg[v] < 0 && cf_op_class_of(g->nodes[v].op) != CF_OPC_LEAF)
+            c->seg[v] = 0;
     for (int i = 0; i < g->n_outputs; i++)
         if (c->seg[g->outputs[i].value] < 0)
-            return cf_errorf(c->err, CF_ERR_UNSUPPORTED, g->outputs[i].loc,
-                             "the unfused path cannot run this graph: output '%s' depends on no GEMM",
-                             g->outputs[i].name);
+            c->seg[g->outputs[i].value] = 0;
     if ((st = find_row_values(c)) != CF_OK)
         return cf_errorf(c->err, st, (cf_loc){0}, "out of memory");
     for (int k = 0; k < c->u->n_gemms && st == CF_OK; k++)

@@ -16,21 +16,9 @@
 #ifndef CF_REDUCE_CUH
 #define CF_REDUCE_CUH
 
-#define CF_ROWS ((CF_BM / 64) * 2)  /* rows of the tile held by one thread */
-
 #define CF_RED_SUM 0
 #define CF_RED_MAX 1
 #define CF_RED_MIN 2
-
-/* Row slot of accumulator register r: slot s covers tile row cf_slot_row(t, s). */
-__device__ __forceinline__ int cf_acc_slot(int r)
-{
-    return (r / CF_ACC_PER_MT) * 2 + ((r % CF_ACC_PER_MT) >> 1 & 1);
-}
-__device__ __forceinline__ int cf_slot_row(const cf_tile &t, int s)
-{
-    return 64 * (s >> 1) + 16 * t.warp + (t.lane >> 2) + 8 * (s & 1);
-}
 
 template <int OP> __device__ __forceinline__ float cf_red_identity()
 {
@@ -386,7 +374,7 @@ __device__ __forceinline__ unsigned cf_staged_rank(const cf_tile &t, int q)
  * are.  The boxes are free once this warp's stores that last read them are done. */
 template <int WORDS> __device__ __forceinline__ void cf_gather_stage(const cf_tile &t, const unsigned long long *slots)
 {
-    constexpr int PER_LANE = CF_ROW_CTAS * 16 / 32;   /* 16-byte copies: 16 per rank */
+    constexpr int PER_LANE = (CF_ROW_CTAS * 16 + 31) / 32;   /* 16-byte copies: 16 per rank */
     if (t.lane == 0) cf_bulk_wait_read<0>();
     __syncwarp();
     unsigned stale = 0xffffffffu >> (32 - CF_ROW_CTAS);
@@ -394,7 +382,7 @@ template <int WORDS> __device__ __forceinline__ void cf_gather_stage(const cf_ti
 #pragma unroll
         for (int k = 0; k < PER_LANE; ++k) {
             const int j = t.lane + 32 * k, q = j / 16, ri = 2 * (j % 16);
-            if ((stale >> q) & 1u)   /* rows ri, ri + 1: adjacent words of one 16-row run */
+            if (q < CF_ROW_CTAS && ((stale >> q) & 1u))   /* rows ri, ri + 1: adjacent words of one 16-row run */
                 cf_cp_async16(cf_staged_rank(t, q) + 8 * ri, slots + q * CF_BM + 64 * (ri >> 4) + 16 * t.warp + (ri & 15));
         }
         cf_cp_async_wait_all();

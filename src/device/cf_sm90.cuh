@@ -460,6 +460,17 @@ __device__ __forceinline__ int cf_acc_col(const cf_tile &t, int r) {
     int i = r % CF_ACC_PER_MT;
     return 8 * (i >> 2) + 2 * (t.lane & 3) + (i & 1);
 }
+#define CF_ROWS ((CF_BM / 64) * 2)  /* rows of the tile held by one thread */
+/* Row slot of accumulator register r: slot s covers tile row cf_slot_row(t, s) (per-row values,
+ * row reductions and [M] outputs keep one value a slot). */
+__device__ __forceinline__ int cf_acc_slot(int r)
+{
+    return (r / CF_ACC_PER_MT) * 2 + ((r % CF_ACC_PER_MT) >> 1 & 1);
+}
+__device__ __forceinline__ int cf_slot_row(const cf_tile &t, int s)
+{
+    return 64 * (s >> 1) + 16 * t.warp + (t.lane >> 2) + 8 * (s & 1);
+}
 __device__ __forceinline__ int cf_acc_row_global(const cf_tile &t, int r) { return t.m0 + cf_acc_row(t, r); }
 __device__ __forceinline__ int cf_acc_col_global(const cf_tile &t, int r) { return t.n0 + cf_acc_col(t, r); }
 __device__ __forceinline__ bool cf_acc_in_bounds(const cf_tile &t, int r) {
