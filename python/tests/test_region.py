@@ -318,4 +318,6 @@ def test_region_kernels_compile(name, tmp_path, monkeypatch):
                 pytest.skip("NVRTC not installed")
             raise
         r = k.resources()
-        assert not r["cache_hit"] and r["smem_bytes"] > 0
+        # an identical kernel compiled earlier in this process is a (memory) cache hit: the
+        # cache keys on the kernel's code, not on its comments
+        assert r["smem_bytes"] > 0 and r["registers"] > 0
