@@ -648,15 +648,14 @@ bool cfgen_write_spec(const cf_graph *g, const char *header, cf_strbuf *out)
 /* ---- the conditioning screen ------------------------------------------------------ */
 
 /* `comfuse run --check` compares f32 kernels with a float64 reference, by
- * relative Frobenius error, NaN/Inf exactly; the unfused path rounds X*W to
- * the operands' 16-bit type before the epilogue.  A graph whose outputs move
+ * relative Frobenius error, NaN/Inf exactly.  A graph whose outputs move
  * by most of the tolerance when X*W moves as the path moves it, whose NaN/Inf
  * pattern moves, or whose values leave the f32 range, can fail there without a
  * defect: the screen finds those on the CPU, at 16 rows of the real N.  It
  * runs the spec with X*W times an input "cfgen_noise" and every computed value
  * as an output, twice: noise 1, then (X*W + 2^-18 u) / (X*W) (fused: f32
- * accumulation, whose error does not shrink with X*W), and with X*W rounded
- * to 16 bits first (unfused). */
+ * accumulation, whose error does not shrink with X*W; the unfused path's f32 C
+ * moves the same). */
 
 #define SCREEN_ROWS 16
 #define SCREEN_K 32
@@ -708,25 +707,16 @@ static double gemm_at(const cf_graph *s, const int64_t *sd, void *const *in, int
     return acc;
 }
 
-/* The noise of one path (see above) into the noise input. */
-static void screen_noise(const cf_graph *s, const int64_t *sd, void *const *in, int which, bool unfused)
+/* The noise of the kernels' f32 accumulation (see above) into the noise input. */
+static void screen_noise(const cf_graph *s, const int64_t *sd, void *const *in, int which)
 {
     cf_dim M = cf_graph_dim((cf_graph *)s, "M"), N = cf_graph_dim((cf_graph *)s, "N");
-    bool bf = false;
-    for (int a = 0; a < cf_graph_num_inputs(s); a++)
-        if (!strcmp(cf_graph_input_info(s, a).name, "W"))
-            bf = cf_graph_input_info(s, a).dtype == CF_BF16;
     float *noise = in[which];
     rng r = {99};
     for (int64_t i = 0; i < sd[M]; i++)
         for (int64_t j = 0; j < sd[N]; j++) {
-            double c = gemm_at(s, sd, in, i, j), moved = c;
-            if (unfused) {
-                float c16 = (float)c;
-                c16 = bf ? cf_bf16_to_f32(cf_f32_to_bf16(c16)) : cf_f16_to_f32(cf_f32_to_f16(c16));
-                moved = isfinite(c16) ? c16 : c;
-            }
-            moved += cfgen_unif(&r, -1, 1) * 0x1p-18; /* f32 accumulation: absolute, X*W is about unit size */
+            double c = gemm_at(s, sd, in, i, j);
+            double moved = c + cfgen_unif(&r, -1, 1) * 0x1p-18; /* absolute: X*W is about unit size */
             noise[i * sd[N] + j] = c != 0 ? (float)(moved / c) : 1;
         }
 }
@@ -763,7 +753,7 @@ static void screen_inputs(const cfgen_case *c, const cf_graph *s, const int64_t 
 
 /* Compares the two runs; false (why set) where the check could fail. */
 static bool screen_compare(const cf_graph *g, const cf_graph *s, double *const *a, double *const *b,
-                           const int64_t *lens, bool unfused, char *why, size_t n)
+                           const int64_t *lens, char *why, size_t n)
 {
     for (int o = 0; o < cf_graph_num_outputs(s); o++) {
         bool user = o < g->n_outputs; /* the graph's own outputs come first */
@@ -788,15 +778,15 @@ static bool screen_compare(const cf_graph *g, const cf_graph *s, double *const *
         }
         double rel = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2), tol = t == CF_F32 ? 2e-3 : 1e-2;
         if (user && rel > 0.8 * tol) {
-            snprintf(why, n, "output %s moves by %.2g (relative; the check allows %g) when X*W moves by %s",
-                     g->outputs[o].name, rel, tol, unfused ? "its 16-bit rounding" : "2^-18 (absolute)");
+            snprintf(why, n, "output %s moves by %.2g (relative; the check allows %g) when X*W moves by 2^-18 "
+                     "(absolute)", g->outputs[o].name, rel, tol);
             return false;
         }
     }
     return true;
 }
 
-bool cfgen_screen(const cfgen_case *c, bool unfused, char *why, size_t n)
+bool cfgen_screen(const cfgen_case *c, char *why, size_t n)
 {
     snprintf(why, n, "ok");
     char *text = screen_spec(c->g);
@@ -841,14 +831,14 @@ bool cfgen_screen(const cfgen_case *c, bool unfused, char *why, size_t n)
     for (int k = 0; ok && k < 2; k++) {
         screen_inputs(c, s, sd, 17, in[k]);
         if (k == 1)
-            screen_noise(s, sd, in[k], which, unfused);
+            screen_noise(s, sd, in[k], which);
         cf_bindings b = {sd, (const void *const *)in[k], c->params};
         ok = cf_reference_run(s, &b, out[k], &err) == CF_OK;
         if (!ok)
             snprintf(why, n, "cannot screen: %s", err.msg);
     }
     if (ok)
-        ok = screen_compare(c->g, s, out[0], out[1], lens, unfused, why, n);
+        ok = screen_compare(c->g, s, out[0], out[1], lens, why, n);
     else if (!strncmp(why, "ok", 3))
         snprintf(why, n, "cannot screen: out of memory");
     for (int k = 0; k < 2; k++) {

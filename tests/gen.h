@@ -70,13 +70,12 @@ cfgen_case cfgen_gpu(uint64_t seed);
 const char *cfgen_reject_name(cfgen_reject r);
 const char *cfgen_align_name(cfgen_align a);
 
-/* Whether `comfuse run --check` (fused, or --unfused) can judge c's graph at
- * its shape: false, and why, where its outputs move by most of the check's
- * tolerance when X*W moves as that path moves it (the unfused path rounds it
- * to 16 bits), where its NaN/Inf pattern moves, or where a value leaves the
- * f32 range (in float64 at 16 rows of the real N).  Such a check can fail
- * without a defect. */
-bool cfgen_screen(const cfgen_case *c, bool unfused, char *why, size_t n);
+/* Whether `comfuse run --check` (fused, or --unfused: both keep X*W in f32)
+ * can judge c's graph at its shape: false, and why, where its outputs move by
+ * most of the check's tolerance when X*W moves by f32 accumulation's error,
+ * where its NaN/Inf pattern moves, or where a value leaves the f32 range (in
+ * float64 at 16 rows of the real N).  Such a check can fail without a defect. */
+bool cfgen_screen(const cfgen_case *c, char *why, size_t n);
 
 /* ---- the .cf writer ------------------------------------------------------------ */
 

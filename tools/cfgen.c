@@ -115,8 +115,10 @@ static bool one(uint64_t cseed, const char *dir, const char *file, FILE *index, 
     snprintf(path, sizeof path, "%s/%s", dir, file);
     char screen[2][200] = {"-", "-"};
     bool judged[2] = {true, true};
-    for (int u = 0; u < 2 && st == CF_OK; u++)
-        judged[u] = cfgen_screen(&c, u == 1, screen[u], sizeof screen[u]);
+    if (st == CF_OK) {   /* one screen for both paths: each keeps X*W in f32 */
+        judged[0] = judged[1] = cfgen_screen(&c, screen[0], sizeof screen[0]);
+        memcpy(screen[1], screen[0], sizeof screen[1]);
+    }
 
     /* the header: everything needed to reproduce and run it */
     size_t at = (size_t)snprintf(hdr, sizeof hdr, "cfgen case seed 0x%016" PRIx64 " (build/cfgen --case 0x%016" PRIx64
