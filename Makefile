@@ -50,7 +50,12 @@ $(BUILD)/tests/%: tests/%.c tests/test_util.h $(BUILD)/libcomfuse.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< -o $@ $(BUILD)/libcomfuse.a $(LDLIBS)
 
-test: all $(TESTS)
+# A stand-in libcuda.so.1 (no sanitizers): test_cli runs the host side of `run` on it.
+$(BUILD)/tests/fake/libcuda.so.1: tests/fake_cuda.c
+	@mkdir -p $(dir $@)
+	$(CC) -O1 -g -shared -fPIC -fvisibility=hidden -Wall -Wextra -Werror -isystem $(CUDA_HOME)/include $< -o $@
+
+test: all $(TESTS) $(BUILD)/tests/fake/libcuda.so.1
 	@./tests/run.sh $(BUILD)
 
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.

@@ -104,6 +104,10 @@ int cf_op_lookup(const char *kw, int arity);
 const cf_node *cf_graph_node(const cf_graph *g, cf_value v);
 const char *cf_graph_node_name(const cf_graph *g, cf_value v, char *buf, size_t n);
 void cf_graph_set_loc(cf_graph *g, cf_loc loc);
+/* *bytes = the elements of t at dims times elem_size; CF_ERR_SHAPE naming t and
+ * its dims when a dim is not positive or the product overflows size_t. */
+cf_status cf_tensor_bytes(const cf_graph *g, cf_tensor_info t, const int64_t *dims, size_t elem_size,
+                          size_t *bytes, cf_error *err);
 /* Scalar semantics shared by the reference, the IR interpreter and tests. */
 double cf_eval_unary(cf_op op, double x);
 double cf_eval_binary(cf_op op, double a, double b);

@@ -196,6 +196,47 @@ static bool parse_shape(const cf_graph *g, const char *text, cli_opts *o)
     return true;
 }
 
+void cli_opts_free(cli_opts *o)
+{
+    free(o->params);
+    free(o->params_set);
+    free(o->param_text);
+    o->params = NULL;
+    o->params_set = NULL;
+    o->param_text = NULL;
+}
+
+/* The --param NAME=VALUE options, into tables as long as g's params.
+ * Returns 0, else the exit code. */
+static int set_params(const cf_graph *g, cli_opts *o)
+{
+    const int n_params = cf_graph_num_params(g);
+    o->params = calloc((size_t)n_params + 1, sizeof *o->params);
+    o->params_set = calloc((size_t)n_params + 1, sizeof *o->params_set);
+    if (!o->params || !o->params_set) {
+        fprintf(stderr, "comfuse: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < o->n_param_text; i++) {
+        const char *text = o->param_text[i], *eq = strchr(text, '=');
+        char *end = NULL;
+        double val = eq ? strtod(eq + 1, &end) : 0;
+        int idx = -1;
+        for (int p = 0; eq && p < n_params; p++) {
+            const char *name = cf_graph_param_name(g, p);
+            if (strlen(name) == (size_t)(eq - text) && strncmp(name, text, (size_t)(eq - text)) == 0)
+                idx = p;
+        }
+        if (!eq || idx < 0 || end == eq + 1 || *end) {
+            fprintf(stderr, "comfuse: --param %s: expected NAME=VALUE naming a param of the spec\n", text);
+            return 2;
+        }
+        o->params[idx] = val;
+        o->params_set[idx] = true;
+    }
+    return 0;
+}
+
 /* "on" 1, "off" -1 (cf_options' forced settings), anything else 0 */
 static int on_off(const char *v) { return strcmp(v, "on") == 0 ? 1 : strcmp(v, "off") == 0 ? -1 : 0; }
 
@@ -212,8 +253,6 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
         fputs(kernel_opts_usage, stdout);
         return -1;
     }
-    const char *param_text[64];
-    int n_param_text = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -244,11 +283,12 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
         } else if (strcmp(a, "--shape") == 0) {
             shape = v;
         } else if (strcmp(a, "--param") == 0) {
-            if (n_param_text == 64) {
-                fprintf(stderr, "comfuse: too many --param options\n");
-                return 2;
+            /* read once the spec says which params exist (set_params) */
+            if (!o->param_text && !(o->param_text = calloc((size_t)argc, sizeof *o->param_text))) {
+                fprintf(stderr, "comfuse: out of memory\n");
+                return 1;
             }
-            param_text[n_param_text++] = v;
+            o->param_text[o->n_param_text++] = v;
         } else if (strcmp(a, "--seed") == 0 && parse_int(v, 0, INT64_MAX, &x)) {
             o->seed = (uint64_t)x;
         } else if (strcmp(a, "--iters") == 0 && parse_int(v, 1, 100000, &x)) {
@@ -292,29 +332,11 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
     cf_status st = load_spec(o->spec, g, NULL);
     if (st != CF_OK)
         return exit_code(st);
+    int rc;
     if (shape && !parse_shape(*g, shape, o))
         return 2;
-    for (int i = 0; i < n_param_text; i++) {
-        char name[CF_MAX_NAME];
-        const char *eq = strchr(param_text[i], '=');
-        size_t n = eq ? (size_t)(eq - param_text[i]) : 0;
-        char *end;
-        double val = eq ? strtod(eq + 1, &end) : 0;
-        int idx = -1;
-        if (eq && n < sizeof name) {
-            memcpy(name, param_text[i], n);
-            name[n] = 0;
-            for (int p = 0; p < cf_graph_num_params(*g) && p < 64; p++)
-                if (strcmp(cf_graph_param_name(*g, p), name) == 0)
-                    idx = p;
-        }
-        if (!eq || idx < 0 || end == eq + 1 || *end) {
-            fprintf(stderr, "comfuse: --param %s: expected NAME=VALUE naming a param of the spec\n", param_text[i]);
-            return 2;
-        }
-        o->params[idx] = val;
-        o->params_set[idx] = true;
-    }
+    if ((rc = set_params(*g, o)) != 0)
+        return rc;
     if (o->have_shape) {
         /* Fill what the user left open from the GEMM's size. */
         cf_ir *ir = NULL;
@@ -448,48 +470,31 @@ static int cmd_explain(int argc, char **argv)
         }
     }
     cf_ir_free(ir);
+    cli_opts_free(&o);
     cf_graph_free(g);
     return rc < 0 ? 0 : rc;
 }
 
-static int cmd_kernel(const char *verb, int argc, char **argv)
+/* emit / compile / run / bench once the options are parsed; returns the exit code. */
+static int kernel_verb(const char *verb, const char *help, const cli_opts *o, const cf_graph *g, bool want_ptx)
 {
-    const char *help = strcmp(verb, "emit") == 0      ? emit_usage
-                       : strcmp(verb, "compile") == 0 ? compile_usage
-                       : strcmp(verb, "run") == 0     ? run_usage
-                                                      : bench_usage;
-    cli_opts o;
-    cf_graph *g = NULL;
-    cf_kernel *k = NULL;
-    bool want_ptx = false;
-    int rc = parse_opts(argc, argv, help, &o, &g, &want_ptx);
-    if (rc != 0) {
-        cf_graph_free(g);
-        return rc < 0 ? 0 : rc;
-    }
     bool gpu = strcmp(verb, "run") == 0 || strcmp(verb, "bench") == 0;
-    if (gpu && !o.have_shape) {
+    if (gpu && !o->have_shape) {
         fprintf(stderr, "comfuse %s: --shape is required\n%s", verb, help);
-        cf_graph_free(g);
         return 2;
     }
-    if (gpu) {
-        /* run and bench build what they time (the fused kernel may not exist yet) */
-        rc = strcmp(verb, "run") == 0 ? cli_run(g, &o) : cli_bench(g, &o);
-        cf_graph_free(g);
-        return rc;
-    }
-    if (o.unfused) {
+    if (gpu) /* run and bench build what they time (the fused kernel may not exist yet) */
+        return strcmp(verb, "run") == 0 ? cli_run(g, o) : cli_bench(g, o);
+    if (o->unfused) {
         if (strcmp(verb, "emit") != 0) {
             fprintf(stderr, "comfuse %s: --unfused applies to emit, run and bench\n", verb);
-            cf_graph_free(g);
             return 2;
         }
-        rc = emit_unfused(g, &o);
-        cf_graph_free(g);
-        return rc;
+        return emit_unfused(g, o);
     }
-    cf_status st = make_kernel(&o, g, strcmp(verb, "emit") != 0, &k);
+    cf_kernel *k = NULL;
+    int rc = 0;
+    cf_status st = make_kernel(o, g, strcmp(verb, "emit") != 0, &k);
     if (st != CF_OK) {
         rc = exit_code(st);
     } else if (strcmp(verb, "emit") == 0) {
@@ -498,7 +503,7 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
         cf_resources r;
         cf_error err;
         cf_kernel_resources(k, &r, &err);
-        printf("compiled %s for sm_90a: %s in %.0f ms\n", o.spec, r.cache_hit ? "cache hit" : "NVRTC",
+        printf("compiled %s for sm_90a: %s in %.0f ms\n", o->spec, r.cache_hit ? "cache hit" : "NVRTC",
                r.compile_ms);
         char lay[256];
         printf("  tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n", r.block_m, r.block_n, r.stages,
@@ -510,8 +515,24 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
             fputs(cf_kernel_ptx(k), stdout);
     }
     cf_kernel_free(k);
-    cf_graph_free(g);
     return rc;
+}
+
+static int cmd_kernel(const char *verb, int argc, char **argv)
+{
+    const char *help = strcmp(verb, "emit") == 0      ? emit_usage
+                       : strcmp(verb, "compile") == 0 ? compile_usage
+                       : strcmp(verb, "run") == 0     ? run_usage
+                                                      : bench_usage;
+    cli_opts o;
+    cf_graph *g = NULL;
+    bool want_ptx = false;
+    int rc = parse_opts(argc, argv, help, &o, &g, &want_ptx);
+    if (rc == 0)
+        rc = kernel_verb(verb, help, &o, g, want_ptx);
+    cli_opts_free(&o);
+    cf_graph_free(g);
+    return rc < 0 ? 0 : rc;
 }
 
 int main(int argc, char **argv)

@@ -9,8 +9,10 @@ typedef struct cli_opts {
     char shape_text[256];        /* as given, for reports                         */
     bool have_shape;
     int64_t dims[CF_MAX_DIMS];   /* by cf_dim                                     */
-    double params[64];           /* runtime scalars by param index                */
-    bool params_set[64];
+    double *params;              /* runtime scalars by param index (as many as the */
+    bool *params_set;            /* spec has; cli_opts_free)                      */
+    const char **param_text;     /* the --param values as given                   */
+    int n_param_text;
     cf_options kopt;             /* 0 fields: chosen from the shape               */
     int schedule_asked;          /* --schedule as given (0: none)                 */
     bool check;
@@ -19,6 +21,8 @@ typedef struct cli_opts {
     uint64_t seed;
     int iters;
 } cli_opts;
+
+void cli_opts_free(cli_opts *o);
 
 /* `run` and `bench`: they build what they time themselves, so a graph the
  * fused kernel cannot take yet still runs on the unfused path. */

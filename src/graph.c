@@ -546,3 +546,27 @@ cf_tensor_info cf_graph_output_info(const cf_graph *g, int i)
     t.dims[1] = n->dims[1];
     return t;
 }
+
+cf_status cf_tensor_bytes(const cf_graph *g, cf_tensor_info t, const int64_t *dims, size_t elem_size,
+                          size_t *bytes, cf_error *err)
+{
+    char shape[160] = "";
+    size_t n = elem_size, used = 0;
+    bool bad = false;
+    for (int d = 0; d < t.rank; d++) {
+        int64_t v = dims[t.dims[d]];
+        int w = snprintf(shape + used, sizeof shape - used, "%s%s=%lld", d ? ", " : "", dim_name(g, t.dims[d]),
+                         (long long)v);
+        used += w > 0 && (size_t)w < sizeof shape - used ? (size_t)w : 0;
+        /* every later use indexes with size_t and ptrdiff_t: keep the product below both */
+        bad = bad || v <= 0 || (uint64_t)v > PTRDIFF_MAX || __builtin_mul_overflow(n, (size_t)v, &n) ||
+              n > PTRDIFF_MAX;
+    }
+    if (bad)
+        return cf_errorf(err, CF_ERR_SHAPE, (cf_loc){0},
+                         "tensor '%s' [%s] of %zu-byte elements: its size in bytes overflows (or a dim is not "
+                         "positive); give smaller dims",
+                         t.name ? t.name : "?", shape, elem_size);
+    *bytes = n;
+    return CF_OK;
+}

@@ -473,6 +473,38 @@ static args_layout layout_of(const cf_ir *ir, int n_out, size_t *epi_size, size_
     return l;
 }
 
+/* The generated cf_epi_params at epi: scalars, input and per-row output pointers (offsets as
+ * many as the spec has args). */
+static cf_status fill_epi(const cf_ir *ir, const cf_launch_args *a, unsigned char *epi, cf_error *err)
+{
+    size_t size, align, *offs = malloc(((size_t)ir->n_args + 1) * sizeof *offs);
+    if (!offs)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+    cf_cg_epi_layout(ir, offs, &size, &align);
+    cf_status st = CF_OK;
+    for (int i = 0; i < ir->n_args && st == CF_OK; i++) {
+        const cf_ir_arg *x = &ir->args[i];
+        unsigned char *dst = epi + offs[i];
+        if (x->kind == CF_ARG_SCALAR) {
+            float v = (float)a->params[x->index];
+            memcpy(dst, &v, 4);
+        } else if (x->kind == CF_ARG_OUTPUT && cf_graph_output_info(ir->graph, x->index).rank == 1) {
+            uint64_t ptr = a->outputs[x->index];
+            memcpy(dst, &ptr, 8);
+        } else if (x->kind == CF_ARG_VEC_N || x->kind == CF_ARG_VEC_M || x->kind == CF_ARG_TENSOR) {
+            uint64_t ptr = a->inputs[x->index];
+            if (ptr % cf_dtype_size(x->dtype))
+                st = cf_errorf(err, CF_ERR_ALIGNMENT, (cf_loc){0},
+                           "input '%s': device pointer 0x%llx is not aligned to its %s elements", x->name,
+                           (unsigned long long)ptr, cf_dtype_name(x->dtype));
+            else
+                memcpy(dst, &ptr, 8);
+        }
+    }
+    free(offs);
+    return st;
+}
+
 static cf_status load_module(cf_kernel *k, cf_error *err)
 {
     cf_status st = cf_rt_init(err);
@@ -670,26 +702,8 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     }
     int32_t mnk[3] = {(int32_t)M, (int32_t)N, (int32_t)K};
     memcpy(block + l.mnk, mnk, sizeof mnk);
-    size_t offs[256];
-    cf_cg_epi_layout(ir, offs, &epi_size, &epi_align);
-    for (int i = 0; i < ir->n_args; i++) {
-        const cf_ir_arg *x = &ir->args[i];
-        unsigned char *dst = block + l.epi + offs[i];
-        if (x->kind == CF_ARG_SCALAR) {
-            float v = (float)a->params[x->index];
-            memcpy(dst, &v, 4);
-        } else if (x->kind == CF_ARG_OUTPUT && cf_graph_output_info(g, x->index).rank == 1) {
-            uint64_t ptr = a->outputs[x->index];
-            memcpy(dst, &ptr, 8);
-        } else if (x->kind == CF_ARG_VEC_N || x->kind == CF_ARG_VEC_M || x->kind == CF_ARG_TENSOR) {
-            uint64_t ptr = a->inputs[x->index];
-            if (ptr % cf_dtype_size(x->dtype))
-                return cf_errorf(err, CF_ERR_ALIGNMENT, (cf_loc){0},
-                                 "input '%s': device pointer 0x%llx is not aligned to its %s elements", x->name,
-                                 (unsigned long long)ptr, cf_dtype_name(x->dtype));
-            memcpy(dst, &ptr, 8);
-        }
-    }
+    if ((st = fill_epi(ir, a, block + l.epi, err)) != CF_OK)
+        return st;
     if (!k->module && (st = load_module(k, err)) != CF_OK)
         return st;
     /* Persistent grid: as many row groups (of row_ctas CTAs, whole clusters) as

@@ -9,7 +9,7 @@
  * combined output. */
 static int run(const char *cmd, char *out, size_t cap)
 {
-    char full[1024];
+    char full[2100];
     snprintf(full, sizeof full, "%s 2>&1", cmd);
     FILE *p = popen(full, "r");
     if (!p)
@@ -22,6 +22,7 @@ static int run(const char *cmd, char *out, size_t cap)
 
 static char buf[1 << 16];
 static char bin[512]; /* the comfuse binary next to this test's build dir */
+static char fake[512]; /* <build>/tests/fake: a stand-in libcuda.so.1 (fake_cuda.c) */
 
 /* run() with "comfuse" replaced by the binary of this build. */
 static int cf(const char *args, char *out, size_t cap)
@@ -29,6 +30,72 @@ static int cf(const char *args, char *out, size_t cap)
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s %s", bin, args);
     return run(cmd, out, cap);
+}
+
+/* cf() on the fake driver: the host side of `run` (sizes, tables, copies). */
+static int cf_fake(const char *args, char *out, size_t cap)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "LD_LIBRARY_PATH=%s %s %s", fake, bin, args);
+    return run(cmd, out, cap);
+}
+
+/* Writes text to dir/name; path gets the file's path. */
+static void write_spec(const char *dir, const char *name, const char *text, char *path, size_t n)
+{
+    snprintf(path, n, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* Bad-input probe (issue 28): sizes the spec and --shape set, tables it sizes. */
+static void test_probe_sizes(const char *dir)
+{
+    char path[256], cmd[1024];
+    /* an unused input of 2^62 f32 elements: 2^64 bytes wrapped to 0 and the fill ran past it */
+    write_spec(dir, "unused.cf", "input X: bf16[M, K]\ninput W: bf16[K, N]\ninput B: f32[P, Q]\n"
+               "output Y: bf16 = X @ W\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd, "run --shape M=128,N=128,K=64,P=2147483648,Q=2147483648 %s", path);
+    CHECK_EQ_INT(1, cf_fake(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "tensor 'B' [P=2147483648, Q=2147483648] of 4-byte elements: its size in bytes overflows");
+    /* the fake driver itself: a small run gets to the check (its launches write nothing) */
+    snprintf(cmd, sizeof cmd, "run --shape M=128,N=128,K=64,P=2,Q=3 --check %s", path);
+    CHECK_EQ_INT(4, cf_fake(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "check Y        bf16: 16384 elements");
+    /* 70 params: --param p65 was refused and the run read a bool[64] past its end */
+    static char spec[16384], sum[8192];
+    snprintf(spec, sizeof spec, "input X: bf16[M, K]\ninput W: bf16[K, N]\n");
+    sum[0] = 0;
+    for (int i = 1; i <= 70; i++) {
+        snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "param p%d: f32\n", i);
+        snprintf(sum + strlen(sum), sizeof sum - strlen(sum), "%sp%d", i > 1 ? " + " : "", i);
+    }
+    snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "output Y: f32 = X @ W + (%s)\n", sum);
+    write_spec(dir, "p70.cf", spec, path, sizeof path);
+    snprintf(cmd, sizeof cmd, "emit --param p65=1 --param p70=-2 %s", path);
+    CHECK_EQ_INT(0, cf(cmd, buf, sizeof buf));
+    snprintf(cmd, sizeof cmd, "run --shape M=128,N=128,K=64 --param p65=1 --param p70=-2 --check %s", path);
+    CHECK_EQ_INT(4, cf_fake(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "check Y        f32: 16384 elements");
+    snprintf(cmd, sizeof cmd, "emit --param p71=1 %s", path);
+    CHECK_EQ_INT(2, cf(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "--param p71=1: expected NAME=VALUE naming a param of the spec");
+    /* 300 scalars: the launch laid them out through a size_t[256] */
+    snprintf(spec, sizeof spec, "input X: bf16[M, K]\ninput W: bf16[K, N]\n");
+    sum[0] = 0;
+    for (int i = 1; i <= 300; i++) {
+        snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "param p%d: f32\n", i);
+        snprintf(sum + strlen(sum), sizeof sum - strlen(sum), "%sp%d", i > 1 ? " + " : "", i);
+    }
+    snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "output Y: f32 = X @ W + (%s)\n", sum);
+    write_spec(dir, "p300.cf", spec, path, sizeof path);
+    snprintf(cmd, sizeof cmd, "run --shape M=128,N=128,K=64 --param p300=3 %s", path);
+    CHECK_EQ_INT(0, cf_fake(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "ran ");
 }
 
 int main(int argc, char **argv)
@@ -43,6 +110,13 @@ int main(int argc, char **argv)
         snprintf(slash, sizeof bin - (size_t)(slash - bin), "/comfuse");
     else
         snprintf(bin, sizeof bin, "build/comfuse");
+    snprintf(fake, sizeof fake, "%s", bin);
+    slash = strrchr(fake, '/');
+    snprintf(slash ? slash : fake, sizeof fake - (size_t)(slash ? slash - fake : 0), "%s",
+             slash ? "/tests/fake" : "build/tests/fake");
+    char pdir[] = "/tmp/cf_test_probe_XXXXXX";
+    CHECK(mkdtemp(pdir) != NULL);
+    test_probe_sizes(pdir);
     CHECK_EQ_INT(0, cf("--help", buf, sizeof buf));
     CHECK_CONTAINS(buf, "explain SPEC");
     CHECK_CONTAINS(buf, "bench SPEC");
@@ -218,5 +292,7 @@ int main(int argc, char **argv)
         CHECK_EQ_INT(1, cf("run --shape M=8,N=8,K=8 examples/gemm.cf", buf, sizeof buf));
         CHECK_CONTAINS(buf, "libcuda.so.1");
     }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", pdir);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
     return tu_finish("test_cli");
 }
