@@ -286,7 +286,8 @@ typedef struct cf_resources {
                                  pairs in the output's type (bf16: rel. error ~2.8e-3) */
     bool cache_hit;
     double compile_ms;
-    char cache_path[1024];
+    char cache_path[1024];    /* the cache entry holding the cubin; "" when not stored */
+    char cache_note[512];     /* why it is not stored (or was rebuilt), or ""      */
 } cf_resources;
 
 CF_API cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err);

@@ -409,8 +409,10 @@ cf_status cf_rt_nvrtc_load(int *major, int *minor, const char **path, cf_error *
 
 /* Kernel cache (cache.c).  The cache dir: $CF_CACHE_DIR, else
  * $XDG_CACHE_HOME/comfuse, else $HOME/.cache/comfuse, created like mkdir -p.
- * Returns false (with a reason in note) when no usable dir exists. */
-bool cf_cache_dir(char *dir, size_t n, char *note, size_t note_n);
+ * Returns false (with a reason in note) when no usable dir exists; else
+ * *writable says whether entries may be stored there (not: why in note; a
+ * read-only dir, or CF_CACHE_READONLY=1, is still read). */
+bool cf_cache_dir(char *dir, size_t n, bool *writable, char *note, size_t note_n);
 /* The key over everything that determines the CUBIN (see cache.c). */
 void cf_cache_key(const char *src, const char *name, int nvrtc_major, int nvrtc_minor,
                   const char *const *opts, int n_opts, const char *const *hdr_names,
@@ -420,7 +422,8 @@ typedef enum cf_cache_lookup {
     CF_CACHE_FOUND,        /* out filled (cubin, ptx, log)                        */
     CF_CACHE_CORRUPT,      /* bad magic, length or checksum: removed; why in note */
 } cf_cache_lookup;
-/* Reads <dir>/<key>.cubin into out->cubin/ptx/log. */
+/* Reads <dir>/<key>.cubin into out->cubin/ptx/log.  Anything but a regular file
+ * there (a FIFO, a device, a dir) is a miss, opened without blocking, never removed. */
 cf_cache_lookup cf_cache_load(const char *dir, const char *key, cf_rt_cubin *out, char *note,
                               size_t note_n);
 /* Writes the entry atomically (mkstemp in dir, fsync, rename).  false with a

@@ -510,7 +510,10 @@ static int kernel_verb(const char *verb, const char *help, const cli_opts *o, co
                cli_layout_text(&r, lay, sizeof lay), r.threads);
         printf("  registers %d/thread, spills %d bytes, stack frame %d bytes, dynamic shared memory %d bytes\n",
                r.registers, r.spill_bytes, r.stack_bytes, r.smem_bytes);
-        printf("  cubin: %s\n", r.cache_path[0] ? r.cache_path : "(not cached)");
+        if (r.cache_path[0])
+            printf("  cubin: %s\n", r.cache_path);
+        else
+            printf("  cubin: (not cached: %s)\n", r.cache_note[0] ? r.cache_note : "no reason recorded");
         if (want_ptx)
             fputs(cf_kernel_ptx(k), stdout);
     }

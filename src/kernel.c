@@ -443,7 +443,8 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
     r->gelu_at_store = cf_cg_gelu_stores(k->ir);
     r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;
     r->compile_ms = k->cubin.compile_ms;
-    snprintf(r->cache_path, sizeof r->cache_path, "%s", k->cubin.cache_path);
+    snprintf(r->cache_path, sizeof r->cache_path, "%s", k->cubin.stored ? k->cubin.cache_path : "");
+    snprintf(r->cache_note, sizeof r->cache_note, "%s", k->cubin.cache_note);
     return CF_OK;
 }
 

@@ -415,7 +415,7 @@ cf_status cf_rt_compile_ex(const char *src, const char *name, const cf_rt_compil
     cf_cache_key(src, name, major, minor, opts, n_opts, hn, ht, nh, out->key);
 
     char dir[1024] = "";
-    bool use_dir = false, rebuilt = false;
+    bool use_dir = false, writable = false, rebuilt = false;
     if (o->no_cache) {
         snprintf(out->cache_note, sizeof out->cache_note, "caching off for this compile");
     } else {
@@ -423,11 +423,14 @@ cf_status cf_rt_compile_ex(const char *src, const char *name, const cf_rt_compil
             out->cache = CF_RT_CACHE_HIT_MEMORY;
             goto hit;
         }
-        use_dir = cf_cache_dir(dir, sizeof dir, out->cache_note, sizeof out->cache_note);
+        /* a read-only dir is still read (its note says why nothing is stored) */
+        use_dir = cf_cache_dir(dir, sizeof dir, &writable, out->cache_note, sizeof out->cache_note);
         if (use_dir) {
+            char note[512] = "";
             cf_cache_entry_path(dir, out->key, out->cache_path, sizeof out->cache_path);
-            cf_cache_lookup lk =
-                cf_cache_load(dir, out->key, out, out->cache_note, sizeof out->cache_note);
+            cf_cache_lookup lk = cf_cache_load(dir, out->key, out, note, sizeof note);
+            if (note[0] && writable)
+                snprintf(out->cache_note, sizeof out->cache_note, "%s", note);
             if (lk == CF_CACHE_FOUND) {
                 out->cache = CF_RT_CACHE_HIT_DISK;
                 out->stored = true;
@@ -449,7 +452,7 @@ cf_status cf_rt_compile_ex(const char *src, const char *name, const cf_rt_compil
         goto done;
     out->cache = use_dir ? (rebuilt ? CF_RT_CACHE_REBUILT : CF_RT_CACHE_MISS)
                          : CF_RT_CACHE_DISABLED;
-    if (use_dir) {
+    if (use_dir && writable) {
         char note[512] = "";
         out->stored = cf_cache_store(dir, out->key, out, note, sizeof note);
         if (!out->stored)

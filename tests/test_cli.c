@@ -52,6 +52,36 @@ static void write_spec(const char *dir, const char *name, const char *text, char
     }
 }
 
+/* Bad-input probe (issue 28): an unusable cache dir says why nothing was cached; a FIFO
+ * in an entry's place does not block compile. */
+static void test_probe_cache(const char *dir)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "env CF_CACHE_DIR=/proc %s compile examples/gemm.cf", bin);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "cubin: (not cached: ");
+    CHECK_CONTAINS(buf, "'/proc'");
+    snprintf(cmd, sizeof cmd, "env CF_CACHE_DIR=%s/unused.cf %s compile examples/gemm.cf", dir, bin);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "unused.cf' is not a directory)");
+    /* a FIFO for every entry compile might look up: its key is not known here */
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/fifo && env CF_CACHE_DIR=%s/fifo %s compile examples/gemm.cf", dir, dir,
+             bin);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
+    snprintf(cmd, sizeof cmd, "cd %s/fifo && for f in *.cubin; do rm $f && mkfifo $f; done && ls -l | grep -c '^p'",
+             dir);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
+    CHECK(atoi(buf) >= 1);
+    snprintf(cmd, sizeof cmd, "env CF_CACHE_DIR=%s/fifo timeout 60 %s compile examples/gemm.cf", dir, bin);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "NVRTC in");
+    CHECK_CONTAINS(buf, "/fifo/");
+    snprintf(cmd, sizeof cmd, "env CF_CACHE_DIR=%s/fifo CF_CACHE_READONLY=1 CF_ASSERT_CACHED=1 %s compile "
+             "examples/gemm.cf", dir, bin);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));   /* a read-only cache is read */
+    CHECK_CONTAINS(buf, "cache hit");
+}
+
 /* Bad-input probe (issue 28): sizes the spec and --shape set, tables it sizes. */
 static void test_probe_sizes(const char *dir)
 {
@@ -117,6 +147,7 @@ int main(int argc, char **argv)
     char pdir[] = "/tmp/cf_test_probe_XXXXXX";
     CHECK(mkdtemp(pdir) != NULL);
     test_probe_sizes(pdir);
+    test_probe_cache(pdir);
     CHECK_EQ_INT(0, cf("--help", buf, sizeof buf));
     CHECK_CONTAINS(buf, "explain SPEC");
     CHECK_CONTAINS(buf, "bench SPEC");
