@@ -82,7 +82,7 @@ static void *open_first(const char *env_path, const char *const *names, int n,
                 int w = snprintf(tried + used, tried_n - used, "%s%s", used ? ", " : "", cand);
                 used += w > 0 ? (size_t)w : 0;
             }
-            if (e && pass == 1 && i == 0 && used < tried_n) {
+            if (e && pass <= 1 && i == 0 && used < tried_n) {
                 int w = snprintf(tried + used, tried_n - used, " (%s)", e);
                 used += w > 0 ? (size_t)w : 0;
             }
@@ -131,13 +131,24 @@ cf_status cf_rt_nvrtc_load(int *major, int *minor, const char **path, cf_error *
         nvrtc_tried = true;
         static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
         char tried[700];
-        void *lib = open_first(getenv("CF_NVRTC_PATH"), names, CF_ARRAY_LEN(names),
-                               &nvrtc_path, tried, sizeof tried);
+        /* CF_NVRTC_PATH names the one library to use: never fall back past it */
+        const char *env = getenv("CF_NVRTC_PATH");
+        const bool forced = env && *env;
+        void *lib = open_first(env, names, forced ? 0 : CF_ARRAY_LEN(names), &nvrtc_path, tried,
+                               sizeof tried);
         const char *missing = NULL;
-        if (!lib) {
+        if (!lib && forced) {
+            nvrtc_status = CF_ERR_NVRTC;
+            snprintf(nvrtc_msg, sizeof nvrtc_msg, "CF_NVRTC_PATH names a library that cannot be loaded: %s",
+                     tried);
+        } else if (!lib) {
             nvrtc_status = CF_ERR_NVRTC;
             snprintf(nvrtc_msg, sizeof nvrtc_msg,
                      "NVRTC not found (set CF_NVRTC_PATH or CUDA_HOME); tried %s", tried);
+        } else if (!dlsym(lib, "nvrtcCreateProgram") || !dlsym(lib, "nvrtcVersion")) {
+            nvrtc_status = CF_ERR_NVRTC;
+            snprintf(nvrtc_msg, sizeof nvrtc_msg, "%s%s is not an NVRTC library (no nvrtcCreateProgram)",
+                     forced ? "CF_NVRTC_PATH=" : "", nvrtc_path);
         } else if ((missing = load_syms(lib, &nv, nvrtc_syms, CF_ARRAY_LEN(nvrtc_syms)))) {
             nvrtc_status = CF_ERR_NVRTC;
             snprintf(nvrtc_msg, sizeof nvrtc_msg, "%s lacks %s: too old an NVRTC", nvrtc_path,

@@ -82,6 +82,20 @@ static void test_probe_cache(const char *dir)
     CHECK_CONTAINS(buf, "cache hit");
 }
 
+/* Bad-input probe (issue 28): CF_NVRTC_PATH naming a missing file or another library is an
+ * error naming it (was: the system NVRTC, or "too old an NVRTC"). */
+static void test_probe_nvrtc(void)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "env CF_NVRTC_PATH=/nonexistent/libnvrtc.so %s compile examples/gemm.cf", bin);
+    CHECK_EQ_INT(1, run(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "CF_NVRTC_PATH names a library that cannot be loaded: /nonexistent/libnvrtc.so (");
+    CHECK_CONTAINS(buf, "No such file");
+    snprintf(cmd, sizeof cmd, "env CF_NVRTC_PATH=libm.so.6 %s compile examples/gemm.cf", bin);
+    CHECK_EQ_INT(1, run(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "CF_NVRTC_PATH=libm.so.6 is not an NVRTC library");
+}
+
 /* Bad-input probe (issue 28): sizes the spec and --shape set, tables it sizes. */
 static void test_probe_sizes(const char *dir)
 {
@@ -148,6 +162,7 @@ int main(int argc, char **argv)
     CHECK(mkdtemp(pdir) != NULL);
     test_probe_sizes(pdir);
     test_probe_cache(pdir);
+    test_probe_nvrtc();
     CHECK_EQ_INT(0, cf("--help", buf, sizeof buf));
     CHECK_CONTAINS(buf, "explain SPEC");
     CHECK_CONTAINS(buf, "bench SPEC");
