@@ -122,6 +122,8 @@ CF_API cf_dim cf_graph_dim(cf_graph *g, const char *name);
  * column vectors [M] and full epilogue tensors [M,N] are all inputs. */
 CF_API cf_value cf_graph_input(cf_graph *g, const char *name, cf_dtype t, int rank,
                                const cf_dim *dims);
+/* A constant, kept as the f32 value v rounds to (the kernels compute in f32; the float64
+ * reference takes the same value): 1e39 is inf, 7e-46 is 0. */
 CF_API cf_value cf_graph_const(cf_graph *g, double v);
 /* A named f32 scalar whose value is given at run time. */
 CF_API cf_value cf_graph_param(cf_graph *g, const char *name);

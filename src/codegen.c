@@ -12,6 +12,7 @@
  */
 #include "cf_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,14 +224,26 @@ static const char *ident(const cf_ir_node *n, char *buf, size_t len)
     return buf;
 }
 
+/* v as the f32 the kernel computes with: what f32 rounds it to (inf past FLT_MAX, 0 below
+ * half the least subnormal), never a literal out of f32's range, which NVRTC rejects;
+ * subnormals by their bits (a decimal one may be flushed or rejected). */
 static void float_literal(double v, char *buf, size_t len)
 {
-    if (isnan(v))
+    const float f = (float)v;
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if (isnan(f))
         snprintf(buf, len, "__int_as_float(0x7fffffff)");
-    else if (isinf(v))
-        snprintf(buf, len, "__int_as_float(%s)", v > 0 ? "0x7f800000" : "(int)0xff800000");
+    else if (isinf(f))
+        snprintf(buf, len, "__int_as_float(%s)", f > 0 ? "0x7f800000" : "(int)0xff800000");
+    else if (f != 0 && fabsf(f) < FLT_MIN)
+        snprintf(buf, len, "__int_as_float((int)0x%08xu)", (unsigned)bits);
     else {
-        snprintf(buf, len, "%.9g", v);
+        for (int digits = 6; digits <= 9; digits++) {   /* the shortest text that reads back as f */
+            snprintf(buf, len, "%.*g", digits, (double)f);
+            if (strtof(buf, NULL) == f)
+                break;
+        }
         if (!strpbrk(buf, ".eE"))
             strncat(buf, ".0", len - strlen(buf) - 1);
         strncat(buf, "f", len - strlen(buf) - 1);

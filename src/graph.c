@@ -335,7 +335,9 @@ cf_value cf_graph_const(cf_graph *g, double c)
 {
     if (g->err.status != CF_OK)
         return -1;
-    cf_node n = {.op = CF_OP_CONST, .dtype = CF_F32, .src = {-1, -1}, .cval = c};
+    /* the kernels compute in f32: every stage (reference, interpreter, codegen) takes the
+     * constant as f32 rounds it (1e39 is inf, 7e-46 is 0), so the reference agrees */
+    cf_node n = {.op = CF_OP_CONST, .dtype = CF_F32, .src = {-1, -1}, .cval = (double)(float)c};
     return add_node(g, &n);
 }
 

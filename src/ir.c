@@ -1,6 +1,7 @@
 /* ir.c — the Fusion Spec IR: names, the verifier and the printer. */
 #include "cf_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,9 +172,15 @@ static void format_node(const cf_ir *ir, const cf_ir_node *n, cf_strbuf *sb)
         cf_sb_printf(sb, "accumulator of GEMM %d", n->gemm);
         break;
     case CF_IR_BCAST:
-        if (n->src == CF_BC_CONST)
-            cf_sb_printf(sb, "%s %.9g", bcast_names[n->src], n->cval);
-        else
+        if (n->src == CF_BC_CONST) {
+            /* constants are f32 values (cf_graph_const): the shortest text that reads back */
+            for (int digits = 6; digits <= 9; digits++) {
+                snprintf(a0, sizeof a0, "%.*g", digits, n->cval);
+                if (strtof(a0, NULL) == (float)n->cval)
+                    break;
+            }
+            cf_sb_printf(sb, "%s %s", bcast_names[n->src], a0);
+        } else
             cf_sb_printf(sb, "%s a%d (%s)", bcast_names[n->src], n->arg, ir->args[n->arg].name);
         break;
     case CF_IR_COMPUTE:

@@ -1121,6 +1121,47 @@ static void test_scale_into_exp(void)
     cf_graph_free(lnsm);
 }
 
+/* Bad-input probe (issue 28): constants outside f32's range were printed as literals NVRTC
+ * rejects ("floating constant is out of range"); now as what f32 rounds them to, and the
+ * graph (so the float64 reference) holds that same value. */
+static void test_f32_constants(void)
+{
+    static const struct {
+        const char *c, *lit;
+        double held;
+    } cases[] = {
+        {"1e39", "__int_as_float(0x7f800000)", INFINITY},
+        {"-1e39", "__int_as_float((int)0xff800000)", -INFINITY},
+        {"7e-46", "= 0.0f;", 0.0},
+        {"1e-40", "__int_as_float((int)0x000116c2u)", 1.00000002e-40},   /* f32 subnormal: by its bits */
+        {"0.1", "= 0.1f;", 0.100000001490116119},   /* the shortest text of the f32 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[256];
+        snprintf(spec, sizeof spec, "input X: bf16[M, K]\ninput W: bf16[K, N]\noutput Y: f32 = (X @ W) * %s\n",
+                 cases[i].c);
+        cf_graph *g = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, cf_spec_parse(spec, strlen(spec), "const.cf", &g, &err));
+        bool held = false;
+        for (int n = 0; g && n < g->n_nodes; n++)
+            if (g->nodes[n].op == CF_OP_CONST)
+                held = g->nodes[n].cval == (double)(float)cases[i].held;
+        CHECK(held);
+        cf_kernel *k = NULL;
+        CHECK_EQ_INT(CF_OK, g ? cf_kernel_build(g, NULL, "const", &k, &err) : CF_ERR_INTERNAL);
+        if (k) {
+            CHECK_CONTAINS(cf_kernel_source(k), cases[i].lit);
+            cf_status st = cf_kernel_compile(k, &err);
+            CHECK_EQ_INT(CF_OK, st);
+            if (st != CF_OK)
+                fprintf(stderr, "%s: %s\n", cases[i].c, err.msg);
+        }
+        cf_kernel_free(k);
+        cf_graph_free(g);
+    }
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -1139,5 +1180,6 @@ int main(void)
     test_pair_tiles();
     test_gather_early();
     test_gelu_at_store();
+    test_f32_constants();
     return tu_finish("test_codegen");
 }
