@@ -261,6 +261,15 @@ const char *cf_ir_node_label(const cf_ir_node *n, char *buf, size_t len);
 /* Structural checks (edges stay inside their stage, one terminal, shapes
  * consistent); returns CF_ERR_INTERNAL with a message on a malformed IR. */
 cf_status cf_ir_verify(const cf_ir *ir, cf_error *err);
+/* The bytes of the fused kernel's parameter block (cf_gemm_args: TMA descriptors, output
+ * pointers and pitches, then cf_epi_params), as kernel.c lays it out for a launch. */
+size_t cf_ir_param_bytes(const cf_ir *ir, int *tile_outputs);
+/* What a launch passes (kernel.c): the classic limit, which every driver takes. */
+#define CF_KERNEL_PARAM_BYTES 4096
+/* Φ's limits on one fused kernel (cf_lower rejects more, CF_ERR_UNSUPPORTED): code
+ * generation is quadratic in a stage's nodes (2.6 s at 8000), NVRTC in the reductions. */
+#define CF_IR_MAX_NODES 4096
+#define CF_IR_MAX_REDUCTIONS 32
 /* Deterministic text form (used by cf_ir_print and tests). */
 void cf_ir_format(const cf_ir *ir, cf_strbuf *sb);
 

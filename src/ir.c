@@ -311,3 +311,18 @@ void cf_ir_print(const cf_ir *ir, FILE *f)
         fputs(sb.data, f);
     cf_sb_free(&sb);
 }
+
+size_t cf_ir_param_bytes(const cf_ir *ir, int *tile_outputs)
+{
+    int n = 0;
+    for (int i = 0; i < ir->n_args; i++)
+        n += ir->args[i].kind == CF_ARG_OUTPUT && cf_graph_output_info(ir->graph, ir->args[i].index).rank == 2;
+    *tile_outputs = n;
+    const size_t slots = (size_t)(n ? n : 1);   /* CF_NUM_OUT is at least 1 */
+    size_t epi, align;
+    cf_cg_epi_layout(ir, NULL, &epi, &align);
+    /* two operand TMA descriptors, one per output, xchg + xsync, output pointers, M N K, pitches */
+    size_t head = 256 + 128 * slots + 16 + 8 * slots + 12 + 4 * slots;
+    head = (head + align - 1) / align * align;
+    return (head + epi + 63) / 64 * 64;
+}

@@ -662,7 +662,7 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     int n_out = k->info[INFO_NUM_OUT];
     size_t epi_size, epi_align;
     args_layout l = layout_of(ir, n_out, &epi_size, &epi_align);
-    _Alignas(64) unsigned char block[4096];
+    _Alignas(64) unsigned char block[CF_KERNEL_PARAM_BYTES];   /* Φ rejects larger (cf_ir_param_bytes) */
     if (l.size > sizeof block)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "kernel parameter block of %zu bytes is too large",
                          l.size);

@@ -27,7 +27,7 @@ static char fake[512]; /* <build>/tests/fake: a stand-in libcuda.so.1 (fake_cuda
 /* run() with "comfuse" replaced by the binary of this build. */
 static int cf(const char *args, char *out, size_t cap)
 {
-    char cmd[1024];
+    char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s %s", bin, args);
     return run(cmd, out, cap);
 }
@@ -140,6 +140,16 @@ static void test_probe_sizes(const char *dir)
     snprintf(cmd, sizeof cmd, "run --shape M=128,N=128,K=64 --param p300=3 %s", path);
     CHECK_EQ_INT(0, cf_fake(cmd, buf, sizeof buf));
     CHECK_CONTAINS(buf, "ran ");
+    /* 240 [M, N] outputs: NVRTC's "Formal parameter space overflowed" (exit 1) before; now Φ */
+    snprintf(spec, sizeof spec, "input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\n");
+    for (int i = 1; i <= 240; i++)
+        snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "output Y%d: bf16 = x * %d\n", i, i);
+    write_spec(dir, "o240.cf", spec, path, sizeof path);
+    snprintf(cmd, sizeof cmd, "compile %s", path);
+    CHECK_EQ_INT(3, cf(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "cannot fuse: the kernel's parameters take 33920 bytes");
+    snprintf(cmd, sizeof cmd, "run --unfused --shape M=128,N=128,K=64 %s", path);
+    CHECK_EQ_INT(3, cf(cmd, buf, sizeof buf));
 }
 
 int main(int argc, char **argv)
