@@ -22,7 +22,7 @@ static const char usage[] =
     "                        and the unfused path (cuBLAS GEMM, then a row kernel)\n"
     "\n"
     "`comfuse <command> --help` describes each command.  Exit status: 0 on\n"
-    "success, 1 on an error, 2 on bad usage, 3 when the spec is outside what\n"
+    "success, 1 on an error, 2 on bad usage (kernel options included), 3 when the spec is outside what\n"
     "comfuse can fuse (fall back to unfused execution), 4 when a check fails.\n";
 
 static const char explain_usage[] =
@@ -124,7 +124,12 @@ static const char bench_usage[] =
     "available), is for scripts.  CF_BENCH_SAMPLES=1 also prints every launch's\n"
     "time (SAMPLE<TAB>implementation<TAB>turn<TAB>ms; 0 is cuBLAS).\n\n";
 
-static int exit_code(cf_status st) { return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : 1; }
+/* CF_ERR_INVALID_ARG: options the library refuses (a tile too large for the registers, a
+ * cluster a reduce mode cannot take) are bad usage too */
+static int exit_code(cf_status st)
+{
+    return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : st == CF_ERR_INVALID_ARG ? 2 : 1;
+}
 
 static bool wants_help(int argc, char **argv)
 {
@@ -159,34 +164,49 @@ static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
     return true;
 }
 
-/* "M=8192,N=4096,K=4096": every dim of the spec must get a size. */
+/* One DIM=SIZE of --shape into o->dims. */
+static bool shape_token(const cf_graph *g, char *tok, cli_opts *o)
+{
+    char *eq = strchr(tok, '=');
+    int64_t v;
+    if (!eq) {
+        fprintf(stderr, "comfuse: --shape: expected DIM=SIZE, got '%s'\n", tok);
+        return false;
+    }
+    *eq = 0;
+    int d = -1;
+    for (int i = 0; i < cf_graph_num_dims(g); i++)
+        if (strcmp(cf_graph_dim_name(g, i), tok) == 0)
+            d = i;
+    if (d < 0) {
+        fprintf(stderr, "comfuse: --shape: the spec has no dim '%s'\n", tok);
+        return false;
+    }
+    if (o->dims[d] > 0) {
+        fprintf(stderr, "comfuse: --shape: dim %s is given twice\n", tok);
+        return false;
+    }
+    if (!parse_int(eq + 1, 1, (int64_t)1 << 31, &v)) {
+        fprintf(stderr, "comfuse: --shape: size of %s must be an integer in [1, 2^31], got '%s'\n", tok, eq + 1);
+        return false;
+    }
+    o->dims[d] = v;
+    return true;
+}
+
+/* "M=8192,N=4096,K=4096": every dim of the spec must get a size, once. */
 static bool parse_shape(const cf_graph *g, const char *text, cli_opts *o)
 {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", text);
-    snprintf(o->shape_text, sizeof o->shape_text, "%s", text);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        char *eq = strchr(tok, '=');
-        int64_t v;
-        if (!eq) {
-            fprintf(stderr, "comfuse: --shape: expected DIM=SIZE, got '%s'\n", tok);
-            return false;
-        }
-        *eq = 0;
-        int d = -1;
-        for (int i = 0; i < cf_graph_num_dims(g); i++)
-            if (strcmp(cf_graph_dim_name(g, i), tok) == 0)
-                d = i;
-        if (d < 0) {
-            fprintf(stderr, "comfuse: --shape: the spec has no dim '%s'\n", tok);
-            return false;
-        }
-        if (!parse_int(eq + 1, 1, (int64_t)1 << 31, &v)) {
-            fprintf(stderr, "comfuse: --shape: size of %s must be an integer in [1, 2^31], got '%s'\n", tok, eq + 1);
-            return false;
-        }
-        o->dims[d] = v;
-    }
+    char *buf = strdup(text);   /* as long as it is: no token is cut */
+    bool ok = buf != NULL;
+    if (!ok)
+        fprintf(stderr, "comfuse: out of memory\n");
+    o->shape_text = text;
+    for (char *tok = ok ? strtok(buf, ",") : NULL; tok && ok; tok = strtok(NULL, ","))
+        ok = shape_token(g, tok, o);
+    free(buf);
+    if (!ok)
+        return false;
     for (int i = 0; i < cf_graph_num_dims(g); i++)
         if (o->dims[i] <= 0) {
             fprintf(stderr, "comfuse: --shape: no size given for dim %s\n", cf_graph_dim_name(g, i));
@@ -237,6 +257,42 @@ static int set_params(const cf_graph *g, cli_opts *o)
     return 0;
 }
 
+/* The kernel options that take a number, each with the values it may take (cf_kernel_build
+ * checks the same sets, and the combinations); a value outside is bad usage (exit 2). */
+static const struct {
+    const char *flag, *allowed;
+    int lo, hi;
+    bool pow2;
+} tile_opts[] = {
+    {"--block-m", "64 or 128", 64, 128, true},
+    {"--block-n", "64, 128, 192 or 256", 64, 256, false},
+    {"--stages", "an integer in 2..12", 2, 12, false},
+    {"--cluster", "1, 2, 4, 8, 16 (32 or 64 with --reduce-mode global)", 1, 64, true},
+};
+
+static int tile_option(const char *flag)
+{
+    for (int i = 0; i < CF_ARRAY_LEN(tile_opts); i++)
+        if (strcmp(flag, tile_opts[i].flag) == 0)
+            return i + 1;
+    return 0;
+}
+
+static bool set_tile_option(cli_opts *o, const char *flag, const char *v)
+{
+    const int i = tile_option(flag) - 1;
+    int64_t x = 0;
+    bool ok = parse_int(v, tile_opts[i].lo, tile_opts[i].hi, &x) &&
+              (tile_opts[i].pow2 ? (x & (x - 1)) == 0 : i != 1 || x % 64 == 0);
+    if (!ok) {
+        fprintf(stderr, "comfuse: %s %s: must be %s\n", flag, v, tile_opts[i].allowed);
+        return false;
+    }
+    int *field[] = {&o->kopt.block_m, &o->kopt.block_n, &o->kopt.stages, &o->kopt.cluster_n};
+    *field[i] = (int)x;
+    return true;
+}
+
 /* "on" 1, "off" -1 (cf_options' forced settings), anything else 0 */
 static int on_off(const char *v) { return strcmp(v, "on") == 0 ? 1 : strcmp(v, "off") == 0 ? -1 : 0; }
 
@@ -245,6 +301,7 @@ static int on_off(const char *v) { return strcmp(v, "on") == 0 ? 1 : strcmp(v, "
 static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_graph **g, bool *want_ptx)
 {
     memset(o, 0, sizeof *o);
+    o->shape_text = "";
     o->seed = 1;
     o->iters = 100;
     const char *shape = NULL;
@@ -295,14 +352,9 @@ static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_g
             o->iters = (int)x;
         } else if (strcmp(a, "--rows") == 0 && parse_int(v, 0, INT64_MAX, &x)) {
             o->check_rows = x;
-        } else if (strcmp(a, "--block-m") == 0 && parse_int(v, 1, 1024, &x)) {
-            o->kopt.block_m = (int)x;
-        } else if (strcmp(a, "--block-n") == 0 && parse_int(v, 1, 1024, &x)) {
-            o->kopt.block_n = (int)x;
-        } else if (strcmp(a, "--stages") == 0 && parse_int(v, 1, 64, &x)) {
-            o->kopt.stages = (int)x;
-        } else if (strcmp(a, "--cluster") == 0 && parse_int(v, 1, 64, &x)) {
-            o->kopt.cluster_n = (int)x;
+        } else if (tile_option(a)) {
+            if (!set_tile_option(o, a, v))
+                return 2;
         } else if (strcmp(a, "--schedule") == 0 && (strcmp(v, "pingpong") == 0 || strcmp(v, "cooperative") == 0 ||
                                                     strcmp(v, "finisher") == 0)) {
             o->kopt.schedule = strcmp(v, "pingpong") == 0      ? CF_SCHEDULE_PINGPONG

@@ -6,7 +6,7 @@
 
 typedef struct cli_opts {
     const char *spec;            /* path of the .cf file                          */
-    char shape_text[256];        /* as given, for reports                         */
+    const char *shape_text;      /* as given (argv), for reports; "" without      */
     bool have_shape;
     int64_t dims[CF_MAX_DIMS];   /* by cf_dim                                     */
     double *params;              /* runtime scalars by param index (as many as the */

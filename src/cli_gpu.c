@@ -414,7 +414,11 @@ static cf_status lower_for_cli(const cf_graph *g, const char *verb, cf_ir **ir)
     return st;
 }
 
-static int exit_code_of(cf_status st) { return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : 1; }
+/* as cli.c's: kernel options the library refuses are bad usage (2) */
+static int exit_code_of(cf_status st)
+{
+    return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : st == CF_ERR_INVALID_ARG ? 2 : 1;
+}
 
 int cli_run(const cf_graph *g, const cli_opts *o)
 {

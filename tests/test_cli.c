@@ -96,6 +96,39 @@ static void test_probe_nvrtc(void)
     CHECK_CONTAINS(buf, "CF_NVRTC_PATH=libm.so.6 is not an NVRTC library");
 }
 
+/* Bad-input probe (issue 28): --shape was cut at 255 characters without a word (a dim after
+ * the cut was "not given", or a size lost digits); kernel options out of range gave exit 1 or
+ * 2 depending on the value: now always 2, naming what the option takes. */
+static void test_probe_usage(void)
+{
+    char shape[400], cmd[1024];
+    snprintf(shape, sizeof shape, "N=%0250d,K=64,M=4096", 128);   /* M starts past character 255 */
+    snprintf(cmd, sizeof cmd, "explain --shape %s examples/gemm.cf", shape);
+    CHECK_EQ_INT(0, cf(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, ",K=64,M=4096): tile");
+    CHECK_EQ_INT(2, cf("explain --shape M=64,N=64,K=64,M=128 examples/gemm.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "--shape: dim M is given twice");
+    static const struct {
+        const char *args, *want;
+    } bad[] = {
+        {"--stages 13", "--stages 13: must be an integer in 2..12"},
+        {"--stages 100", "--stages 100: must be an integer in 2..12"},
+        {"--stages 0", "--stages 0: must be an integer in 2..12"},   /* 0 was "auto" */
+        {"--block-n 100", "--block-n 100: must be 64, 128, 192 or 256"},
+        {"--block-n 2048", "--block-n 2048: must be 64, 128, 192 or 256"},
+        {"--block-m 96", "--block-m 96: must be 64 or 128"},
+        {"--cluster 3", "--cluster 3: must be 1, 2, 4, 8, 16 (32 or 64 with --reduce-mode global)"},
+        {"--cluster 128", "--cluster 128: must be 1, 2, 4, 8, 16"},
+        {"--block-n 256", "block_m x block_n = 128 x 256: more than 128 accumulator registers"},   /* the library's */
+        {"--cluster 32 --reduce-mode peer", "cluster_n 32: must be 1, 2, 4, 8 or 16"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "emit %s examples/gemm_rmsnorm.cf", bad[i].args);
+        CHECK_EQ_INT(2, cf(cmd, buf, sizeof buf));
+        CHECK_CONTAINS(buf, bad[i].want);
+    }
+}
+
 /* Bad-input probe (issue 28): sizes the spec and --shape set, tables it sizes. */
 static void test_probe_sizes(const char *dir)
 {
@@ -173,6 +206,7 @@ int main(int argc, char **argv)
     test_probe_sizes(pdir);
     test_probe_cache(pdir);
     test_probe_nvrtc();
+    test_probe_usage();
     CHECK_EQ_INT(0, cf("--help", buf, sizeof buf));
     CHECK_CONTAINS(buf, "explain SPEC");
     CHECK_CONTAINS(buf, "bench SPEC");
