@@ -22,7 +22,15 @@ typedef struct cli_opts {
     int iters;
 } cli_opts;
 
+/* The options of argv (after the verb) into o, the spec parsed into *g; help is the verb's
+ * usage, printed for --help (with cli_kernel_opts_usage).  Returns 0, -1 after --help, else
+ * the exit code (the error printed).  Runs nothing; free with cli_opts_free and
+ * cf_graph_free whatever it returns. */
+int cli_parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_graph **g, bool *want_ptx);
 void cli_opts_free(cli_opts *o);
+/* 0 on CF_OK, 3 for CF_ERR_UNSUPPORTED, 2 for CF_ERR_INVALID_ARG, else 1. */
+int cli_exit_code(cf_status st);
+extern const char cli_kernel_opts_usage[];
 
 /* `run` and `bench`: they build what they time themselves, so a graph the
  * fused kernel cannot take yet still runs on the unfused path. */
