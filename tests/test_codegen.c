@@ -1162,6 +1162,48 @@ static void test_f32_constants(void)
     }
 }
 
+/* Bad-input probe (issue 28): a fixed table the spec fills.  Ψ keeps each value that outlives
+ * its loop in one of 32 arrays; a 33rd live value shared the last array with another (a
+ * silent wrong result: T31 written nine times over at 40).  Now every array holds one value,
+ * and more than fit is declined for the unfused path. */
+static void test_live_arrays(void)
+{
+    for (int n = 32; n <= 33; n++) {
+        static char spec[8192];
+        int len = snprintf(spec, sizeof spec, "input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\n");
+        for (int i = 0; i < n; i++)
+            len += snprintf(spec + len, sizeof spec - (size_t)len, "input b%d: f32[N]\ny%d = exp(x * b%d)\n", i, i, i);
+        len += snprintf(spec + len, sizeof spec - (size_t)len, "s = sum(y0");
+        for (int i = 1; i < n; i++)
+            len += snprintf(spec + len, sizeof spec - (size_t)len, " + y%d", i);
+        len += snprintf(spec + len, sizeof spec - (size_t)len, ")\noutput Y: f32 = y0 * y0 / s");
+        for (int i = 1; i < n; i++)
+            len += snprintf(spec + len, sizeof spec - (size_t)len, " + y%d * y%d / s", i, i);
+        snprintf(spec + len, sizeof spec - (size_t)len, "\n");
+        cf_graph *g = NULL;
+        cf_kernel *k = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, cf_spec_parse(spec, strlen(spec), "live.cf", &g, &err));
+        cf_status st = g ? cf_kernel_build(g, NULL, "live", &k, &err) : CF_ERR_INTERNAL;
+        if (n == 32) {   /* 31 carried values and the accumulator: T1..T31, each written once */
+            CHECK_EQ_INT(CF_OK, st);
+            const char *src = k ? cf_kernel_source(k) : "";
+            CHECK_CONTAINS(src, "float T31[CF_ACC_REGS];");
+            CHECK(!strstr(src, "float T32["));
+            for (int t = 1; t <= 31; t++) {
+                char w[32];
+                snprintf(w, sizeof w, "T%d[r] = y", t);
+                CHECK_EQ_INT(1, count_of(src, w));
+            }
+        } else {
+            CHECK_EQ_INT(CF_ERR_UNSUPPORTED, st);
+            CHECK_CONTAINS(err.msg, "more than 32 tile or row values live at once");
+        }
+        cf_kernel_free(k);
+        cf_graph_free(g);
+    }
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -1181,5 +1223,6 @@ int main(void)
     test_gather_early();
     test_gelu_at_store();
     test_f32_constants();
+    test_live_arrays();
     return tu_finish("test_codegen");
 }
