@@ -267,9 +267,11 @@ size_t cf_ir_param_bytes(const cf_ir *ir, int *tile_outputs);
 /* What a launch passes (kernel.c): the classic limit, which every driver takes. */
 #define CF_KERNEL_PARAM_BYTES 4096
 /* Φ's limits on one fused kernel (cf_lower rejects more, CF_ERR_UNSUPPORTED): code
- * generation is quadratic in a stage's nodes (2.6 s at 8000), NVRTC in the reductions. */
+ * generation is quadratic in a stage's nodes (2.6 s at 8000), NVRTC superlinear in the
+ * reductions and the epilogue's inputs. */
 #define CF_IR_MAX_NODES 4096
 #define CF_IR_MAX_REDUCTIONS 32
+#define CF_IR_MAX_INPUTS 64   /* epilogue inputs; NVRTC: 18 s at 64, 187 s at 128 */
 /* Deterministic text form (used by cf_ir_print and tests). */
 void cf_ir_format(const cf_ir *ir, cf_strbuf *sb);
 

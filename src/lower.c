@@ -682,10 +682,11 @@ static cf_status emit_segment(lower_ctx *c, int s)
 
 /* What one fused kernel can take: its parameters must fit the block a launch passes, and
  * code generation (quadratic in the nodes of a stage) and NVRTC (in the reductions: 15 s
- * at 32) must finish in seconds, not hours. */
+ * at 32; in the epilogue's inputs: 18 s at 64, 187 s at 128) must finish in seconds, not
+ * hours. */
 static cf_status check_limits(const cf_ir *ir, cf_error *err)
 {
-    int tile_outputs = 0, reductions = 0;
+    int tile_outputs = 0, reductions = 0, inputs = 0;
     const size_t bytes = cf_ir_param_bytes(ir, &tile_outputs);
     if (bytes > CF_KERNEL_PARAM_BYTES)
         return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
@@ -693,6 +694,9 @@ static cf_status check_limits(const cf_ir *ir, cf_error *err)
                          "each, %d epilogue arguments), over the %d bytes a launch passes; use fewer inputs, "
                          "outputs or params",
                          bytes, tile_outputs, ir->n_args - 2, CF_KERNEL_PARAM_BYTES);
+    for (int i = 0; i < ir->n_args; i++)
+        inputs += ir->args[i].kind == CF_ARG_VEC_N || ir->args[i].kind == CF_ARG_VEC_M ||
+                  ir->args[i].kind == CF_ARG_TENSOR;
     for (int g = 0; g < ir->n_gemms; g++)
         for (const cf_ir_spec *sp = ir->epi[g]; sp; sp = sp->post)
             reductions += sp->terminal && sp->terminal->kind == CF_IR_REDUCE;
@@ -704,6 +708,11 @@ static cf_status check_limits(const cf_ir *ir, cf_error *err)
         return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
                          "cannot fuse: the epilogue has %d row reductions, over the limit of %d for one kernel",
                          reductions, CF_IR_MAX_REDUCTIONS);
+    if (inputs > CF_IR_MAX_INPUTS)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "cannot fuse: the epilogue reads %d inputs besides the GEMM's operands, over the limit "
+                         "of %d for one kernel",
+                         inputs, CF_IR_MAX_INPUTS);
     return CF_OK;
 }
 

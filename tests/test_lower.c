@@ -301,7 +301,8 @@ static void test_goldens(void)
     }
 }
 
-/* A spec built by spec_text(kind, n): "out" n [M, N] outputs, "in" n [N] inputs summed,
+/* A spec built by spec_text(kind, n): "out" n [M, N] outputs, "in" n [N] inputs summed, "par"
+ * n params multiplied,
  * "red" n chained reductions, "ew" n elementwise nodes. */
 static char *spec_text(const char *kind, int n)
 {
@@ -313,6 +314,8 @@ static char *spec_text(const char *kind, int n)
             p += sprintf(p, "output Y%d: bf16 = x0 * %d\n", i, i + 1);
         else if (!strcmp(kind, "in"))
             p += sprintf(p, "input b%d: f32[N]\nx%d = x%d + b%d\n", i, i + 1, i, i);
+        else if (!strcmp(kind, "par"))
+            p += sprintf(p, "param p%d: f32\nx%d = x%d * p%d\n", i, i + 1, i, i);
         else if (!strcmp(kind, "red"))
             p += sprintf(p, "x%d = x%d - mean(x%d)\n", i + 1, i, i);
         else
@@ -336,8 +339,11 @@ static void test_limits(void)
         {"out", 27, NULL},   /* 284 + 27 * 140 = 4064 bytes (the scales are constants, not args) */
         {"out", 28, "the kernel's parameters take 4224 bytes (28 [M, N] outputs at 140 bytes each"},
         {"out", 240, "the kernel's parameters take 33920 bytes (240 [M, N] outputs"},
-        {"in", 459, NULL},   /* 424 + 459 * 8 = 4096 */
-        {"in", 460, "over the 4096 bytes a launch passes"},
+        {"par", 918, NULL},   /* 424 + 918 * 4 = 4096 */
+        {"par", 919, "the kernel's parameters take 4160 bytes"},
+        {"in", 64, NULL},
+        {"in", 65, "the epilogue reads 65 inputs besides the GEMM's operands, over the limit of 64"},
+        {"in", 460, "over the 4096 bytes a launch passes"},   /* 424 + 460 * 8 */
         {"in", 10000, "over the 4096 bytes a launch passes"},
         {"red", 32, NULL},
         {"red", 33, "the epilogue has 33 row reductions, over the limit of 32"},
