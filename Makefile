@@ -59,7 +59,12 @@ $(BUILD)/tests/%: tests/%.c tests/test_util.h tests/gen.h $(GEN_OBJ) $(BUILD)/li
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(GEN_OBJ) -o $@ $(BUILD)/libcomfuse.a $(LDLIBS)
 
-test: all $(TESTS)
+# A stand-in libcuda.so.1 (no sanitizers): test_cli runs the host side of `run` on it.
+$(BUILD)/tests/fake/libcuda.so.1: tests/fake_cuda.c
+	@mkdir -p $(dir $@)
+	$(CC) -O1 -g -shared -fPIC -fvisibility=hidden -Wall -Wextra -Werror -isystem $(CUDA_HOME)/include $< -o $@
+
+test: all $(TESTS) $(BUILD)/tests/fake/libcuda.so.1
 	@./tests/run.sh $(BUILD)
 	@$(if $(filter 1,$(PYTHON_TESTS)),$(MAKE) --no-print-directory test-python)
 
@@ -75,18 +80,26 @@ test-asan:
 	    CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
 	    LDFLAGS="-fsanitize=address,undefined"
 
-# libFuzzer over the parser and Φ; FUZZ_SECONDS bounds the run.
+# libFuzzer: fuzz_spec over the parser, Φ, the IR printer and code generation (no NVRTC);
+# fuzz_cli over the CLI's option parser.  FUZZ_SECONDS bounds the whole run, split between them.
 FUZZ_SECONDS ?= 60
-fuzz: $(BUILD)/fuzz_spec
-	mkdir -p $(BUILD)/fuzz-corpus && cp examples/*.cf $(BUILD)/fuzz-corpus/
-	$(BUILD)/fuzz_spec -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -rss_limit_mb=2048 \
+FUZZ_CC := clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O1 -g -Iinclude -Isrc \
+    -isystem $(CUDA_HOME)/include -fsanitize=fuzzer,address,undefined
+fuzz: $(BUILD)/fuzz_spec $(BUILD)/fuzz_cli
+	mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-corpus-cli && cp examples/*.cf $(BUILD)/fuzz-corpus/
+	$(BUILD)/fuzz_spec -max_total_time=$$(( ($(FUZZ_SECONDS) + 1) / 2 )) -max_len=4096 -rss_limit_mb=2048 \
 	    $(BUILD)/fuzz-corpus fuzz/corpus
+	$(BUILD)/fuzz_cli -max_total_time=$$(( $(FUZZ_SECONDS) / 2 )) -max_len=1024 -rss_limit_mb=2048 \
+	    -close_fd_mask=3 $(BUILD)/fuzz-corpus-cli fuzz/corpus_cli
 
 $(BUILD)/fuzz_spec: fuzz/fuzz_spec.c $(LIB_SRC) src/cf_internal.h include/comfuse.h $(BUILD)/gen/device_headers.c
 	@mkdir -p $(dir $@)
-	clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O1 -g -Iinclude -Isrc \
-	    -isystem $(CUDA_HOME)/include -fsanitize=fuzzer,address,undefined $< $(LIB_SRC) \
-	    $(BUILD)/gen/device_headers.c -o $@ -lm -ldl -lpthread
+	$(FUZZ_CC) $< $(LIB_SRC) $(BUILD)/gen/device_headers.c -o $@ -lm -ldl -lpthread
+
+$(BUILD)/fuzz_cli: fuzz/fuzz_cli.c src/cli_opts.c src/cli.h $(LIB_SRC) src/cf_internal.h include/comfuse.h \
+                   $(BUILD)/gen/device_headers.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $< src/cli_opts.c $(LIB_SRC) $(BUILD)/gen/device_headers.c -o $@ -lm -ldl -lpthread
 
 clean:
 	rm -rf build build-asan

@@ -122,6 +122,8 @@ CF_API cf_dim cf_graph_dim(cf_graph *g, const char *name);
  * column vectors [M] and full epilogue tensors [M,N] are all inputs. */
 CF_API cf_value cf_graph_input(cf_graph *g, const char *name, cf_dtype t, int rank,
                                const cf_dim *dims);
+/* A constant, kept as the f32 value v rounds to (the kernels compute in f32; the float64
+ * reference takes the same value): 1e39 is inf, 7e-46 is 0. */
 CF_API cf_value cf_graph_const(cf_graph *g, double v);
 /* A named f32 scalar whose value is given at run time. */
 CF_API cf_value cf_graph_param(cf_graph *g, const char *name);
@@ -293,7 +295,8 @@ typedef struct cf_resources {
                                  pairs in the output's type (bf16: rel. error ~2.8e-3) */
     bool cache_hit;
     double compile_ms;
-    char cache_path[1024];
+    char cache_path[1024];    /* the cache entry holding the cubin; "" when not stored */
+    char cache_note[512];     /* why it is not stored (or was rebuilt), or ""      */
 } cf_resources;
 
 CF_API cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err);

@@ -155,7 +155,9 @@ void cf_cache_key(const char *src, const char *name, int nvrtc_major, int nvrtc_
 
 /* ---- the directory --------------------------------------------------------- */
 
-static bool mkdir_p(const char *path, char *note, size_t note_n)
+/* Creates path like mkdir -p; true when it is a directory.  *writable: entries may be
+ * written there too (else the reason in note; a read-only cache is still read). */
+static bool mkdir_p(const char *path, bool *writable, char *note, size_t note_n)
 {
     char buf[1024];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
@@ -180,15 +182,23 @@ static bool mkdir_p(const char *path, char *note, size_t note_n)
         snprintf(note, note_n, "cache dir '%s' is not a directory", path);
         return false;
     }
-    if (access(path, W_OK | X_OK) != 0) {
-        snprintf(note, note_n, "cache dir '%s' is not writable: %s", path, strerror(errno));
+    if (access(path, R_OK | X_OK) != 0) {
+        snprintf(note, note_n, "cache dir '%s' is not readable: %s", path, strerror(errno));
         return false;
     }
+    const char *ro = getenv("CF_CACHE_READONLY");
+    if (ro && *ro && strcmp(ro, "0") != 0)
+        snprintf(note, note_n, "cache dir '%s' is read-only (CF_CACHE_READONLY=%s)", path, ro);
+    else if (access(path, W_OK) != 0)
+        snprintf(note, note_n, "cache dir '%s' is not writable: %s", path, strerror(errno));
+    else
+        *writable = true;
     return true;
 }
 
-bool cf_cache_dir(char *dir, size_t n, char *note, size_t note_n)
+bool cf_cache_dir(char *dir, size_t n, bool *writable, char *note, size_t note_n)
 {
+    *writable = false;
     const char *env = getenv("CF_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");
     int len;
@@ -210,7 +220,7 @@ bool cf_cache_dir(char *dir, size_t n, char *note, size_t note_n)
     }
     while (len > 1 && dir[len - 1] == '/')
         dir[--len] = '\0';
-    return mkdir_p(dir, note, note_n);
+    return mkdir_p(dir, writable, note, note_n);
 }
 
 void cf_cache_entry_path(const char *dir, const char *key, char *path, size_t n)
@@ -299,11 +309,18 @@ cf_cache_lookup cf_cache_load(const char *dir, const char *key, cf_rt_cubin *out
 {
     char path[1200];
     cf_cache_entry_path(dir, key, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in the entry's place must not block the open */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return CF_CACHE_ABSENT;
     struct stat st;
     unsigned char hdr[HDR_SIZE];
+    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+        /* not ours to remove: a miss (a store then renames an entry over it, or fails) */
+        close(fd);
+        snprintf(note, note_n, "cache entry %s is not a regular file: ignored", path);
+        return CF_CACHE_ABSENT;
+    }
     if (fstat(fd, &st) != 0 || st.st_size < HDR_SIZE || !read_all(fd, hdr, HDR_SIZE)) {
         close(fd);
         return corrupt(path, note, note_n, "truncated header");

@@ -104,6 +104,10 @@ int cf_op_lookup(const char *kw, int arity);
 const cf_node *cf_graph_node(const cf_graph *g, cf_value v);
 const char *cf_graph_node_name(const cf_graph *g, cf_value v, char *buf, size_t n);
 void cf_graph_set_loc(cf_graph *g, cf_loc loc);
+/* *bytes = the elements of t at dims times elem_size; CF_ERR_SHAPE naming t and
+ * its dims when a dim is not positive or the product overflows size_t. */
+cf_status cf_tensor_bytes(const cf_graph *g, cf_tensor_info t, const int64_t *dims, size_t elem_size,
+                          size_t *bytes, cf_error *err);
 /* Scalar semantics shared by the reference, the IR interpreter and tests. */
 double cf_eval_unary(cf_op op, double x);
 double cf_eval_binary(cf_op op, double a, double b);
@@ -257,6 +261,17 @@ const char *cf_ir_node_label(const cf_ir_node *n, char *buf, size_t len);
 /* Structural checks (edges stay inside their stage, one terminal, shapes
  * consistent); returns CF_ERR_INTERNAL with a message on a malformed IR. */
 cf_status cf_ir_verify(const cf_ir *ir, cf_error *err);
+/* The bytes of the fused kernel's parameter block (cf_gemm_args: TMA descriptors, output
+ * pointers and pitches, then cf_epi_params), as kernel.c lays it out for a launch. */
+size_t cf_ir_param_bytes(const cf_ir *ir, int *tile_outputs);
+/* What a launch passes (kernel.c): the classic limit, which every driver takes. */
+#define CF_KERNEL_PARAM_BYTES 4096
+/* Φ's limits on one fused kernel (cf_lower rejects more, CF_ERR_UNSUPPORTED): code
+ * generation is quadratic in a stage's nodes (2.6 s at 8000), NVRTC superlinear in the
+ * reductions and the epilogue's inputs. */
+#define CF_IR_MAX_NODES 4096
+#define CF_IR_MAX_REDUCTIONS 32
+#define CF_IR_MAX_INPUTS 64   /* epilogue inputs; NVRTC: 18 s at 64, 187 s at 128 */
 /* Deterministic text form (used by cf_ir_print and tests). */
 void cf_ir_format(const cf_ir *ir, cf_strbuf *sb);
 
@@ -416,8 +431,10 @@ cf_status cf_rt_nvrtc_load(int *major, int *minor, const char **path, cf_error *
 
 /* Kernel cache (cache.c).  The cache dir: $CF_CACHE_DIR, else
  * $XDG_CACHE_HOME/comfuse, else $HOME/.cache/comfuse, created like mkdir -p.
- * Returns false (with a reason in note) when no usable dir exists. */
-bool cf_cache_dir(char *dir, size_t n, char *note, size_t note_n);
+ * Returns false (with a reason in note) when no usable dir exists; else
+ * *writable says whether entries may be stored there (not: why in note; a
+ * read-only dir, or CF_CACHE_READONLY=1, is still read). */
+bool cf_cache_dir(char *dir, size_t n, bool *writable, char *note, size_t note_n);
 /* The key over everything that determines the CUBIN (see cache.c): the
  * source without its comments, which name where it came from (a spec's path). */
 void cf_cache_key(const char *src, const char *name, int nvrtc_major, int nvrtc_minor,
@@ -428,7 +445,8 @@ typedef enum cf_cache_lookup {
     CF_CACHE_FOUND,        /* out filled (cubin, ptx, log)                        */
     CF_CACHE_CORRUPT,      /* bad magic, length or checksum: removed; why in note */
 } cf_cache_lookup;
-/* Reads <dir>/<key>.cubin into out->cubin/ptx/log. */
+/* Reads <dir>/<key>.cubin into out->cubin/ptx/log.  Anything but a regular file
+ * there (a FIFO, a device, a dir) is a miss, opened without blocking, never removed. */
 cf_cache_lookup cf_cache_load(const char *dir, const char *key, cf_rt_cubin *out, char *note,
                               size_t note_n);
 /* Writes the entry atomically (mkstemp in dir, fsync, rename).  false with a

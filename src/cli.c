@@ -22,7 +22,7 @@ static const char usage[] =
     "                        and the unfused path (cuBLAS GEMM, then a row kernel)\n"
     "\n"
     "`comfuse <command> --help` describes each command.  Exit status: 0 on\n"
-    "success, 1 on an error, 2 on bad usage, 3 when the spec is outside what\n"
+    "success, 1 on an error, 2 on bad usage (kernel options included), 3 when the spec is outside what\n"
     "comfuse can fuse (fall back to unfused execution), 4 when a check fails.\n";
 
 static const char explain_usage[] =
@@ -36,41 +36,6 @@ static const char explain_usage[] =
     "to the next (bypass).  Then the fused kernel's resources: registers,\n"
     "spills, shared memory, cluster shape (compiled with NVRTC for the kernel\n"
     "options below, chosen from --shape when given).  Needs no GPU.\n\n";
-
-static const char kernel_opts_usage[] =
-    "kernel options (default: chosen from --shape):\n"
-    "  --shape D=n,...     sizes of the spec's dims, e.g. M=8192,N=4096,K=4096\n"
-    "  --block-m 64|128    rows of a consumer warpgroup's tile\n"
-    "  --block-n 64|128|192|256\n"
-    "  --stages S          shared-memory pipeline depth\n"
-    "  --schedule pingpong|cooperative|finisher\n"
-    "                      the two consumer warpgroups on tiles of their own, one's\n"
-    "                      epilogue under the other's mainloop; or both on one tile\n"
-    "                      of 2 x block-m rows (elementwise epilogues; the default\n"
-    "                      for a bare GEMM from K = 4096, with --cluster 2); or\n"
-    "                      pingpong with a fourth warpgroup that finishes the tiles\n"
-    "                      that finish late (reductions through L2; chosen where it\n"
-    "                      keeps up; where no tile finishes late, pingpong, with a\n"
-    "                      note on stderr)\n"
-    "  --cluster C         CTAs along N that share a row block (1, 2, 4, 8, 16; 32, 64\n"
-    "                      with --reduce-mode global): a thread-block cluster for\n"
-    "                      DSMEM, plain co-resident CTAs for global\n"
-    "  --reduce-mode peer|leader|global\n"
-    "                      row reductions across those CTAs: DSMEM all-to-all, DSMEM\n"
-    "                      via rank 0, or through L2 (the default)\n"
-    "  --sync-finish       through L2, finish every tile before the next mainloop\n"
-    "  --late-finish       post the row partials, park the tile in shared memory and\n"
-    "                      finish it after the next mainloop; needs the stages to\n"
-    "                      leave room, 5 at 128x128 (default: late, but at once for\n"
-    "                      four reductions at K <= 512)\n"
-    "  --pair-tiles on|off with a late finish after the epilogue's only exchange:\n"
-    "                      each CTA takes two adjacent column tiles of a row block\n"
-    "                      (one per warpgroup) and posts one row partial for both,\n"
-    "                      so --cluster counts CTAs of two tiles (default: on where\n"
-    "                      it applies and no tile shape is given)\n"
-    "  --multicast on|off  through L2, pairs of adjacent CTAs of a row group run as\n"
-    "                      hardware clusters of 2 and multicast the X rows they\n"
-    "                      share (default: on from K = 4096)\n";
 
 static const char emit_usage[] =
     "usage: comfuse emit [kernel options] [--unfused] SPEC.cf\n"
@@ -128,210 +93,6 @@ static const char bench_usage[] =
     "available), is for scripts.  CF_BENCH_SAMPLES=1 also prints every launch's\n"
     "time (SAMPLE<TAB>implementation<TAB>turn<TAB>ms; 0 is cuBLAS).\n\n";
 
-static int exit_code(cf_status st) { return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : 1; }
-
-static bool wants_help(int argc, char **argv)
-{
-    for (int i = 0; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return true;
-    return false;
-}
-
-/* Parses and lowers SPEC; prints the error and returns its status on failure. */
-static cf_status load_spec(const char *path, cf_graph **g, cf_ir **ir)
-{
-    cf_error err;
-    cf_status st = cf_spec_parse_file(path, g, &err);
-    if (st == CF_OK && ir)
-        st = cf_lower(*g, ir, &err);
-    if (st != CF_OK)
-        fprintf(stderr, "comfuse: %s\n", err.msg);
-    return st;
-}
-
-/* ---- options ------------------------------------------------------------ */
-
-static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
-/* "M=8192,N=4096,K=4096": every dim of the spec must get a size. */
-static bool parse_shape(const cf_graph *g, const char *text, cli_opts *o)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", text);
-    snprintf(o->shape_text, sizeof o->shape_text, "%s", text);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        char *eq = strchr(tok, '=');
-        int64_t v;
-        if (!eq) {
-            fprintf(stderr, "comfuse: --shape: expected DIM=SIZE, got '%s'\n", tok);
-            return false;
-        }
-        *eq = 0;
-        int d = -1;
-        for (int i = 0; i < cf_graph_num_dims(g); i++)
-            if (strcmp(cf_graph_dim_name(g, i), tok) == 0)
-                d = i;
-        if (d < 0) {
-            fprintf(stderr, "comfuse: --shape: the spec has no dim '%s'\n", tok);
-            return false;
-        }
-        if (!parse_int(eq + 1, 1, (int64_t)1 << 31, &v)) {
-            fprintf(stderr, "comfuse: --shape: size of %s must be an integer in [1, 2^31], got '%s'\n", tok, eq + 1);
-            return false;
-        }
-        o->dims[d] = v;
-    }
-    for (int i = 0; i < cf_graph_num_dims(g); i++)
-        if (o->dims[i] <= 0) {
-            fprintf(stderr, "comfuse: --shape: no size given for dim %s\n", cf_graph_dim_name(g, i));
-            return false;
-        }
-    o->have_shape = true;
-    return true;
-}
-
-/* "on" 1, "off" -1 (cf_options' forced settings), anything else 0 */
-static int on_off(const char *v) { return strcmp(v, "on") == 0 ? 1 : strcmp(v, "off") == 0 ? -1 : 0; }
-
-/* Parses the options shared by emit/compile/run/bench.  Returns 0 on success,
- * else the exit code. */
-static int parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_graph **g, bool *want_ptx)
-{
-    memset(o, 0, sizeof *o);
-    o->seed = 1;
-    o->iters = 100;
-    const char *shape = NULL;
-    if (wants_help(argc, argv)) {
-        fputs(help, stdout);
-        fputs(kernel_opts_usage, stdout);
-        return -1;
-    }
-    const char *param_text[64];
-    int n_param_text = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t x;
-        bool takes = true;
-        if (strcmp(a, "--check") == 0) {
-            o->check = true;
-            takes = false;
-        } else if (strcmp(a, "--sync-finish") == 0 || strcmp(a, "--late-finish") == 0) {
-            o->kopt.sync_finish = strcmp(a, "--sync-finish") == 0 ? 1 : -1;
-            takes = false;
-        } else if (strcmp(a, "--unfused") == 0) {
-            o->unfused = true;
-            takes = false;
-        } else if (strcmp(a, "--ptx") == 0 && want_ptx) {
-            *want_ptx = true;
-            takes = false;
-        } else if (a[0] != '-') {
-            if (o->spec) {
-                fprintf(stderr, "comfuse: more than one spec given ('%s', '%s')\n", o->spec, a);
-                return 2;
-            }
-            o->spec = a;
-            takes = false;
-        } else if (!v) {
-            fprintf(stderr, "comfuse: unknown option or missing value: %s\n%s", a, help);
-            return 2;
-        } else if (strcmp(a, "--shape") == 0) {
-            shape = v;
-        } else if (strcmp(a, "--param") == 0) {
-            if (n_param_text == 64) {
-                fprintf(stderr, "comfuse: too many --param options\n");
-                return 2;
-            }
-            param_text[n_param_text++] = v;
-        } else if (strcmp(a, "--seed") == 0 && parse_int(v, 0, INT64_MAX, &x)) {
-            o->seed = (uint64_t)x;
-        } else if (strcmp(a, "--iters") == 0 && parse_int(v, 1, 100000, &x)) {
-            o->iters = (int)x;
-        } else if (strcmp(a, "--rows") == 0 && parse_int(v, 0, INT64_MAX, &x)) {
-            o->check_rows = x;
-        } else if (strcmp(a, "--block-m") == 0 && parse_int(v, 1, 1024, &x)) {
-            o->kopt.block_m = (int)x;
-        } else if (strcmp(a, "--block-n") == 0 && parse_int(v, 1, 1024, &x)) {
-            o->kopt.block_n = (int)x;
-        } else if (strcmp(a, "--stages") == 0 && parse_int(v, 1, 64, &x)) {
-            o->kopt.stages = o->stages_asked = (int)x;
-        } else if (strcmp(a, "--cluster") == 0 && parse_int(v, 1, 64, &x)) {
-            o->kopt.cluster_n = (int)x;
-        } else if (strcmp(a, "--schedule") == 0 && (strcmp(v, "pingpong") == 0 || strcmp(v, "cooperative") == 0 ||
-                                                    strcmp(v, "finisher") == 0)) {
-            o->kopt.schedule = strcmp(v, "pingpong") == 0      ? CF_SCHEDULE_PINGPONG
-                               : strcmp(v, "cooperative") == 0 ? CF_SCHEDULE_COOPERATIVE
-                                                               : CF_SCHEDULE_FINISHER;
-            o->schedule_asked = o->kopt.schedule;
-        } else if (strcmp(a, "--pair-tiles") == 0 && on_off(v)) {
-            o->kopt.pair_tiles = on_off(v);
-        } else if (strcmp(a, "--multicast") == 0 && on_off(v)) {
-            o->kopt.multicast = on_off(v);
-        } else if (strcmp(a, "--reduce-mode") == 0 &&
-                   (strcmp(v, "peer") == 0 || strcmp(v, "leader") == 0 || strcmp(v, "global") == 0)) {
-            o->kopt.reduce_mode = strcmp(v, "peer") == 0     ? CF_REDUCE_PEER
-                                  : strcmp(v, "leader") == 0 ? CF_REDUCE_LEADER
-                                                             : CF_REDUCE_GLOBAL;
-        } else {
-            fprintf(stderr, "comfuse: bad option %s %s\n%s%s", a, v, help, kernel_opts_usage);
-            return 2;
-        }
-        if (takes)
-            i++;
-    }
-    if (!o->spec) {
-        fprintf(stderr, "comfuse: no spec given\n%s", help);
-        return 2;
-    }
-    cf_status st = load_spec(o->spec, g, NULL);
-    if (st != CF_OK)
-        return exit_code(st);
-    if (shape && !parse_shape(*g, shape, o))
-        return 2;
-    for (int i = 0; i < n_param_text; i++) {
-        char name[CF_MAX_NAME];
-        const char *eq = strchr(param_text[i], '=');
-        size_t n = eq ? (size_t)(eq - param_text[i]) : 0;
-        char *end;
-        double val = eq ? strtod(eq + 1, &end) : 0;
-        int idx = -1;
-        if (eq && n < sizeof name) {
-            memcpy(name, param_text[i], n);
-            name[n] = 0;
-            for (int p = 0; p < cf_graph_num_params(*g) && p < 64; p++)
-                if (strcmp(cf_graph_param_name(*g, p), name) == 0)
-                    idx = p;
-        }
-        if (!eq || idx < 0 || end == eq + 1 || *end) {
-            fprintf(stderr, "comfuse: --param %s: expected NAME=VALUE naming a param of the spec\n", param_text[i]);
-            return 2;
-        }
-        o->params[idx] = val;
-        o->params_set[idx] = true;
-    }
-    if (o->have_shape) {
-        /* Fill what the user left open from the GEMM's size. */
-        cf_ir *ir = NULL;
-        cf_error err;
-        if (cf_lower(*g, &ir, &err) == CF_OK) {
-            cf_options d = cf_options_for(*g, o->dims[ir->dim_m], o->dims[ir->dim_n], o->dims[ir->dim_k]);
-            cf_options_fill(&o->kopt, d);
-        }
-        cf_ir_free(ir);
-    }
-    return 0;
-}
-
 /* Builds the kernel, and with compile also compiles what a launch at the shape runs; frees it
  * on failure. */
 cf_status cli_build_kernel(const cli_opts *o, const cf_graph *g, bool compile, cf_kernel **k, cf_error *err)
@@ -381,7 +142,7 @@ static int emit_unfused(const cf_graph *g, const cli_opts *o)
     if (st != CF_OK)
         fprintf(stderr, "comfuse emit: %s\n", err.msg);
     cf_unfused_free(u);
-    return exit_code(st);
+    return cli_exit_code(st);
 }
 
 /* `compile --unfused`: the unfused path's row kernels into the cache (NVRTC, no GPU). */
@@ -392,7 +153,7 @@ static int compile_unfused(const cf_graph *g, const cli_opts *o)
     cf_status st = cf_unfused_build(g, o->spec, &u, &err);
     if (st != CF_OK) {
         fprintf(stderr, "comfuse compile: %s\n", err.msg);
-        return exit_code(st);
+        return cli_exit_code(st);
     }
     printf("compiled %s for sm_90a: the unfused path, %d cuBLASLt GEMM%s and %d row kernel%s\n", o->spec,
            cf_unfused_num_gemms(u), cf_unfused_num_gemms(u) == 1 ? "" : "s", cf_unfused_num_pieces(u),
@@ -480,13 +241,13 @@ static int cmd_explain(int argc, char **argv)
     cli_opts o;
     cf_graph *g = NULL;
     cf_ir *ir = NULL;
-    int rc = parse_opts(argc, argv, explain_usage, &o, &g, NULL);
+    int rc = cli_parse_opts(argc, argv, explain_usage, &o, &g, NULL);
     if (rc == 0) {
         cf_error err;
         cf_status st = cf_lower(g, &ir, &err);
         if (st != CF_OK) {
             fprintf(stderr, "comfuse: %s\n", err.msg);
-            rc = exit_code(st);
+            rc = cli_exit_code(st);
         } else {
             cf_ir_print(ir, stdout);
             fflush(stdout);
@@ -494,8 +255,54 @@ static int cmd_explain(int argc, char **argv)
         }
     }
     cf_ir_free(ir);
+    cli_opts_free(&o);
     cf_graph_free(g);
     return rc < 0 ? 0 : rc;
+}
+
+/* emit / compile / run / bench once the options are parsed; returns the exit code. */
+static int kernel_verb(const char *verb, const char *help, const cli_opts *o, const cf_graph *g, bool want_ptx)
+{
+    bool gpu = strcmp(verb, "run") == 0 || strcmp(verb, "bench") == 0;
+    if (gpu && !o->have_shape) {
+        fprintf(stderr, "comfuse %s: --shape is required\n%s", verb, help);
+        return 2;
+    }
+    if (gpu) /* run and bench build what they time (the fused kernel may not exist yet) */
+        return strcmp(verb, "run") == 0 ? cli_run(g, o) : cli_bench(g, o);
+    if (o->unfused)
+        return strcmp(verb, "emit") == 0 ? emit_unfused(g, o) : compile_unfused(g, o);
+    cf_kernel *k = NULL;
+    int rc = 0;
+    cf_status st = make_kernel(o, g, strcmp(verb, "emit") != 0, &k);
+    if (st != CF_OK) {
+        rc = cli_exit_code(st);
+    } else if (strcmp(verb, "emit") == 0) {
+        fputs(cf_kernel_source(k), stdout);
+    } else if (strcmp(verb, "compile") == 0) {
+        cf_resources r;
+        cf_error err;
+        cf_kernel_resources(k, &r, &err);
+        printf("compiled %s for sm_90a: %s in %.0f ms\n", o->spec, r.cache_hit ? "cache hit" : "NVRTC",
+               r.compile_ms);
+        char lay[256];
+        printf("  tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n", r.block_m, r.block_n, r.stages,
+               cli_layout_text(&r, lay, sizeof lay), r.threads);
+        printf("  registers %d/thread, spills %d bytes, stack frame %d bytes, dynamic shared memory %d bytes\n",
+               r.registers, r.spill_bytes, r.stack_bytes, r.smem_bytes);
+        if (r.cache_path[0])
+            printf("  cubin: %s\n", r.cache_path);
+        else
+            printf("  cubin: (not cached: %s)\n", r.cache_note[0] ? r.cache_note : "no reason recorded");
+        const cf_ir *ir = cf_kernel_ir(k);
+        if (o->have_shape && ir->dim_n >= 0 && cf_kernel_wide(k, o->dims[ir->dim_n]))
+            printf("  rows of N=%lld are wider than the row group: launches run the wide-row path (this GEMM to "
+                   "f32, then the row kernel), both compiled\n", (long long)o->dims[ir->dim_n]);
+        if (want_ptx)
+            fputs(cf_kernel_ptx(k), stdout);
+    }
+    cf_kernel_free(k);
+    return rc;
 }
 
 static int cmd_kernel(const char *verb, int argc, char **argv)
@@ -506,57 +313,13 @@ static int cmd_kernel(const char *verb, int argc, char **argv)
                                                       : bench_usage;
     cli_opts o;
     cf_graph *g = NULL;
-    cf_kernel *k = NULL;
     bool want_ptx = false;
-    int rc = parse_opts(argc, argv, help, &o, &g, &want_ptx);
-    if (rc != 0) {
-        cf_graph_free(g);
-        return rc < 0 ? 0 : rc;
-    }
-    bool gpu = strcmp(verb, "run") == 0 || strcmp(verb, "bench") == 0;
-    if (gpu && !o.have_shape) {
-        fprintf(stderr, "comfuse %s: --shape is required\n%s", verb, help);
-        cf_graph_free(g);
-        return 2;
-    }
-    if (gpu) {
-        /* run and bench build what they time (the fused kernel may not exist yet) */
-        rc = strcmp(verb, "run") == 0 ? cli_run(g, &o) : cli_bench(g, &o);
-        cf_graph_free(g);
-        return rc;
-    }
-    if (o.unfused) {
-        rc = strcmp(verb, "emit") == 0 ? emit_unfused(g, &o) : compile_unfused(g, &o);
-        cf_graph_free(g);
-        return rc;
-    }
-    cf_status st = make_kernel(&o, g, strcmp(verb, "emit") != 0, &k);
-    if (st != CF_OK) {
-        rc = exit_code(st);
-    } else if (strcmp(verb, "emit") == 0) {
-        fputs(cf_kernel_source(k), stdout);
-    } else if (strcmp(verb, "compile") == 0) {
-        cf_resources r;
-        cf_error err;
-        cf_kernel_resources(k, &r, &err);
-        printf("compiled %s for sm_90a: %s in %.0f ms\n", o.spec, r.cache_hit ? "cache hit" : "NVRTC",
-               r.compile_ms);
-        char lay[256];
-        printf("  tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n", r.block_m, r.block_n, r.stages,
-               cli_layout_text(&r, lay, sizeof lay), r.threads);
-        printf("  registers %d/thread, spills %d bytes, stack frame %d bytes, dynamic shared memory %d bytes\n",
-               r.registers, r.spill_bytes, r.stack_bytes, r.smem_bytes);
-        printf("  cubin: %s\n", r.cache_path[0] ? r.cache_path : "(not cached)");
-        const cf_ir *ir = cf_kernel_ir(k);
-        if (o.have_shape && ir->dim_n >= 0 && cf_kernel_wide(k, o.dims[ir->dim_n]))
-            printf("  rows of N=%lld are wider than the row group: launches run the wide-row path (this GEMM to "
-                   "f32, then the row kernel), both compiled\n", (long long)o.dims[ir->dim_n]);
-        if (want_ptx)
-            fputs(cf_kernel_ptx(k), stdout);
-    }
-    cf_kernel_free(k);
+    int rc = cli_parse_opts(argc, argv, help, &o, &g, &want_ptx);
+    if (rc == 0)
+        rc = kernel_verb(verb, help, &o, g, want_ptx);
+    cli_opts_free(&o);
     cf_graph_free(g);
-    return rc;
+    return rc < 0 ? 0 : rc;
 }
 
 int main(int argc, char **argv)

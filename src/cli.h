@@ -6,11 +6,13 @@
 
 typedef struct cli_opts {
     const char *spec;            /* path of the .cf file                          */
-    char shape_text[256];        /* as given, for reports                         */
+    const char *shape_text;      /* as given (argv), for reports; "" without      */
     bool have_shape;
     int64_t dims[CF_MAX_DIMS];   /* by cf_dim                                     */
-    double params[64];           /* runtime scalars by param index                */
-    bool params_set[64];
+    double *params;              /* runtime scalars by param index (as many as the */
+    bool *params_set;            /* spec has; cli_opts_free)                      */
+    const char **param_text;     /* the --param values as given                   */
+    int n_param_text;
     cf_options kopt;             /* 0 fields: chosen from the shape               */
     int stages_asked;            /* --stages, which must fit as asked (0: none)   */
     int schedule_asked;          /* --schedule as given (0: none)                 */
@@ -20,6 +22,16 @@ typedef struct cli_opts {
     uint64_t seed;
     int iters;
 } cli_opts;
+
+/* The options of argv (after the verb) into o, the spec parsed into *g; help is the verb's
+ * usage, printed for --help (with cli_kernel_opts_usage).  Returns 0, -1 after --help, else
+ * the exit code (the error printed).  Runs nothing; free with cli_opts_free and
+ * cf_graph_free whatever it returns. */
+int cli_parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_graph **g, bool *want_ptx);
+void cli_opts_free(cli_opts *o);
+/* 0 on CF_OK, 3 for CF_ERR_UNSUPPORTED, 2 for CF_ERR_INVALID_ARG, else 1. */
+int cli_exit_code(cf_status st);
+extern const char cli_kernel_opts_usage[];
 
 /* `run` and `bench`: they build what they time themselves, so a graph the
  * fused kernel cannot take yet still runs on the unfused path. */

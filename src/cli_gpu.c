@@ -113,6 +113,7 @@ typedef struct session {
     const cf_graph *g;
     int64_t dims[CF_MAX_DIMS];
     int n_in, n_out;
+    size_t *in_bytes, *out_bytes;   /* checked for overflow (cf_tensor_bytes) */
     void **h_in;
     cf_rt_devptr *d_in, *d_out;
     double *params;
@@ -129,6 +130,8 @@ static void session_free(session *s)
         if (s->d_out && s->d_out[i])
             cf_rt_free(s->d_out[i], NULL);
     free(s->h_in);
+    free(s->in_bytes);
+    free(s->out_bytes);
     free(s->d_in);
     free(s->d_out);
     free(s->params);
@@ -145,40 +148,47 @@ static cf_status session_init(session *s, const cf_graph *g, const cli_opts *o, 
     s->d_in = calloc((size_t)s->n_in + 1, sizeof *s->d_in);
     s->d_out = calloc((size_t)s->n_out + 1, sizeof *s->d_out);
     s->params = calloc((size_t)cf_graph_num_params(g) + 1, sizeof *s->params);
-    if (!s->h_in || !s->d_in || !s->d_out || !s->params)
+    s->in_bytes = calloc((size_t)s->n_in + 1, sizeof *s->in_bytes);
+    s->out_bytes = calloc((size_t)s->n_out + 1, sizeof *s->out_bytes);
+    if (!s->h_in || !s->d_in || !s->d_out || !s->params || !s->in_bytes || !s->out_bytes)
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of host memory");
     for (int i = 0; i < cf_graph_num_params(g); i++)
         s->params[i] = o->params_set[i] ? o->params[i] : 0.5 + 0.25 * i;
-    for (int i = 0; i < s->n_in; i++) {
-        cf_tensor_info t = cf_graph_input_info(g, i);
-        size_t bytes = numel(g, t, s->dims) * cf_dtype_size(t.dtype);
-        s->h_in[i] = malloc(bytes ? bytes : 1);
-        if (!s->h_in[i])
-            return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of host memory for input '%s'", t.name);
-    }
-    fill_inputs(g, s->dims, s->h_in, seed);
     cf_status st;
+    /* every size first (the reference's float64 copy of each output too), nothing touched yet */
     for (int i = 0; i < s->n_in; i++) {
         cf_tensor_info t = cf_graph_input_info(g, i);
-        size_t bytes = numel(g, t, s->dims) * cf_dtype_size(t.dtype);
-        if ((st = cf_rt_malloc(&s->d_in[i], bytes, err)) != CF_OK ||
-            (st = cf_rt_memcpy_htod(s->d_in[i], s->h_in[i], bytes, err)) != CF_OK)
+        if ((st = cf_tensor_bytes(g, t, s->dims, cf_dtype_size(t.dtype), &s->in_bytes[i], err)) != CF_OK)
             return st;
     }
     for (int i = 0; i < s->n_out; i++) {
         cf_tensor_info t = cf_graph_output_info(g, i);
-        size_t bytes = numel(g, t, s->dims) * cf_dtype_size(t.dtype);
-        if ((st = cf_rt_malloc(&s->d_out[i], bytes, err)) != CF_OK)
+        size_t ref_bytes;
+        if ((st = cf_tensor_bytes(g, t, s->dims, cf_dtype_size(t.dtype), &s->out_bytes[i], err)) != CF_OK ||
+            (st = cf_tensor_bytes(g, t, s->dims, sizeof(double), &ref_bytes, err)) != CF_OK)
             return st;
     }
+    for (int i = 0; i < s->n_in; i++) {
+        s->h_in[i] = malloc(s->in_bytes[i]);
+        if (!s->h_in[i])
+            return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of host memory for input '%s' (%zu bytes)",
+                             cf_graph_input_info(g, i).name, s->in_bytes[i]);
+    }
+    fill_inputs(g, s->dims, s->h_in, seed);
+    for (int i = 0; i < s->n_in; i++)
+        if ((st = cf_rt_malloc(&s->d_in[i], s->in_bytes[i], err)) != CF_OK ||
+            (st = cf_rt_memcpy_htod(s->d_in[i], s->h_in[i], s->in_bytes[i], err)) != CF_OK)
+            return st;
+    for (int i = 0; i < s->n_out; i++)
+        if ((st = cf_rt_malloc(&s->d_out[i], s->out_bytes[i], err)) != CF_OK)
+            return st;
     return CF_OK;
 }
 
 static cf_status poison_outputs(session *s, cf_error *err)
 {
     for (int i = 0; i < s->n_out; i++) {
-        cf_tensor_info t = cf_graph_output_info(s->g, i);
-        cf_status st = cf_rt_memset_d8(s->d_out[i], 0xFF, numel(s->g, t, s->dims) * cf_dtype_size(t.dtype), err);
+        cf_status st = cf_rt_memset_d8(s->d_out[i], 0xFF, s->out_bytes[i], err);
         if (st != CF_OK)
             return st;
     }
@@ -228,10 +238,8 @@ static cf_status run_unfused(void *ctx, cf_rt_stream stream, cf_error *err)
 static cf_status launch_thrice(timed_fn fn, void *ctx, session *s, cf_dim dim_m, cf_error *err)
 {
     cf_status st = CF_OK;
-    for (int i = 0; i < s->n_in && st == CF_OK; i++) {
-        cf_tensor_info t = cf_graph_input_info(s->g, i);
-        st = cf_rt_memset_d8(s->d_in[i], 0x3C, numel(s->g, t, s->dims) * cf_dtype_size(t.dtype), err);
-    }
+    for (int i = 0; i < s->n_in && st == CF_OK; i++)
+        st = cf_rt_memset_d8(s->d_in[i], 0x3C, s->in_bytes[i], err);
     if (st == CF_OK)
         st = fn(ctx, NULL, err);
     const int64_t M = s->dims[dim_m];
@@ -242,10 +250,8 @@ static cf_status launch_thrice(timed_fn fn, void *ctx, session *s, cf_dim dim_m,
     }
     if (st == CF_OK)
         st = cf_rt_ctx_sync(err);
-    for (int i = 0; i < s->n_in && st == CF_OK; i++) {
-        cf_tensor_info t = cf_graph_input_info(s->g, i);
-        st = cf_rt_memcpy_htod(s->d_in[i], s->h_in[i], numel(s->g, t, s->dims) * cf_dtype_size(t.dtype), err);
-    }
+    for (int i = 0; i < s->n_in && st == CF_OK; i++)
+        st = cf_rt_memcpy_htod(s->d_in[i], s->h_in[i], s->in_bytes[i], err);
     if (st == CF_OK)
         st = poison_outputs(s, err);
     if (st == CF_OK)
@@ -384,7 +390,11 @@ static cf_status lower_for_cli(const cf_graph *g, const char *verb, cf_ir **ir)
     return st;
 }
 
-static int exit_code_of(cf_status st) { return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : 1; }
+/* as cli.c's: kernel options the library refuses are bad usage (2) */
+static int exit_code_of(cf_status st)
+{
+    return st == CF_OK ? 0 : st == CF_ERR_UNSUPPORTED ? 3 : st == CF_ERR_INVALID_ARG ? 2 : 1;
+}
 
 /* Builds what `run` launches: the fused kernel (and g's IR), or with --unfused
  * the unfused plan; *dim_m gets the dim the rows run over.  Prints errors. */

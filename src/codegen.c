@@ -12,6 +12,7 @@
  */
 #include "cf_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +168,7 @@ typedef struct cg_ctx {
     int *arr;            /* by node id: its array, or -1 when it needs none    */
     bool *pass;          /* by node id: a bypass that keeps its array          */
     int n_arrays[2];     /* tile and row arrays used                            */
+    bool arrays_full;    /* more values live at once than CG_MAX_ARRAYS: declined */
     int n_red;           /* reductions emitted so far (each has its own exchange slots) */
     const cf_ir_node **shifted_by; /* by node id: the reduction whose tile statistic shifted
                                       this carried value (merged exchange), else NULL */
@@ -223,14 +225,26 @@ static const char *ident(const cf_ir_node *n, char *buf, size_t len)
     return buf;
 }
 
+/* v as the f32 the kernel computes with: what f32 rounds it to (inf past FLT_MAX, 0 below
+ * half the least subnormal), never a literal out of f32's range, which NVRTC rejects;
+ * subnormals by their bits (a decimal one may be flushed or rejected). */
 static void float_literal(double v, char *buf, size_t len)
 {
-    if (isnan(v))
+    const float f = (float)v;
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if (isnan(f))
         snprintf(buf, len, "__int_as_float(0x7fffffff)");
-    else if (isinf(v))
-        snprintf(buf, len, "__int_as_float(%s)", v > 0 ? "0x7f800000" : "(int)0xff800000");
+    else if (isinf(f))
+        snprintf(buf, len, "__int_as_float(%s)", f > 0 ? "0x7f800000" : "(int)0xff800000");
+    else if (f != 0 && fabsf(f) < FLT_MIN)
+        snprintf(buf, len, "__int_as_float((int)0x%08xu)", (unsigned)bits);
     else {
-        snprintf(buf, len, "%.9g", v);
+        for (int digits = 6; digits <= 9; digits++) {   /* the shortest text that reads back as f */
+            snprintf(buf, len, "%.*g", digits, (double)f);
+            if (strtof(buf, NULL) == f)
+                break;
+        }
         if (!strpbrk(buf, ".eE"))
             strncat(buf, ".0", len - strlen(buf) - 1);
         strncat(buf, "f", len - strlen(buf) - 1);
@@ -657,8 +671,12 @@ static void plan_storage(cg_ctx *c, const cf_ir_spec *sp)
             continue;
         }
         int k = 0;
-        while (k < CG_MAX_ARRAYS - 1 && busy[cls][k])
+        while (k < CG_MAX_ARRAYS && busy[cls][k])
             k++;
+        if (k == CG_MAX_ARRAYS) {   /* never two live values in one array: cf_codegen declines */
+            c->arrays_full = true;
+            k = CG_MAX_ARRAYS - 1;
+        }
         busy[cls][k] = true;
         c->arr[n->id] = k;
         if (k + 1 > c->n_arrays[cls])
@@ -1692,6 +1710,13 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     cg_ctx e = {.ir = ir, .opt = opt, .sb = &epi};
     if (!plan_epilogue(&e))
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating code");
+    if (e.arrays_full) {
+        plan_free(&e);
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "cannot fuse: the epilogue keeps more than %d tile or row values live at once "
+                         "(carried to a later stage, or stored after their loop); fall back to unfused execution",
+                         CG_MAX_ARRAYS);
+    }
     if (opt->pair_tiles && !cf_cg_can_pair(ir, opt)) {
         plan_free(&e);
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},

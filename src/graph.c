@@ -335,7 +335,9 @@ cf_value cf_graph_const(cf_graph *g, double c)
 {
     if (g->err.status != CF_OK)
         return -1;
-    cf_node n = {.op = CF_OP_CONST, .dtype = CF_F32, .src = {-1, -1}, .cval = c};
+    /* the kernels compute in f32: every stage (reference, interpreter, codegen) takes the
+     * constant as f32 rounds it (1e39 is inf, 7e-46 is 0), so the reference agrees */
+    cf_node n = {.op = CF_OP_CONST, .dtype = CF_F32, .src = {-1, -1}, .cval = (double)(float)c};
     return add_node(g, &n);
 }
 
@@ -545,4 +547,28 @@ cf_tensor_info cf_graph_output_info(const cf_graph *g, int i)
     t.dims[0] = n->dims[0];
     t.dims[1] = n->dims[1];
     return t;
+}
+
+cf_status cf_tensor_bytes(const cf_graph *g, cf_tensor_info t, const int64_t *dims, size_t elem_size,
+                          size_t *bytes, cf_error *err)
+{
+    char shape[160] = "";
+    size_t n = elem_size, used = 0;
+    bool bad = false;
+    for (int d = 0; d < t.rank; d++) {
+        int64_t v = dims[t.dims[d]];
+        int w = snprintf(shape + used, sizeof shape - used, "%s%s=%lld", d ? ", " : "", dim_name(g, t.dims[d]),
+                         (long long)v);
+        used += w > 0 && (size_t)w < sizeof shape - used ? (size_t)w : 0;
+        /* every later use indexes with size_t and ptrdiff_t: keep the product below both */
+        bad = bad || v <= 0 || (uint64_t)v > PTRDIFF_MAX || __builtin_mul_overflow(n, (size_t)v, &n) ||
+              n > PTRDIFF_MAX;
+    }
+    if (bad)
+        return cf_errorf(err, CF_ERR_SHAPE, (cf_loc){0},
+                         "tensor '%s' [%s] of %zu-byte elements: its size in bytes overflows (or a dim is not "
+                         "positive); give smaller dims",
+                         t.name ? t.name : "?", shape, elem_size);
+    *bytes = n;
+    return CF_OK;
 }

@@ -1,6 +1,7 @@
 /* ir.c — the Fusion Spec IR: names, the verifier and the printer. */
 #include "cf_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,9 +172,15 @@ static void format_node(const cf_ir *ir, const cf_ir_node *n, cf_strbuf *sb)
         cf_sb_printf(sb, "accumulator of GEMM %d", n->gemm);
         break;
     case CF_IR_BCAST:
-        if (n->src == CF_BC_CONST)
-            cf_sb_printf(sb, "%s %.9g", bcast_names[n->src], n->cval);
-        else
+        if (n->src == CF_BC_CONST) {
+            /* constants are f32 values (cf_graph_const): the shortest text that reads back */
+            for (int digits = 6; digits <= 9; digits++) {
+                snprintf(a0, sizeof a0, "%.*g", digits, n->cval);
+                if (strtof(a0, NULL) == (float)n->cval)
+                    break;
+            }
+            cf_sb_printf(sb, "%s %s", bcast_names[n->src], a0);
+        } else
             cf_sb_printf(sb, "%s a%d (%s)", bcast_names[n->src], n->arg, ir->args[n->arg].name);
         break;
     case CF_IR_COMPUTE:
@@ -303,4 +310,19 @@ void cf_ir_print(const cf_ir *ir, FILE *f)
     if (sb.data)
         fputs(sb.data, f);
     cf_sb_free(&sb);
+}
+
+size_t cf_ir_param_bytes(const cf_ir *ir, int *tile_outputs)
+{
+    int n = 0;
+    for (int i = 0; i < ir->n_args; i++)
+        n += ir->args[i].kind == CF_ARG_OUTPUT && cf_graph_output_info(ir->graph, ir->args[i].index).rank == 2;
+    *tile_outputs = n;
+    const size_t slots = (size_t)(n ? n : 1);   /* CF_NUM_OUT is at least 1 */
+    size_t epi, align;
+    cf_cg_epi_layout(ir, NULL, &epi, &align);
+    /* two operand TMA descriptors, one per output, xchg + xsync, output pointers, M N K, pitches */
+    size_t head = 256 + 128 * slots + 16 + 8 * slots + 12 + 4 * slots;
+    head = (head + align - 1) / align * align;
+    return (head + epi + 63) / 64 * 64;
 }

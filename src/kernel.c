@@ -491,7 +491,8 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
     r->gelu_at_store = cf_cg_gelu_stores(k->ir);
     r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;
     r->compile_ms = k->cubin.compile_ms;
-    snprintf(r->cache_path, sizeof r->cache_path, "%s", k->cubin.cache_path);
+    snprintf(r->cache_path, sizeof r->cache_path, "%s", k->cubin.stored ? k->cubin.cache_path : "");
+    snprintf(r->cache_note, sizeof r->cache_note, "%s", k->cubin.cache_note);
     return CF_OK;
 }
 
@@ -519,6 +520,38 @@ static args_layout layout_of(const cf_ir *ir, int n_out, size_t *epi_size, size_
     l.epi = align_up(l.out_ld + 4 * (size_t)n_out, *epi_align);
     l.size = align_up(l.epi + *epi_size, 64);
     return l;
+}
+
+/* The generated cf_epi_params at epi: scalars, input and per-row output pointers (offsets as
+ * many as the spec has args). */
+static cf_status fill_epi(const cf_ir *ir, const cf_launch_args *a, unsigned char *epi, cf_error *err)
+{
+    size_t size, align, *offs = malloc(((size_t)ir->n_args + 1) * sizeof *offs);
+    if (!offs)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+    cf_cg_epi_layout(ir, offs, &size, &align);
+    cf_status st = CF_OK;
+    for (int i = 0; i < ir->n_args && st == CF_OK; i++) {
+        const cf_ir_arg *x = &ir->args[i];
+        unsigned char *dst = epi + offs[i];
+        if (x->kind == CF_ARG_SCALAR) {
+            float v = (float)a->params[x->index];
+            memcpy(dst, &v, 4);
+        } else if (x->kind == CF_ARG_OUTPUT && cf_graph_output_info(ir->graph, x->index).rank == 1) {
+            uint64_t ptr = a->outputs[x->index];
+            memcpy(dst, &ptr, 8);
+        } else if (x->kind == CF_ARG_VEC_N || x->kind == CF_ARG_VEC_M || x->kind == CF_ARG_TENSOR) {
+            uint64_t ptr = a->inputs[x->index];
+            if (ptr % cf_dtype_size(x->dtype))
+                st = cf_errorf(err, CF_ERR_ALIGNMENT, (cf_loc){0},
+                           "input '%s': device pointer 0x%llx is not aligned to its %s elements", x->name,
+                           (unsigned long long)ptr, cf_dtype_name(x->dtype));
+            else
+                memcpy(dst, &ptr, 8);
+        }
+    }
+    free(offs);
+    return st;
 }
 
 static cf_status load_module(cf_kernel *k, cf_error *err)
@@ -754,7 +787,7 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     int n_out = k->info[INFO_NUM_OUT];
     size_t epi_size, epi_align;
     args_layout l = layout_of(ir, n_out, &epi_size, &epi_align);
-    _Alignas(64) unsigned char block[4096];
+    _Alignas(64) unsigned char block[CF_KERNEL_PARAM_BYTES];   /* Φ rejects larger (cf_ir_param_bytes) */
     if (l.size > sizeof block)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "kernel parameter block of %zu bytes is too large",
                          l.size);
@@ -796,26 +829,8 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     }
     int32_t mnk[3] = {(int32_t)M, (int32_t)N, (int32_t)K};
     memcpy(block + l.mnk, mnk, sizeof mnk);
-    size_t offs[256];
-    cf_cg_epi_layout(ir, offs, &epi_size, &epi_align);
-    for (int i = 0; i < ir->n_args; i++) {
-        const cf_ir_arg *x = &ir->args[i];
-        unsigned char *dst = block + l.epi + offs[i];
-        if (x->kind == CF_ARG_SCALAR) {
-            float v = (float)a->params[x->index];
-            memcpy(dst, &v, 4);
-        } else if (x->kind == CF_ARG_OUTPUT && cf_graph_output_info(g, x->index).rank == 1) {
-            uint64_t ptr = a->outputs[x->index];
-            memcpy(dst, &ptr, 8);
-        } else if (x->kind == CF_ARG_VEC_N || x->kind == CF_ARG_VEC_M || x->kind == CF_ARG_TENSOR) {
-            uint64_t ptr = a->inputs[x->index];
-            if (ptr % cf_dtype_size(x->dtype))
-                return cf_errorf(err, CF_ERR_ALIGNMENT, (cf_loc){0},
-                                 "input '%s': device pointer 0x%llx is not aligned to its %s elements", x->name,
-                                 (unsigned long long)ptr, cf_dtype_name(x->dtype));
-            memcpy(dst, &ptr, 8);
-        }
-    }
+    if ((st = fill_epi(ir, a, block + l.epi, err)) != CF_OK)
+        return st;
     if (!k->module && (st = load_module(k, err)) != CF_OK)
         return st;
     /* Persistent grid: as many row groups (of row_ctas CTAs, whole clusters) as

@@ -680,6 +680,42 @@ static cf_status emit_segment(lower_ctx *c, int s)
     return CF_OK;
 }
 
+/* What one fused kernel can take: its parameters must fit the block a launch passes, and
+ * code generation (quadratic in the nodes of a stage) and NVRTC (in the reductions: 15 s
+ * at 32; in the epilogue's inputs: 18 s at 64, 187 s at 128) must finish in seconds, not
+ * hours. */
+static cf_status check_limits(const cf_ir *ir, cf_error *err)
+{
+    int tile_outputs = 0, reductions = 0, inputs = 0;
+    const size_t bytes = cf_ir_param_bytes(ir, &tile_outputs);
+    if (bytes > CF_KERNEL_PARAM_BYTES)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "cannot fuse: the kernel's parameters take %zu bytes (%d [M, N] outputs at 140 bytes "
+                         "each, %d epilogue arguments), over the %d bytes a launch passes; use fewer inputs, "
+                         "outputs or params",
+                         bytes, tile_outputs, ir->n_args - 2, CF_KERNEL_PARAM_BYTES);
+    for (int i = 0; i < ir->n_args; i++)
+        inputs += ir->args[i].kind == CF_ARG_VEC_N || ir->args[i].kind == CF_ARG_VEC_M ||
+                  ir->args[i].kind == CF_ARG_TENSOR;
+    for (int g = 0; g < ir->n_gemms; g++)
+        for (const cf_ir_spec *sp = ir->epi[g]; sp; sp = sp->post)
+            reductions += sp->terminal && sp->terminal->kind == CF_IR_REDUCE;
+    if (ir->n_nodes > CF_IR_MAX_NODES)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "cannot fuse: the epilogue has %d nodes after Φ, over the limit of %d for one kernel",
+                         ir->n_nodes, CF_IR_MAX_NODES);
+    if (reductions > CF_IR_MAX_REDUCTIONS)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "cannot fuse: the epilogue has %d row reductions, over the limit of %d for one kernel",
+                         reductions, CF_IR_MAX_REDUCTIONS);
+    if (inputs > CF_IR_MAX_INPUTS)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "cannot fuse: the epilogue reads %d inputs besides the GEMM's operands, over the limit "
+                         "of %d for one kernel",
+                         inputs, CF_IR_MAX_INPUTS);
+    return CF_OK;
+}
+
 cf_status cf_lower(const cf_graph *g, cf_ir **out, cf_error *err)
 {
     cf_error_clear(err);
@@ -737,6 +773,8 @@ cf_status cf_lower(const cf_graph *g, cf_ir **out, cf_error *err)
             goto done;
     }
     st = cf_ir_verify(ir, err);
+    if (st == CF_OK)
+        st = check_limits(ir, err);
 done:
     for (int v = 0; c.users && v < c.n; v++)
         free(c.users[v]);

@@ -256,7 +256,14 @@ static cf_status eval_node(const cf_graph *g, const cf_bindings *b, cf_value v, 
         return st;
     r->rows = rows;
     r->cols = cols;
-    r->data = malloc((size_t)(rows * cols) * sizeof(double));
+    size_t bytes;
+    if (__builtin_mul_overflow((size_t)rows, (size_t)cols, &bytes) ||
+        __builtin_mul_overflow(bytes, sizeof(double), &bytes)) {
+        char nm[96];
+        return cf_errorf(err, CF_ERR_SHAPE, no_loc(), "%s: %lld x %lld doubles overflow a size in bytes",
+                         cf_graph_node_name(g, v, nm, sizeof nm), (long long)rows, (long long)cols);
+    }
+    r->data = malloc(bytes);
     if (!r->data) {
         char nm[96];
         return cf_errorf(err, CF_ERR_NO_MEMORY, no_loc(), "out of memory for %s (%lld x %lld doubles)",

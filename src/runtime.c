@@ -82,7 +82,7 @@ static void *open_first(const char *env_path, const char *const *names, int n,
                 int w = snprintf(tried + used, tried_n - used, "%s%s", used ? ", " : "", cand);
                 used += w > 0 ? (size_t)w : 0;
             }
-            if (e && pass == 1 && i == 0 && used < tried_n) {
+            if (e && pass <= 1 && i == 0 && used < tried_n) {
                 int w = snprintf(tried + used, tried_n - used, " (%s)", e);
                 used += w > 0 ? (size_t)w : 0;
             }
@@ -131,13 +131,24 @@ cf_status cf_rt_nvrtc_load(int *major, int *minor, const char **path, cf_error *
         nvrtc_tried = true;
         static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
         char tried[700];
-        void *lib = open_first(getenv("CF_NVRTC_PATH"), names, CF_ARRAY_LEN(names),
-                               &nvrtc_path, tried, sizeof tried);
+        /* CF_NVRTC_PATH names the one library to use: never fall back past it */
+        const char *env = getenv("CF_NVRTC_PATH");
+        const bool forced = env && *env;
+        void *lib = open_first(env, names, forced ? 0 : CF_ARRAY_LEN(names), &nvrtc_path, tried,
+                               sizeof tried);
         const char *missing = NULL;
-        if (!lib) {
+        if (!lib && forced) {
+            nvrtc_status = CF_ERR_NVRTC;
+            snprintf(nvrtc_msg, sizeof nvrtc_msg, "CF_NVRTC_PATH names a library that cannot be loaded: %s",
+                     tried);
+        } else if (!lib) {
             nvrtc_status = CF_ERR_NVRTC;
             snprintf(nvrtc_msg, sizeof nvrtc_msg,
                      "NVRTC not found (set CF_NVRTC_PATH or CUDA_HOME); tried %s", tried);
+        } else if (!dlsym(lib, "nvrtcCreateProgram") || !dlsym(lib, "nvrtcVersion")) {
+            nvrtc_status = CF_ERR_NVRTC;
+            snprintf(nvrtc_msg, sizeof nvrtc_msg, "%s%s is not an NVRTC library (no nvrtcCreateProgram)",
+                     forced ? "CF_NVRTC_PATH=" : "", nvrtc_path);
         } else if ((missing = load_syms(lib, &nv, nvrtc_syms, CF_ARRAY_LEN(nvrtc_syms)))) {
             nvrtc_status = CF_ERR_NVRTC;
             snprintf(nvrtc_msg, sizeof nvrtc_msg, "%s lacks %s: too old an NVRTC", nvrtc_path,
@@ -415,7 +426,7 @@ cf_status cf_rt_compile_ex(const char *src, const char *name, const cf_rt_compil
     cf_cache_key(src, name, major, minor, opts, n_opts, hn, ht, nh, out->key);
 
     char dir[1024] = "";
-    bool use_dir = false, rebuilt = false;
+    bool use_dir = false, writable = false, rebuilt = false;
     if (o->no_cache) {
         snprintf(out->cache_note, sizeof out->cache_note, "caching off for this compile");
     } else {
@@ -423,11 +434,14 @@ cf_status cf_rt_compile_ex(const char *src, const char *name, const cf_rt_compil
             out->cache = CF_RT_CACHE_HIT_MEMORY;
             goto hit;
         }
-        use_dir = cf_cache_dir(dir, sizeof dir, out->cache_note, sizeof out->cache_note);
+        /* a read-only dir is still read (its note says why nothing is stored) */
+        use_dir = cf_cache_dir(dir, sizeof dir, &writable, out->cache_note, sizeof out->cache_note);
         if (use_dir) {
+            char note[512] = "";
             cf_cache_entry_path(dir, out->key, out->cache_path, sizeof out->cache_path);
-            cf_cache_lookup lk =
-                cf_cache_load(dir, out->key, out, out->cache_note, sizeof out->cache_note);
+            cf_cache_lookup lk = cf_cache_load(dir, out->key, out, note, sizeof note);
+            if (note[0] && writable)
+                snprintf(out->cache_note, sizeof out->cache_note, "%s", note);
             if (lk == CF_CACHE_FOUND) {
                 out->cache = CF_RT_CACHE_HIT_DISK;
                 out->stored = true;
@@ -449,7 +463,7 @@ cf_status cf_rt_compile_ex(const char *src, const char *name, const cf_rt_compil
         goto done;
     out->cache = use_dir ? (rebuilt ? CF_RT_CACHE_REBUILT : CF_RT_CACHE_MISS)
                          : CF_RT_CACHE_DISABLED;
-    if (use_dir) {
+    if (use_dir && writable) {
         char note[512] = "";
         out->stored = cf_cache_store(dir, out->key, out, note, sizeof note);
         if (!out->stored)

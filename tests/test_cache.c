@@ -168,8 +168,15 @@ static void test_entries(void)
     char dir[700], note[512] = "", path[1200];
     fresh_dir(dir, sizeof dir, "raw/nested/dir");
     char got[1024];
-    CHECK(cf_cache_dir(got, sizeof got, note, sizeof note));   /* mkdir -p */
+    bool writable = false;
+    CHECK(cf_cache_dir(got, sizeof got, &writable, note, sizeof note));   /* mkdir -p */
     CHECK(strcmp(got, dir) == 0);
+    CHECK(writable);
+    setenv("CF_CACHE_READONLY", "1", 1);   /* read, never written */
+    CHECK(cf_cache_dir(got, sizeof got, &writable, note, sizeof note));
+    CHECK(!writable);
+    CHECK_CONTAINS(note, "is read-only (CF_CACHE_READONLY=1)");
+    unsetenv("CF_CACHE_READONLY");
     unsigned char bin[300];
     for (int i = 0; i < (int)sizeof bin; i++)
         bin[i] = (unsigned char)(i * 31);
@@ -206,6 +213,31 @@ static void test_entries(void)
     count_dir(dir, &entries, &others);
     CHECK_EQ_INT(0, entries + others);
 
+    /* A FIFO (open blocked forever) or a dir in an entry's place: a miss, left alone. */
+    for (int i = 0; i < 2; i++) {
+        CHECK((i == 0 ? mkfifo(path, 0644) : mkdir(path, 0755)) == 0);
+        note[0] = '\0';
+        alarm(20);   /* a hang fails the test */
+        CHECK_EQ_INT(CF_CACHE_ABSENT, cf_cache_load(dir, key, &r, note, sizeof note));
+        alarm(0);
+        CHECK_CONTAINS(note, "is not a regular file: ignored");
+        CHECK(r.cubin == NULL);
+        struct stat fst;
+        CHECK(lstat(path, &fst) == 0 && (i == 0 ? S_ISFIFO(fst.st_mode) : S_ISDIR(fst.st_mode)));
+        if (i == 0) {   /* a store replaces the FIFO with an entry */
+            CHECK(cf_cache_store(dir, key, &c, note, sizeof note));
+            CHECK_EQ_INT(CF_CACHE_FOUND, cf_cache_load(dir, key, &r, note, sizeof note));
+            cf_rt_cubin_free(&r);
+            unlink(path);
+        } else {   /* over a dir it fails, and says so */
+            CHECK(!cf_cache_store(dir, key, &c, note, sizeof note));
+            CHECK_CONTAINS(note, "cannot write cache entry");
+            rmdir(path);
+        }
+    }
+    count_dir(dir, &entries, &others);
+    CHECK_EQ_INT(0, entries + others);
+
     /* A dir that cannot be created: a regular file sits in the path. */
     char file[600];
     snprintf(file, sizeof file, "%s/plainfile", root);
@@ -215,8 +247,11 @@ static void test_entries(void)
         fclose(f);
     snprintf(dir, sizeof dir, "%s/sub", file);
     setenv("CF_CACHE_DIR", dir, 1);
-    CHECK(!cf_cache_dir(got, sizeof got, note, sizeof note));
+    CHECK(!cf_cache_dir(got, sizeof got, &writable, note, sizeof note));
     CHECK_CONTAINS(note, "cannot create cache dir");
+    setenv("CF_CACHE_DIR", file, 1);   /* the file itself */
+    CHECK(!cf_cache_dir(got, sizeof got, &writable, note, sizeof note));
+    CHECK_CONTAINS(note, "is not a directory");
     CHECK(!cf_cache_store(dir, key, &c, note, sizeof note));
     CHECK_CONTAINS(note, "temp file");
 
@@ -225,13 +260,13 @@ static void test_entries(void)
     char xdg[600];
     snprintf(xdg, sizeof xdg, "%s/xdg", root);
     setenv("XDG_CACHE_HOME", xdg, 1);
-    CHECK(cf_cache_dir(got, sizeof got, note, sizeof note));
+    CHECK(cf_cache_dir(got, sizeof got, &writable, note, sizeof note));
     CHECK_CONTAINS(got, "/xdg/comfuse");
     unsetenv("XDG_CACHE_HOME");
     char *home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
     snprintf(xdg, sizeof xdg, "%s/home", root);
     setenv("HOME", xdg, 1);
-    CHECK(cf_cache_dir(got, sizeof got, note, sizeof note));
+    CHECK(cf_cache_dir(got, sizeof got, &writable, note, sizeof note));
     CHECK_CONTAINS(got, "/home/.cache/comfuse");
     if (home)
         setenv("HOME", home, 1);
@@ -350,18 +385,49 @@ static void test_compile_cache(void)
     CHECK_CONTAINS(c.cache_note, "cannot create cache dir");
     CHECK(same_bytes(&first, &c));
     cf_rt_cubin_free(&c);
-    if (geteuid() != 0) {   /* permission bits do not stop root */
-        char ro[600];
-        snprintf(ro, sizeof ro, "%s/readonly", root);
-        mkdir(ro, 0500);
-        setenv("CF_CACHE_DIR", ro, 1);
+    /* A read-only cache holding the entry is read (CF_CACHE_READONLY=1, or a dir without
+     * write permission where permission bits stop us); a miss there compiles, stores
+     * nothing, and says why. */
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode == 1 && geteuid() == 0)
+            break;   /* permission bits do not stop root */
+        setenv("CF_CACHE_DIR", dir, 1);
+        if (mode == 0)
+            setenv("CF_CACHE_READONLY", "1", 1);
+        else
+            chmod(dir, 0500);
         cf_cache_mem_clear();
+        setenv("CF_ASSERT_CACHED", "1", 1);
         CHECK_EQ_INT(CF_OK, cf_rt_compile(KSRC, "cached_k", NULL, 0, &c, &err));
-        CHECK_EQ_INT(CF_RT_CACHE_DISABLED, c.cache);
-        CHECK_CONTAINS(c.cache_note, "not writable");
+        unsetenv("CF_ASSERT_CACHED");
+        CHECK_EQ_INT(CF_RT_CACHE_HIT_DISK, c.cache);
+        CHECK(same_bytes(&first, &c));
         cf_rt_cubin_free(&c);
-        chmod(ro, 0700);
+        const char *opt3[] = {"-DREAD_ONLY_MISS"};
+        CHECK_EQ_INT(CF_OK, cf_rt_compile(KSRC, "cached_k", opt3, 1, &c, &err));
+        CHECK_EQ_INT(CF_RT_CACHE_MISS, c.cache);
+        CHECK(!c.stored);
+        CHECK_CONTAINS(c.cache_note, mode == 0 ? "is read-only (CF_CACHE_READONLY=1)" : "is not writable");
+        cf_rt_cubin_free(&c);
+        count_dir(dir, &entries, &others);
+        CHECK_EQ_INT(2, entries);
+        unsetenv("CF_CACHE_READONLY");
+        chmod(dir, 0755);
     }
+    /* A FIFO in place of the entry: compile neither blocks nor fails; the entry is rewritten. */
+    setenv("CF_CACHE_DIR", dir, 1);
+    cf_cache_mem_clear();
+    CHECK(unlink(first.cache_path) == 0 && mkfifo(first.cache_path, 0644) == 0);
+    alarm(60);   /* a hang fails the test */
+    CHECK_EQ_INT(CF_OK, cf_rt_compile(KSRC, "cached_k", NULL, 0, &c, &err));
+    alarm(0);
+    CHECK_EQ_INT(CF_RT_CACHE_MISS, c.cache);
+    CHECK(c.stored);
+    cf_rt_cubin_free(&c);
+    cf_cache_mem_clear();
+    CHECK_EQ_INT(CF_OK, cf_rt_compile(KSRC, "cached_k", NULL, 0, &c, &err));
+    CHECK_EQ_INT(CF_RT_CACHE_HIT_DISK, c.cache);
+    cf_rt_cubin_free(&c);
     cf_rt_cubin_free(&first);
 }
 

@@ -9,7 +9,7 @@
  * combined output. */
 static int run(const char *cmd, char *out, size_t cap)
 {
-    char full[1024];
+    char full[2100];
     snprintf(full, sizeof full, "%s 2>&1", cmd);
     FILE *p = popen(full, "r");
     if (!p)
@@ -22,13 +22,167 @@ static int run(const char *cmd, char *out, size_t cap)
 
 static char buf[1 << 16];
 static char bin[512]; /* the comfuse binary next to this test's build dir */
+static char fake[512]; /* <build>/tests/fake: a stand-in libcuda.so.1 (fake_cuda.c) */
 
 /* run() with "comfuse" replaced by the binary of this build. */
 static int cf(const char *args, char *out, size_t cap)
 {
-    char cmd[1024];
+    char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s %s", bin, args);
     return run(cmd, out, cap);
+}
+
+/* cf() on the fake driver: the host side of `run` (sizes, tables, copies). */
+static int cf_fake(const char *args, char *out, size_t cap)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "LD_LIBRARY_PATH=%s %s %s", fake, bin, args);
+    return run(cmd, out, cap);
+}
+
+/* Writes text to dir/name; path gets the file's path. */
+static void write_spec(const char *dir, const char *name, const char *text, char *path, size_t n)
+{
+    snprintf(path, n, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* Bad-input probe (issue 28): an unusable cache dir says why nothing was cached; a FIFO
+ * in an entry's place does not block compile. */
+static void test_probe_cache(const char *dir)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "env CF_CACHE_DIR=/proc %s compile examples/gemm.cf", bin);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "cubin: (not cached: ");
+    CHECK_CONTAINS(buf, "'/proc'");
+    snprintf(cmd, sizeof cmd, "env CF_CACHE_DIR=%s/unused.cf %s compile examples/gemm.cf", dir, bin);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "unused.cf' is not a directory)");
+    /* a FIFO for every entry compile might look up: its key is not known here */
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/fifo && env CF_CACHE_DIR=%s/fifo %s compile examples/gemm.cf", dir, dir,
+             bin);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
+    snprintf(cmd, sizeof cmd, "cd %s/fifo && for f in *.cubin; do rm $f && mkfifo $f; done && ls -l | grep -c '^p'",
+             dir);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
+    CHECK(atoi(buf) >= 1);
+    snprintf(cmd, sizeof cmd, "env CF_CACHE_DIR=%s/fifo timeout 60 %s compile examples/gemm.cf", dir, bin);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "NVRTC in");
+    CHECK_CONTAINS(buf, "/fifo/");
+    snprintf(cmd, sizeof cmd, "env CF_CACHE_DIR=%s/fifo CF_CACHE_READONLY=1 CF_ASSERT_CACHED=1 %s compile "
+             "examples/gemm.cf", dir, bin);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));   /* a read-only cache is read */
+    CHECK_CONTAINS(buf, "cache hit");
+}
+
+/* Bad-input probe (issue 28): CF_NVRTC_PATH naming a missing file or another library is an
+ * error naming it (was: the system NVRTC, or "too old an NVRTC"). */
+static void test_probe_nvrtc(void)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "env CF_NVRTC_PATH=/nonexistent/libnvrtc.so %s compile examples/gemm.cf", bin);
+    CHECK_EQ_INT(1, run(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "CF_NVRTC_PATH names a library that cannot be loaded: /nonexistent/libnvrtc.so (");
+    CHECK_CONTAINS(buf, "No such file");
+    snprintf(cmd, sizeof cmd, "env CF_NVRTC_PATH=libm.so.6 %s compile examples/gemm.cf", bin);
+    CHECK_EQ_INT(1, run(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "CF_NVRTC_PATH=libm.so.6 is not an NVRTC library");
+}
+
+/* Bad-input probe (issue 28): --shape was cut at 255 characters without a word (a dim after
+ * the cut was "not given", or a size lost digits); kernel options out of range gave exit 1 or
+ * 2 depending on the value: now always 2, naming what the option takes. */
+static void test_probe_usage(void)
+{
+    char shape[400], cmd[1024];
+    snprintf(shape, sizeof shape, "N=%0250d,K=64,M=4096", 128);   /* M starts past character 255 */
+    snprintf(cmd, sizeof cmd, "explain --shape %s examples/gemm.cf", shape);
+    CHECK_EQ_INT(0, cf(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, ",K=64,M=4096): tile");
+    CHECK_EQ_INT(2, cf("explain --shape M=64,N=64,K=64,M=128 examples/gemm.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "--shape: dim M is given twice");
+    static const struct {
+        const char *args, *want;
+    } bad[] = {
+        {"--stages 13", "--stages 13: must be an integer in 2..12"},
+        {"--stages 100", "--stages 100: must be an integer in 2..12"},
+        {"--stages 0", "--stages 0: must be an integer in 2..12"},   /* 0 was "auto" */
+        {"--block-n 100", "--block-n 100: must be 64, 128, 192 or 256"},
+        {"--block-n 2048", "--block-n 2048: must be 64, 128, 192 or 256"},
+        {"--block-m 96", "--block-m 96: must be 64 or 128"},
+        {"--cluster 3", "--cluster 3: must be 1, 2, 4, 8, 16 (32 or 64 with --reduce-mode global)"},
+        {"--cluster 128", "--cluster 128: must be 1, 2, 4, 8, 16"},
+        {"--block-n 256", "block_m x block_n = 128 x 256: more than 128 accumulator registers"},   /* the library's */
+        {"--cluster 32 --reduce-mode peer", "cluster_n 32: must be 1, 2, 4, 8 or 16"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "emit %s examples/gemm_rmsnorm.cf", bad[i].args);
+        CHECK_EQ_INT(2, cf(cmd, buf, sizeof buf));
+        CHECK_CONTAINS(buf, bad[i].want);
+    }
+}
+
+/* Bad-input probe (issue 28): sizes the spec and --shape set, tables it sizes. */
+static void test_probe_sizes(const char *dir)
+{
+    char path[256], cmd[1024];
+    /* an unused input of 2^62 f32 elements: 2^64 bytes wrapped to 0 and the fill ran past it */
+    write_spec(dir, "unused.cf", "input X: bf16[M, K]\ninput W: bf16[K, N]\ninput B: f32[P, Q]\n"
+               "output Y: bf16 = X @ W\n", path, sizeof path);
+    snprintf(cmd, sizeof cmd, "run --shape M=128,N=128,K=64,P=2147483648,Q=2147483648 %s", path);
+    CHECK_EQ_INT(1, cf_fake(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "tensor 'B' [P=2147483648, Q=2147483648] of 4-byte elements: its size in bytes overflows");
+    /* the fake driver itself: a small run gets to the check (its launches write nothing) */
+    snprintf(cmd, sizeof cmd, "run --shape M=128,N=128,K=64,P=2,Q=3 --check %s", path);
+    CHECK_EQ_INT(4, cf_fake(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "check Y        bf16: 16384 elements");
+    /* 70 params: --param p65 was refused and the run read a bool[64] past its end */
+    static char spec[16384], sum[8192];
+    snprintf(spec, sizeof spec, "input X: bf16[M, K]\ninput W: bf16[K, N]\n");
+    sum[0] = 0;
+    for (int i = 1; i <= 70; i++) {
+        snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "param p%d: f32\n", i);
+        snprintf(sum + strlen(sum), sizeof sum - strlen(sum), "%sp%d", i > 1 ? " + " : "", i);
+    }
+    snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "output Y: f32 = X @ W + (%s)\n", sum);
+    write_spec(dir, "p70.cf", spec, path, sizeof path);
+    snprintf(cmd, sizeof cmd, "emit --param p65=1 --param p70=-2 %s", path);
+    CHECK_EQ_INT(0, cf(cmd, buf, sizeof buf));
+    snprintf(cmd, sizeof cmd, "run --shape M=128,N=128,K=64 --param p65=1 --param p70=-2 --check %s", path);
+    CHECK_EQ_INT(4, cf_fake(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "check Y        f32: 16384 elements");
+    snprintf(cmd, sizeof cmd, "emit --param p71=1 %s", path);
+    CHECK_EQ_INT(2, cf(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "--param p71=1: expected NAME=VALUE naming a param of the spec");
+    /* 300 scalars: the launch laid them out through a size_t[256] */
+    snprintf(spec, sizeof spec, "input X: bf16[M, K]\ninput W: bf16[K, N]\n");
+    sum[0] = 0;
+    for (int i = 1; i <= 300; i++) {
+        snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "param p%d: f32\n", i);
+        snprintf(sum + strlen(sum), sizeof sum - strlen(sum), "%sp%d", i > 1 ? " + " : "", i);
+    }
+    snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "output Y: f32 = X @ W + (%s)\n", sum);
+    write_spec(dir, "p300.cf", spec, path, sizeof path);
+    snprintf(cmd, sizeof cmd, "run --shape M=128,N=128,K=64 --param p300=3 %s", path);
+    CHECK_EQ_INT(0, cf_fake(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "ran ");
+    /* 240 [M, N] outputs: NVRTC's "Formal parameter space overflowed" (exit 1) before; now Φ */
+    snprintf(spec, sizeof spec, "input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\n");
+    for (int i = 1; i <= 240; i++)
+        snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "output Y%d: bf16 = x * %d\n", i, i);
+    write_spec(dir, "o240.cf", spec, path, sizeof path);
+    snprintf(cmd, sizeof cmd, "compile %s", path);
+    CHECK_EQ_INT(3, cf(cmd, buf, sizeof buf));
+    CHECK_CONTAINS(buf, "cannot fuse: the kernel's parameters take 33920 bytes");
+    snprintf(cmd, sizeof cmd, "run --unfused --shape M=128,N=128,K=64 %s", path);
+    CHECK_EQ_INT(3, cf(cmd, buf, sizeof buf));
 }
 
 int main(int argc, char **argv)
@@ -43,6 +197,16 @@ int main(int argc, char **argv)
         snprintf(slash, sizeof bin - (size_t)(slash - bin), "/comfuse");
     else
         snprintf(bin, sizeof bin, "build/comfuse");
+    snprintf(fake, sizeof fake, "%s", bin);
+    slash = strrchr(fake, '/');
+    snprintf(slash ? slash : fake, sizeof fake - (size_t)(slash ? slash - fake : 0), "%s",
+             slash ? "/tests/fake" : "build/tests/fake");
+    char pdir[] = "/tmp/cf_test_probe_XXXXXX";
+    CHECK(mkdtemp(pdir) != NULL);
+    test_probe_sizes(pdir);
+    test_probe_cache(pdir);
+    test_probe_nvrtc();
+    test_probe_usage();
     CHECK_EQ_INT(0, cf("--help", buf, sizeof buf));
     CHECK_CONTAINS(buf, "explain SPEC");
     CHECK_CONTAINS(buf, "bench SPEC");
@@ -274,5 +438,7 @@ int main(int argc, char **argv)
         snprintf(c3, sizeof c3, "rm -rf %s", d3);
         CHECK_EQ_INT(0, run(c3, buf, sizeof buf));
     }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", pdir);
+    CHECK_EQ_INT(0, run(cmd, buf, sizeof buf));
     return tu_finish("test_cli");
 }

@@ -1210,6 +1210,43 @@ static void test_row_outputs(void)
                 }
                 cf_kernel_free(k);
             }
+/* Bad-input probe (issue 28): constants outside f32's range were printed as literals NVRTC
+ * rejects ("floating constant is out of range"); now as what f32 rounds them to, and the
+ * graph (so the float64 reference) holds that same value. */
+static void test_f32_constants(void)
+{
+    static const struct {
+        const char *c, *lit;
+        double held;
+    } cases[] = {
+        {"1e39", "__int_as_float(0x7f800000)", INFINITY},
+        {"-1e39", "__int_as_float((int)0xff800000)", -INFINITY},
+        {"7e-46", "= 0.0f;", 0.0},
+        {"1e-40", "__int_as_float((int)0x000116c2u)", 1.00000002e-40},   /* f32 subnormal: by its bits */
+        {"0.1", "= 0.1f;", 0.100000001490116119},   /* the shortest text of the f32 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[256];
+        snprintf(spec, sizeof spec, "input X: bf16[M, K]\ninput W: bf16[K, N]\noutput Y: f32 = (X @ W) * %s\n",
+                 cases[i].c);
+        cf_graph *g = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, cf_spec_parse(spec, strlen(spec), "const.cf", &g, &err));
+        bool held = false;
+        for (int n = 0; g && n < g->n_nodes; n++)
+            if (g->nodes[n].op == CF_OP_CONST)
+                held = g->nodes[n].cval == (double)(float)cases[i].held;
+        CHECK(held);
+        cf_kernel *k = NULL;
+        CHECK_EQ_INT(CF_OK, g ? cf_kernel_build(g, NULL, "const", &k, &err) : CF_ERR_INTERNAL);
+        if (k) {
+            CHECK_CONTAINS(cf_kernel_source(k), cases[i].lit);
+            cf_status st = cf_kernel_compile(k, &err);
+            CHECK_EQ_INT(CF_OK, st);
+            if (st != CF_OK)
+                fprintf(stderr, "%s: %s\n", cases[i].c, err.msg);
+        }
+        cf_kernel_free(k);
         cf_graph_free(g);
     }
 }
@@ -1306,6 +1343,46 @@ static void test_row_group_sizes(void)
     cf_error err;
     CHECK_EQ_INT(CF_ERR_INVALID_ARG, g ? cf_kernel_build(g, &odd, "odd", &k, &err) : CF_ERR_INVALID_ARG);
     cf_graph_free(g);
+/* Bad-input probe (issue 28): a fixed table the spec fills.  Ψ keeps each value that outlives
+ * its loop in one of 32 arrays; a 33rd live value shared the last array with another (a
+ * silent wrong result: T31 written nine times over at 40).  Now every array holds one value,
+ * and more than fit is declined for the unfused path. */
+static void test_live_arrays(void)
+{
+    for (int n = 32; n <= 33; n++) {
+        static char spec[8192];
+        int len = snprintf(spec, sizeof spec, "input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\n");
+        for (int i = 0; i < n; i++)
+            len += snprintf(spec + len, sizeof spec - (size_t)len, "input b%d: f32[N]\ny%d = exp(x * b%d)\n", i, i, i);
+        len += snprintf(spec + len, sizeof spec - (size_t)len, "s = sum(y0");
+        for (int i = 1; i < n; i++)
+            len += snprintf(spec + len, sizeof spec - (size_t)len, " + y%d", i);
+        len += snprintf(spec + len, sizeof spec - (size_t)len, ")\noutput Y: f32 = y0 * y0 / s");
+        for (int i = 1; i < n; i++)
+            len += snprintf(spec + len, sizeof spec - (size_t)len, " + y%d * y%d / s", i, i);
+        snprintf(spec + len, sizeof spec - (size_t)len, "\n");
+        cf_graph *g = NULL;
+        cf_kernel *k = NULL;
+        cf_error err;
+        CHECK_EQ_INT(CF_OK, cf_spec_parse(spec, strlen(spec), "live.cf", &g, &err));
+        cf_status st = g ? cf_kernel_build(g, NULL, "live", &k, &err) : CF_ERR_INTERNAL;
+        if (n == 32) {   /* 31 carried values and the accumulator: T1..T31, each written once */
+            CHECK_EQ_INT(CF_OK, st);
+            const char *src = k ? cf_kernel_source(k) : "";
+            CHECK_CONTAINS(src, "float T31[CF_ACC_REGS];");
+            CHECK(!strstr(src, "float T32["));
+            for (int t = 1; t <= 31; t++) {
+                char w[32];
+                snprintf(w, sizeof w, "T%d[r] = y", t);
+                CHECK_EQ_INT(1, count_of(src, w));
+            }
+        } else {
+            CHECK_EQ_INT(CF_ERR_UNSUPPORTED, st);
+            CHECK_CONTAINS(err.msg, "more than 32 tile or row values live at once");
+        }
+        cf_kernel_free(k);
+        cf_graph_free(g);
+    }
 }
 
 int main(void)
@@ -1330,5 +1407,7 @@ int main(void)
     test_smem_plan();
     test_prepare_cached();
     test_row_group_sizes();
+    test_f32_constants();
+    test_live_arrays();
     return tu_finish("test_codegen");
 }

@@ -301,6 +301,73 @@ static void test_goldens(void)
     }
 }
 
+/* A spec built by spec_text(kind, n): "out" n [M, N] outputs, "in" n [N] inputs summed, "par"
+ * n params multiplied,
+ * "red" n chained reductions, "ew" n elementwise nodes. */
+static char *spec_text(const char *kind, int n)
+{
+    size_t cap = 64 + (size_t)n * 48;
+    char *s = malloc(cap), *p = s;
+    p += sprintf(p, "input X: bf16[M, K]\ninput W: bf16[K, N]\nx0 = X @ W\n");
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(kind, "out"))
+            p += sprintf(p, "output Y%d: bf16 = x0 * %d\n", i, i + 1);
+        else if (!strcmp(kind, "in"))
+            p += sprintf(p, "input b%d: f32[N]\nx%d = x%d + b%d\n", i, i + 1, i, i);
+        else if (!strcmp(kind, "par"))
+            p += sprintf(p, "param p%d: f32\nx%d = x%d * p%d\n", i, i + 1, i, i);
+        else if (!strcmp(kind, "red"))
+            p += sprintf(p, "x%d = x%d - mean(x%d)\n", i + 1, i, i);
+        else
+            p += sprintf(p, "x%d = x%d * 1.5\n", i + 1, i);
+    }
+    if (strcmp(kind, "out") != 0)
+        sprintf(p, "output Y: bf16 = x%d\n", n);
+    return s;
+}
+
+/* Bad-input probe (issue 28): what one kernel cannot take is Φ's rejection (exit 3) with the
+ * reason: parameters past the 4096-byte block a launch passes (NVRTC failed at 32764 bytes;
+ * the launch at 4096), more nodes or reductions than code generation and NVRTC finish. */
+static void test_limits(void)
+{
+    static const struct {
+        const char *kind;
+        int n;
+        const char *reject;   /* NULL: lowers */
+    } cases[] = {
+        {"out", 27, NULL},   /* 284 + 27 * 140 = 4064 bytes (the scales are constants, not args) */
+        {"out", 28, "the kernel's parameters take 4224 bytes (28 [M, N] outputs at 140 bytes each"},
+        {"out", 240, "the kernel's parameters take 33920 bytes (240 [M, N] outputs"},
+        {"par", 918, NULL},   /* 424 + 918 * 4 = 4096 */
+        {"par", 919, "the kernel's parameters take 4160 bytes"},
+        {"in", 64, NULL},
+        {"in", 65, "the epilogue reads 65 inputs besides the GEMM's operands, over the limit of 64"},
+        {"in", 460, "over the 4096 bytes a launch passes"},   /* 424 + 460 * 8 */
+        {"in", 10000, "over the 4096 bytes a launch passes"},
+        {"red", 32, NULL},
+        {"red", 33, "the epilogue has 33 row reductions, over the limit of 32"},
+        {"ew", 4000, NULL},
+        {"ew", 5000, "nodes after Φ, over the limit of 4096 for one kernel"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *src = spec_text(cases[i].kind, cases[i].n);
+        cf_status st;
+        cf_error err;
+        cf_ir *ir = lower_src(src, &st, &err);
+        if (cases[i].reject) {
+            CHECK_EQ_INT(CF_ERR_UNSUPPORTED, st);
+            CHECK_CONTAINS(err.msg, cases[i].reject);
+        } else {
+            CHECK_EQ_INT(CF_OK, st);
+            int outs;
+            CHECK(ir && cf_ir_param_bytes(ir, &outs) <= CF_KERNEL_PARAM_BYTES);
+        }
+        free_ir(ir);
+        free(src);
+    }
+}
+
 int main(void)
 {
     test_layernorm();
@@ -310,5 +377,6 @@ int main(void)
     test_diagnostics();
     test_b2b_reject_cross_read();
     test_goldens();
+    test_limits();
     return tu_finish("test_lower");
 }
