@@ -121,3 +121,27 @@ def test_launch_checks_arguments_before_the_gpu():
     with pytest.raises(ValueError):
         k.launch([128, 256, 64], [0, 0], [0])    # two inputs where the graph has three
 
+
+
+def test_struct_layouts_match_header(tmp_path):
+    """Every ctypes struct has the size and field offsets the C header gives it (a struct that
+    grew in comfuse.h but not here let cf_kernel_resources write past Python's buffer)."""
+    structs = [c for c in vars(_lib).values() if isinstance(c, type) and issubclass(c, _lib.ctypes.Structure)]
+    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "comfuse.h"', "int main(void) {"]
+    for c in structs:
+        lines.append(f'    printf("{c.__name__} size %zu\\n", sizeof({c.__name__}));')
+        for name, _ in c._fields_:
+            lines.append(f'    printf("{c.__name__} {name} %zu\\n", offsetof({c.__name__}, {name}));')
+    lines += ["    return 0;", "}"]
+    src = tmp_path / "layout.c"
+    src.write_text("\n".join(lines) + "\n")
+    exe = tmp_path / "layout"
+    subprocess.run(["cc", "-std=c11", "-I", os.path.join(REPO, "include"), str(src), "-o", str(exe)], check=True)
+    got = {}
+    for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.splitlines():
+        s, f, v = line.split()
+        got[(s, f)] = int(v)
+    for c in structs:
+        assert got[(c.__name__, "size")] == _lib.ctypes.sizeof(c), c.__name__
+        for name, _ in c._fields_:
+            assert got[(c.__name__, name)] == getattr(c, name).offset, f"{c.__name__}.{name}"
