@@ -1042,8 +1042,11 @@ static void emit_nodes(cg_ctx *c, const cf_ir_spec *sp)
     for (int i = 0; i < sp->n_nodes; i++) {
         const cf_ir_node *n = sp->nodes[i];
         /* an accumulator entry or carried value nothing here reads (a store or a GELU computed by
-         * the store takes it from its array): no line for it */
-        if ((n->kind == CF_IR_ACC || n->kind == CF_IR_PLACEHOLDER) && !read_in_loop(c, sp, n))
+         * the store takes it from its array): no line for it, unless it is a value shifted by its
+         * tile's statistic that this stage corrects in place for a later one */
+        const bool corrects = n->kind == CF_IR_PLACEHOLDER && !n->is_stat && c->shifted_by[n->ref->id] &&
+                              c->pass[n->id] && !c->in_mid;
+        if ((n->kind == CF_IR_ACC || n->kind == CF_IR_PLACEHOLDER) && !read_in_loop(c, sp, n) && !corrects)
             continue;
         if (emitted(c, sp, n))
             emit_rules[n->kind](c, n);

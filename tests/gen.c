@@ -760,9 +760,13 @@ static bool screen_compare(const cf_graph *g, const cf_graph *s, double *const *
         cf_dtype t = cf_graph_output_info(s, o).dtype;
         if (user)
             t = g->outputs[o].dtype;
-        double err2 = 0, ref2 = 0, lim = t == CF_F16 ? 65504 : 3e38;
+        double err2 = 0, ref2 = 0, round2 = 0, lim = t == CF_F16 ? 65504 : 3e38;
         for (int64_t i = 0; i < lens[o]; i++) {
             double x = a[o][i], y = b[o][i];
+            if (isfinite(x) && fabs(x) <= lim && t != CF_F32) {   /* the output type's own rounding */
+                float f = (float)x, r = t == CF_F16 ? cf_f16_to_f32(cf_f32_to_f16(f)) : cf_bf16_to_f32(cf_f32_to_bf16(f));
+                round2 += (r - x) * (r - x);
+            }
             if (isfinite(x) != isfinite(y) || (!isfinite(x) && !(x == y || (isnan(x) && isnan(y))))) {
                 snprintf(why, n, "NaN/Inf pattern of %s moves with X*W", cf_graph_output_info(s, o).name);
                 return false;
@@ -777,6 +781,11 @@ static bool screen_compare(const cf_graph *g, const cf_graph *s, double *const *
             }
         }
         double rel = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2), tol = t == CF_F32 ? 2e-3 : 1e-2;
+        if (user && ref2 > 0 && sqrt(round2 / ref2) > 0.5 * tol) {   /* values in the 16-bit subnormals */
+            snprintf(why, n, "output %s: rounding to %s alone moves it by %.2g (its values are subnormal there)",
+                     g->outputs[o].name, cf_dtype_name(t), sqrt(round2 / ref2));
+            return false;
+        }
         if (user && rel > 0.8 * tol) {
             snprintf(why, n, "output %s moves by %.2g (relative; the check allows %g) when X*W moves by 2^-18 "
                      "(absolute)", g->outputs[o].name, rel, tol);

@@ -1178,8 +1178,8 @@ static void test_row_outputs(void)
     static const char *specs[] = {"tests/specs/out_softmax_max.cf", "tests/specs/out_logsumexp.cf",
                                   "tests/specs/out_log_softmax_lse.cf", "tests/specs/out_ln_stats.cf",
                                   "tests/specs/out_rows_mixed.cf", "tests/specs/softmax_inf.cf",
-                                  "tests/specs/regress/g880346466_6.cf"};
-    static const int64_t shapes[][3] = {{4096, 2048, 512}, {16384, 1024, 1024}, {8192, 4096, 4096},
+                                  "tests/specs/regress/g880346466_6.cf", "tests/specs/regress/g834101238_64.cf"};
+    static const int64_t shapes[][3] = {{4096, 2048, 512}, {16384, 1024, 1024}, {8192, 4096, 4096}, {92, 848, 1536},
                                         {129, 72, 136}, {300, 8200, 136}, {64, 32768, 256}};
     static const cf_options forced[] = {{0}, {.sync_finish = 1}, {.schedule = CF_SCHEDULE_FINISHER},
                                         {.pair_tiles = 1}, {.reduce_mode = CF_REDUCE_PEER}};
@@ -1210,6 +1210,27 @@ static void test_row_outputs(void)
                 }
                 cf_kernel_free(k);
             }
+        cf_graph_free(g);
+    }
+}
+
+/* A value shifted by its tile's own max (softmax's exp, merged exchange) that a stage only
+ * carries through is still corrected to the row's max there: it was left uncorrected for the
+ * stage after (g834101238_64, rel. error 0.53 on the GPU). */
+static void test_carried_correction(void)
+{
+    cf_graph *g = parse("tests/specs/regress/g834101238_64.cf");
+    cf_options o = g ? cf_options_for(g, 92, 848, 1536) : (cf_options){0};
+    cf_kernel *k = NULL;
+    cf_error err;
+    CHECK_EQ_INT(CF_OK, g ? cf_kernel_build(g, &o, "corr", &k, &err) : CF_ERR_INTERNAL);
+    const char *src = k ? cf_kernel_source(k) : "";
+    CHECK_CONTAINS(src, "cf_row_merge<CF_MERGE_SOFTMAX");
+    CHECK_CONTAINS(src, "* corr_v11_1[cf_acc_slot(r)];  /* bypass: v13_5, corrected to the row's max */");
+    cf_kernel_free(k);
+    cf_graph_free(g);
+}
+
 /* Bad-input probe (issue 28): constants outside f32's range were printed as literals NVRTC
  * rejects ("floating constant is out of range"); now as what f32 rounds them to, and the
  * graph (so the float64 reference) holds that same value. */
@@ -1343,6 +1364,8 @@ static void test_row_group_sizes(void)
     cf_error err;
     CHECK_EQ_INT(CF_ERR_INVALID_ARG, g ? cf_kernel_build(g, &odd, "odd", &k, &err) : CF_ERR_INVALID_ARG);
     cf_graph_free(g);
+}
+
 /* Bad-input probe (issue 28): a fixed table the spec fills.  Ψ keeps each value that outlives
  * its loop in one of 32 arrays; a 33rd live value shared the last array with another (a
  * silent wrong result: T31 written nine times over at 40).  Now every array holds one value,
@@ -1409,5 +1432,6 @@ int main(void)
     test_row_group_sizes();
     test_f32_constants();
     test_live_arrays();
+    test_carried_correction();
     return tu_finish("test_codegen");
 }

@@ -337,6 +337,11 @@ static void test_screen(void)
     const char *big = "v2 = square(square(square(square(square(matmul(X, W) * 1000 + 1000)))))\noutput Y: bf16 = v2\n";
     CHECK(!screened_ok(big, why, sizeof why));
     CHECK_CONTAINS(why, "f32 range");
+    /* the min of a softmax over 300 columns stored as f16: subnormals, rounding alone moves it */
+    const char *tiny = "v2 = matmul(X, W)\nv6 = exp(v2 * 8 - max(v2 * 8))\nv9 = min(v6 / sum(v6))\n"
+                       "output Y: f16 = v9\n";
+    CHECK(!screened_ok(tiny, why, sizeof why));
+    CHECK_CONTAINS(why, "subnormal");
     /* NaN where X*W < 0, -inf where 0: rounding never changes a sign, so the pattern stays */
     CHECK(screened_ok("v2 = log(matmul(X, W))\noutput Y: bf16 = v2\n", why, sizeof why));
 }
