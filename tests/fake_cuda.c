@@ -62,6 +62,14 @@ API cuMemFree(CUdeviceptr p) { free((void *)(uintptr_t)p); return CUDA_SUCCESS; 
 API cuMemcpyHtoD(CUdeviceptr d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS; }
 API cuMemcpyDtoH(void *d, CUdeviceptr s, size_t n) { memcpy(d, (const void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
 API cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n) { memmove((void *)(uintptr_t)d, (const void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
+API cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream s)
+{
+    (void)s;
+    for (size_t r = 0; r < c->Height; r++)
+        memmove((char *)(uintptr_t)c->dstDevice + r * c->dstPitch,
+                (const char *)(uintptr_t)c->srcDevice + r * c->srcPitch, c->WidthInBytes);
+    return CUDA_SUCCESS;
+}
 API cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) { memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS; }
 API cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { (void)s; return cuMemsetD8(d, v, n); }
 API cuMemsetD16(CUdeviceptr d, unsigned short v, size_t n)

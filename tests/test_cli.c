@@ -117,8 +117,8 @@ static void test_probe_usage(void)
         {"--block-n 100", "--block-n 100: must be 64, 128, 192 or 256"},
         {"--block-n 2048", "--block-n 2048: must be 64, 128, 192 or 256"},
         {"--block-m 96", "--block-m 96: must be 64 or 128"},
-        {"--cluster 3", "--cluster 3: must be 1, 2, 4, 8, 16 (32 or 64 with --reduce-mode global)"},
-        {"--cluster 128", "--cluster 128: must be 1, 2, 4, 8, 16"},
+        {"--cluster 3 --reduce-mode peer", "cluster_n 3: must be 1, 2, 4, 8 or 16"},   /* any count through L2 */
+        {"--cluster 128", "--cluster 128: must be 1..64"},
         {"--block-n 256", "block_m x block_n = 128 x 256: more than 128 accumulator registers"},   /* the library's */
         {"--cluster 32 --reduce-mode peer", "cluster_n 32: must be 1, 2, 4, 8 or 16"},
     };
