@@ -18,7 +18,7 @@ TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/test_util.c,
 
 all: $(BUILD)/libcomfuse.a $(BUILD)/libcomfuse.so $(BUILD)/comfuse $(BUILD)/cfgen
 
-$(BUILD)/obj/%.o: src/%.c src/cf_internal.h include/comfuse.h src/ops.def $(wildcard src/*.inc)
+$(BUILD)/obj/%.o: src/%.c src/cf_internal.h include/comfuse.h $(wildcard src/*.inc)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -48,7 +48,7 @@ $(BUILD)/comfuse: $(CLI_SRC) src/cli.h $(BUILD)/libcomfuse.a
 
 # tests/gen.c: the random graph generator, shared by the tests and cfgen.
 GEN_OBJ := $(BUILD)/obj/tests/gen.o
-$(GEN_OBJ): tests/gen.c tests/gen.h src/cf_internal.h include/comfuse.h src/ops.def
+$(GEN_OBJ): tests/gen.c tests/gen.h src/cf_internal.h include/comfuse.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -c $< -o $@
 
@@ -66,6 +66,7 @@ $(BUILD)/tests/fake/libcuda.so.1: tests/fake_cuda.c
 
 test: all $(TESTS) $(BUILD)/tests/fake/libcuda.so.1
 	@./tests/run.sh $(BUILD)
+	@./tests/install.sh $(BUILD)
 	@$(if $(filter 1,$(PYTHON_TESTS)),$(MAKE) --no-print-directory test-python)
 
 # The PyTorch frontend (python/) against this build's library: tracing, region matching,
@@ -101,7 +102,23 @@ $(BUILD)/fuzz_cli: fuzz/fuzz_cli.c src/cli_opts.c src/cli.h $(LIB_SRC) src/cf_in
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $< src/cli_opts.c $(LIB_SRC) $(BUILD)/gen/device_headers.c -o $@ -lm -ldl -lpthread
 
+# The C library as its users install it: the one public header, both libraries, and a
+# pkg-config file (`pkg-config --cflags --libs comfuse`).
+PREFIX ?= /usr/local
+install: $(BUILD)/libcomfuse.a $(BUILD)/libcomfuse.so
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/comfuse.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libcomfuse.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libcomfuse.so $(DESTDIR)$(PREFIX)/lib/
+	sed -e 's#@PREFIX@#$(PREFIX)#' -e 's#@VERSION@#$(shell sed -n 's/^#define CF_VERSION "\(.*\)"/\1/p' include/comfuse.h)#' \
+	    tools/comfuse.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/comfuse.pc
+
+# `make install` into a scratch prefix, then a C program that includes only the installed header
+# builds against it through pkg-config and runs (the header must stand alone).
+test-install: all
+	@./tests/install.sh $(BUILD)
+
 clean:
 	rm -rf build build-asan
 
-.PHONY: all test test-python test-asan fuzz clean
+.PHONY: all test test-python test-asan test-install install fuzz clean

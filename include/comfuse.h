@@ -86,10 +86,45 @@ typedef enum cf_dtype { CF_BF16, CF_F16, CF_F32, CF_DTYPE_COUNT } cf_dtype;
 CF_API const char *cf_dtype_name(cf_dtype t);
 CF_API size_t cf_dtype_size(cf_dtype t);
 
+/* The one op table: enum, spelling in .cf specs, arity and class, as
+ * X(ENUM, keyword, arity, class).  Order matters only for the enum values;
+ * append new ops at the end of their class (docs/design.md: adding an op). */
+#define CF_OPS(X) \
+    X(INPUT,        "input",        0, CF_OPC_LEAF)  /* declared tensor input       */   \
+    X(CONST,        "const",        0, CF_OPC_LEAF)  /* scalar literal              */   \
+    X(PARAM,        "param",        0, CF_OPC_LEAF)  /* named f32 runtime scalar    */   \
+    X(MATMUL,       "matmul",       2, CF_OPC_MATMUL) /* [M,K] x ([K,N] | [N,K])     */  \
+    X(NEG,          "neg",          1, CF_OPC_UNARY)                                     \
+    X(ABS,          "abs",          1, CF_OPC_UNARY)                                     \
+    X(EXP,          "exp",          1, CF_OPC_UNARY)                                     \
+    X(LOG,          "log",          1, CF_OPC_UNARY)                                     \
+    X(SQRT,         "sqrt",         1, CF_OPC_UNARY)                                     \
+    X(RSQRT,        "rsqrt",        1, CF_OPC_UNARY)                                     \
+    X(SQUARE,       "square",       1, CF_OPC_UNARY)                                     \
+    X(RECIP,        "reciprocal",   1, CF_OPC_UNARY)                                     \
+    X(RELU,         "relu",         1, CF_OPC_UNARY)                                     \
+    X(GELU,         "gelu",         1, CF_OPC_UNARY) /* tanh approximation          */   \
+    X(GELU_ERF,     "gelu_erf",     1, CF_OPC_UNARY) /* exact, erf form             */   \
+    X(SILU,         "silu",         1, CF_OPC_UNARY)                                     \
+    X(SIGMOID,      "sigmoid",      1, CF_OPC_UNARY)                                     \
+    X(TANH,         "tanh",         1, CF_OPC_UNARY)                                     \
+    X(ADD,          "add",          2, CF_OPC_BINARY)                                    \
+    X(SUB,          "sub",          2, CF_OPC_BINARY)                                    \
+    X(MUL,          "mul",          2, CF_OPC_BINARY)                                    \
+    X(DIV,          "div",          2, CF_OPC_BINARY)                                    \
+    X(MAX,          "max",          2, CF_OPC_BINARY) /* NaN-propagating, as torch   */  \
+    X(MIN,          "min",          2, CF_OPC_BINARY)                                    \
+    X(POW,          "pow",          2, CF_OPC_BINARY) /* exponent must be a scalar   */  \
+    X(SUM,          "sum",          1, CF_OPC_REDUCE)                                    \
+    X(MEAN,         "mean",         1, CF_OPC_REDUCE)                                    \
+    X(RMAX,         "max",          1, CF_OPC_REDUCE) /* one argument: a reduction   */  \
+    X(RMIN,         "min",          1, CF_OPC_REDUCE)                                    \
+    X(TRANSPOSE,    "transpose",    1, CF_OPC_LAYOUT) /* representable; Φ rejects    */
+
 typedef enum cf_op {
-#define X(e, kw, arity, cls) CF_OP_##e,
-#include "../src/ops.def"
-#undef X
+#define CF_OP_ENUM_(e, kw, arity, cls) CF_OP_##e,
+    CF_OPS(CF_OP_ENUM_)
+#undef CF_OP_ENUM_
     CF_OP_COUNT
 } cf_op;
 

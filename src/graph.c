@@ -12,11 +12,11 @@ static const struct {
     int arity;
     cf_op_class cls;
 } op_table[] = {
-#define X(e, kw, arity, cls) {kw, arity, cls},
-#include "ops.def"
-#undef X
+#define CF_OP_ROW_(e, kw, arity, cls) {kw, arity, cls},
+    CF_OPS(CF_OP_ROW_)
+#undef CF_OP_ROW_
 };
-_Static_assert(CF_ARRAY_LEN(op_table) == CF_OP_COUNT, "op_table out of sync with ops.def");
+_Static_assert(CF_ARRAY_LEN(op_table) == CF_OP_COUNT, "op_table out of sync with CF_OPS");
 
 const char *cf_op_name(cf_op op) { return (unsigned)op < CF_OP_COUNT ? op_table[op].kw : "?"; }
 cf_op_class cf_op_class_of(cf_op op) { return op_table[op].cls; }

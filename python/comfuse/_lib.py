@@ -49,7 +49,7 @@ def _load():
 DTYPES = ("bf16", "f16", "f32")            # cf_dtype, in enum order
 CF_BF16, CF_F16, CF_F32 = 0, 1, 2
 
-# cf_op in src/ops.def order; checked against cf_op_name() when the library loads.
+# cf_op in CF_OPS order (include/comfuse.h); checked against cf_op_name() when the library loads.
 OPS = ("input", "const", "param", "matmul", "neg", "abs", "exp", "log", "sqrt", "rsqrt",
        "square", "reciprocal", "relu", "gelu", "gelu_erf", "silu", "sigmoid", "tanh", "add",
        "sub", "mul", "div", "max", "min", "pow", "sum", "mean", "max", "min", "transpose")

@@ -4,7 +4,7 @@ A region starts at a matmul (`@`, torch.matmul, torch.mm, F.linear, nn.Linear) w
 operands are computed outside it, and grows, in graph order, over every node that
 consumes a region value and that the fusion domain can express: elementwise ops and
 activations, row reductions over the last dim, LayerNorm / RMSNorm / softmax /
-log_softmax (decomposed into the primitives of src/ops.def), casts, eval-mode dropout.
+log_softmax (decomposed into the primitives of CF_OPS in comfuse.h), casts, eval-mode dropout.
 Every other operand must be a tensor computed outside the region that broadcasts as a
 scalar, an [N] row vector (bias, gamma), an [M] column (keepdim statistics) or a full
 [M, N] tile (a residual).  Values are classified by shape:
