@@ -31,8 +31,8 @@ uint64_t cfgen_case_seed(uint64_t base, int i);
 #define CFGEN_MAX_PARAMS 64
 
 /* Pitches of the GEMM operands and outputs: all 16-byte multiples (N, K
- * multiples of 8: what TMA takes), or some not (the runtime must refuse them
- * by name, or run them correctly). */
+ * multiples of 8: what TMA takes in place), or some not (the runtime runs
+ * them through padded copies). */
 typedef enum { CFGEN_ALIGN16, CFGEN_ODD_PITCH } cfgen_align;
 
 /* A feature put in on purpose that Φ must reject (GPU mode only). */
