@@ -13,6 +13,7 @@
 #include "cf_internal.h"
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +192,10 @@ typedef struct cg_ctx {
     int trc_sec;         /* CF_TRACE sections of the first part marked so far    */
     int n_unpark;        /* cf_unpark_stream variables declared so far           */
     bool *at_store;      /* by node id: a GELU its 16-bit store computes (gelu_at_store) */
+    int *tin;            /* by arg index: its number among the tile inputs (CF_NUM_TIN: [M,N]
+                            inputs fetched through the operand ring), or -1 */
+    int n_tin;
+    int tin_first, tin_last; /* the depths of the first and last stage that read one */
 } cg_ctx;
 
 enum { MERGE_NONE, MERGE_VAR, MERGE_SOFTMAX };
@@ -297,8 +302,11 @@ static void emit_bcast(cg_ctx *c, const cf_ir_node *n)
              load_fn(a->dtype), a->name);
         break;
     case CF_BC_TENSOR:
-        line(c, "const float %s = (row < t.M && col < t.N) ? %s(p.%s, (long long)row * t.N + col) : 0.0f;"
-                "  /* [M,N] tensor */", id, load_fn(a->dtype), a->name);
+        if (c->tin[n->arg] >= 0)
+            line(c, "const float %s = tv_%s[r %% 8];  /* [M,N] tensor, through the ring */", id, id);
+        else
+            line(c, "const float %s = (row < t.M && col < t.N) ? %s(p.%s, (long long)row * t.N + col) : 0.0f;"
+                    "  /* [M,N] tensor */", id, load_fn(a->dtype), a->name);
         break;
     default:
         break;
@@ -1430,6 +1438,8 @@ static void plan_free(cg_ctx *e)
 {
     free(e->at_store);
     e->at_store = NULL;
+    free(e->tin);
+    e->tin = NULL;
     free(e->arr);
     free(e->pass);
     free(e->shifted_by);
@@ -1438,6 +1448,58 @@ static void plan_free(cg_ctx *e)
     e->pass = NULL;
     e->shifted_by = NULL;
     e->merge_of = NULL;
+}
+
+/* The tensor node of a 16-bit [M,N] input in stage sp, if it reads one, else NULL. */
+static const cf_ir_node *tile_input_read(const cf_ir *ir, const cf_ir_spec *sp, int arg)
+{
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (n->kind == CF_IR_BCAST && n->src == CF_BC_TENSOR && n->arg == arg && ir->args[arg].dtype != CF_F32)
+            return n;
+    }
+    return NULL;
+}
+
+/* Which 16-bit [M,N] inputs go through the operand ring (cf_tin_* in cf_sm90.cuh): those read
+ * only by the consumer's first part (not by a late finish or the finisher's mid part, which run
+ * after the warpgroup's next mainloop), in argument order while the ring keeps two stages for the
+ * mainloop.  The others are loaded element by element.  false when out of memory. */
+static bool plan_tile_inputs(cg_ctx *e)
+{
+    const cf_ir *ir = e->ir;
+    const cf_cg_options *o = e->opt;
+    e->tin = malloc((size_t)(ir->n_args ? ir->n_args : 1) * sizeof *e->tin);
+    if (!e->tin) {
+        plan_free(e);
+        return false;
+    }
+    const int tile_m = o->cooperative ? 2 * o->bm : o->bm, per_stage = (tile_m + o->bn) / tile_m;
+    int room = (o->stages - 2) * per_stage;   /* 64-column chunks the ring can hold */
+    e->n_tin = 0;
+    e->tin_first = INT_MAX;
+    e->tin_last = -1;
+    for (int a = 0; a < ir->n_args; a++) {
+        e->tin[a] = -1;
+        if (ir->args[a].kind != CF_ARG_TENSOR || a >= 31 || room < o->bn / 64)
+            continue;
+        int first = INT_MAX, last = -1;
+        bool late_read = false;
+        for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post) {
+            if (!tile_input_read(ir, sp, a))
+                continue;
+            late_read |= sp == e->late || (e->mid && (sp == e->mid || sp == e->mid->post));
+            first = sp->depth < first ? sp->depth : first;
+            last = sp->depth;
+        }
+        if (last < 0 || late_read)
+            continue;
+        e->tin[a] = e->n_tin++;
+        room -= o->bn / 64;
+        e->tin_first = first < e->tin_first ? first : e->tin_first;
+        e->tin_last = last > e->tin_last ? last : e->tin_last;
+    }
+    return true;
 }
 
 /* Plans the epilogue before any of it is emitted: every value's storage, which
@@ -1475,7 +1537,7 @@ static bool plan_epilogue(cg_ctx *e)
     }
     e->late = find_late(e);
     e->mid = find_mid(e);
-    return true;
+    return plan_tile_inputs(e);
 }
 
 int cf_cg_gelu_stores(const cf_ir *ir)
@@ -1554,6 +1616,40 @@ bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt)
     return late;
 }
 
+/* Before the loop of a stage that reads tile inputs: the first such stage waits for them; each
+ * read gets a stream of 8-register groups from the ring (cf_tin_stream). */
+static void emit_tin_open(cg_ctx *c, const cf_ir_spec *sp)
+{
+    if (!c->n_tin || c->in_late)
+        return;
+    if (sp->depth == c->tin_first)
+        line(c, "cf_tin_wait(t);  /* this tile's [M,N] inputs have landed in the ring */");
+    char id[96];
+    for (int a = 0; a < c->ir->n_args; a++) {
+        const cf_ir_node *n = c->tin[a] >= 0 ? tile_input_read(c->ir, sp, a) : NULL;
+        if (!n)
+            continue;
+        ident(n, id, sizeof id);
+        line(c, "cf_tin_stream<%d, 2> tin_%s(t, %d);  /* %s, two groups ahead of use */",
+             c->ir->args[a].dtype == CF_F16, id, c->tin[a], c->ir->args[a].name);
+        line(c, "float tv_%s[8];", id);
+    }
+}
+
+/* In the loop: the next group of each tile input the stage reads. */
+static void emit_tin_next(cg_ctx *c, const cf_ir_spec *sp)
+{
+    char id[96];
+    for (int a = 0; a < c->ir->n_args && c->n_tin && !c->in_late; a++) {
+        const cf_ir_node *n = c->tin[a] >= 0 ? tile_input_read(c->ir, sp, a) : NULL;
+        if (!n)
+            continue;
+        ident(n, id, sizeof id);
+        line(c, "if (r %% 8 == 0)");
+        line(c, "    tin_%s.next(t, r / 8, tv_%s);", id, id);
+    }
+}
+
 static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
 {
     const cf_ir *ir = c->ir;
@@ -1584,7 +1680,9 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         line(c, "float pk[8], y8[8];  /* one 8-register group: parked %s in, output out */",
              ident(c->late_parked->ref, id, sizeof id));
     if (work) {
+        emit_tin_open(c, sp);
         emit_loop_open(c, c->in_late ? late_park_fmt(c) : PARK_NONE);
+        emit_tin_next(c, sp);
         emit_nodes(c, sp);
         for (int i = 0; i < sp->n_nodes; i++) {
             const cf_ir_node *n = sp->nodes[i];
@@ -1602,6 +1700,8 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         }
         c->indent--;
         line(c, "}");
+        if (c->n_tin && sp->depth == c->tin_last && !c->in_late)
+            line(c, "cf_tin_release(t);  /* the last stage that reads them: their ring stages are free */");
         if (red)
             emit_max_scale(c, red);
     }
@@ -1690,6 +1790,24 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
     }
 }
 
+/* The tile inputs for the device header: how many, and which arguments (a bit each). */
+static void emit_tin_defines(cg_ctx *c, const cg_ctx *e)
+{
+    if (!e->n_tin)
+        return;
+    unsigned mask = 0;
+    char names[256] = "";
+    for (int a = 0; a < c->ir->n_args; a++) {
+        if (e->tin[a] < 0)
+            continue;
+        mask |= 1u << a;
+        if (strlen(names) + strlen(c->ir->args[a].name) + 3 < sizeof names)
+            strcat(strcat(names, *names ? ", " : ""), c->ir->args[a].name);
+    }
+    line(c, "#define CF_NUM_TIN %d  /* [M,N] inputs fetched through the operand ring: %s */", e->n_tin, names);
+    line(c, "#define CF_TIN_ARGS 0x%xu  /* their argument numbers, a bit each */", mask);
+}
+
 cf_status cf_cg_check(const cf_ir *ir, cf_error *err)
 {
     if (ir->n_gemms != 1)
@@ -1756,6 +1874,7 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     if (opt->cluster_n > 1 && (tile_m / opt->cluster_n) % 8 != 0)
         line(&c, "#define CF_MULTICAST 0  /* a %d-row slice per CTA is too thin for TMA multicast */",
              tile_m / opt->cluster_n);
+    emit_tin_defines(&c, &e);
     if (e.late)
         line(&c, "#define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */");
     if (opt->pair_tiles)

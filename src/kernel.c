@@ -12,12 +12,13 @@
 
 /* Indices of the kernel's exported configuration (cf_kernel_info in
  * src/device/cf_sm90.cuh). */
-#define DEVICE_HEADER_VERSION 5 /* CF_SM90_VERSION this host code packs arguments for */
+#define DEVICE_HEADER_VERSION 6 /* CF_SM90_VERSION this host code packs arguments for */
 
 enum {
     INFO_VERSION, INFO_SMEM, INFO_BM, INFO_BN, INFO_TILE_M, INFO_STAGES, INFO_CLUSTER_N, INFO_B_NK,
     INFO_IN_F16, INFO_NUM_OUT, INFO_PINGPONG, INFO_THREADS, INFO_STG_CHUNKS, INFO_GROUP_M,
-    INFO_A_BOX_ROWS, INFO_B_BOX, INFO_ROW_CTAS, INFO_RED_GLOBAL, INFO_NUM_RED, INFO_LATE_FINISH, INFO_OUT_BOX_ROWS, INFO_COUNT
+    INFO_A_BOX_ROWS, INFO_B_BOX, INFO_ROW_CTAS, INFO_RED_GLOBAL, INFO_NUM_RED, INFO_LATE_FINISH, INFO_OUT_BOX_ROWS,
+    INFO_TIN_ARGS, INFO_COUNT
 };
 
 struct cf_kernel {
@@ -505,14 +506,15 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
  * (64-byte aligned), output pointers, M N K, output pitches, then the
  * generated cf_epi_params. */
 typedef struct args_layout {
-    size_t tma_out, xchg, out_ptr, mnk, out_ld, epi, size;
+    size_t tma_out, tma_in, xchg, out_ptr, mnk, out_ld, epi, size;
 } args_layout;
 
-static args_layout layout_of(const cf_ir *ir, int n_out, size_t *epi_size, size_t *epi_align)
+static args_layout layout_of(const cf_ir *ir, int n_out, int n_tin, size_t *epi_size, size_t *epi_align)
 {
     args_layout l;
     l.tma_out = 256;
-    l.xchg = l.tma_out + 128 * (size_t)n_out; /* xchg, xsync */
+    l.tma_in = l.tma_out + 128 * (size_t)n_out;
+    l.xchg = l.tma_in + 128 * (size_t)n_tin; /* xchg, xsync */
     l.out_ptr = l.xchg + 16;
     l.mnk = l.out_ptr + 8 * (size_t)n_out;
     l.out_ld = l.mnk + 12;
@@ -764,6 +766,37 @@ static cf_status copy_out_padded(cf_kernel *k, const cf_launch_args *a, int64_t 
     return CF_OK;
 }
 
+/* [M,N] epilogue inputs the kernel fetches through its operand ring (CF_TIN_ARGS). */
+static int tile_inputs(const cf_kernel *k)
+{
+    int n = 0;
+    for (unsigned m = (unsigned)k->info[INFO_TIN_ARGS]; m; m &= m - 1)
+        n++;
+    return n;
+}
+
+/* Their tensor maps, in argument order: boxes of 64 columns x a scheduler tile's rows, 128B
+ * swizzled (the layout cf_tin_stream reads). */
+static cf_status map_tile_inputs(cf_kernel *k, const cf_launch_args *a, int64_t M, int64_t N, unsigned char *dst,
+                                 cf_error *err)
+{
+    const unsigned mask = (unsigned)k->info[INFO_TIN_ARGS];
+    for (int i = 0; i < k->ir->n_args && i < 32; i++) {
+        if (!(mask >> i & 1u))
+            continue;
+        const cf_ir_arg *x = &k->ir->args[i];
+        uint64_t ptr = a->inputs[x->index], ld;
+        cf_status st = tma_view(k, i, &ptr, (uint64_t)M, (uint64_t)N, true, a->stream, &ld, err);
+        if (st == CF_OK)
+            st = cf_rt_tensor_map_2d_named(dst, x->name, x->dtype, (const void *)(uintptr_t)ptr, (uint64_t)M,
+                                           (uint64_t)N, ld, (uint32_t)k->info[INFO_TILE_M], 64, 128, err);
+        if (st != CF_OK)
+            return st;
+        dst += 128;
+    }
+    return CF_OK;
+}
+
 cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
 {
     cf_error_clear(err);
@@ -786,7 +819,7 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
                              cf_graph_param_name(g, i));
     int n_out = k->info[INFO_NUM_OUT];
     size_t epi_size, epi_align;
-    args_layout l = layout_of(ir, n_out, &epi_size, &epi_align);
+    args_layout l = layout_of(ir, n_out, tile_inputs(k), &epi_size, &epi_align);
     _Alignas(64) unsigned char block[CF_KERNEL_PARAM_BYTES];   /* Φ rejects larger (cf_ir_param_bytes) */
     if (l.size > sizeof block)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "kernel parameter block of %zu bytes is too large",
@@ -827,6 +860,8 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
         memcpy(block + l.out_ld + 4 * (size_t)o, &ld, 4);
         o++;
     }
+    if ((st = map_tile_inputs(k, a, M, N, block + l.tma_in, err)) != CF_OK)
+        return st;
     int32_t mnk[3] = {(int32_t)M, (int32_t)N, (int32_t)K};
     memcpy(block + l.mnk, mnk, sizeof mnk);
     if ((st = fill_epi(ir, a, block + l.epi, err)) != CF_OK)

@@ -118,7 +118,7 @@ static void test_source_shape(void)
     const char *first = src ? strstr(src, "cf_prefetch_cols(t, p.b16") : NULL;
     CHECK(first && !strstr(first + 1, "cf_prefetch_cols(t, p.b16"));   /* one prefetch per input */
     CHECK(src && !strstr(src, "p.R, 2"));               /* a full tensor is not prefetched */
-    CHECK_CONTAINS(src, "load_bf16(p.R, (long long)row * t.N + col)");
+    CHECK_CONTAINS(src, "[M,N] tensor, through the ring");  /* test_tile_inputs */
     CHECK_CONTAINS(src, "op_gelu_erf(");
     CHECK_CONTAINS(src, "static __device__ __forceinline__ float op_max(");
     CHECK_CONTAINS(src, "cf_store_tile_bf16(args, t, 0, T0);");  /* Y reuses the accumulator */
@@ -1408,6 +1408,66 @@ static void test_live_arrays(void)
     }
 }
 
+/* Source of spec text built with the options cf_options_for picks at M x N x K. */
+static char *tin_source(const char *spec, int64_t m, int64_t n, int64_t k, cf_options forced)
+{
+    cf_graph *g = NULL;
+    cf_error err;
+    char *out = NULL;
+    if (cf_spec_parse(spec, strlen(spec), "tin.cf", &g, &err) != CF_OK)
+        return NULL;
+    cf_options_fill(&forced, cf_options_for(g, m, n, k));
+    cf_kernel *kn = NULL;
+    if (cf_kernel_build(g, &forced, "tin", &kn, &err) == CF_OK)
+        out = strdup(cf_kernel_source(kn));
+    cf_kernel_free(kn);
+    cf_graph_free(g);
+    return out;
+}
+
+/* [M,N] epilogue inputs (issue 28: a mask loaded element by element made softmax 8x cuBLAS)
+ * come through the operand ring when only the tile's first part reads them: waited for before
+ * the first stage that reads one, released after the last; f32 tensors and tensors a late
+ * finish reads keep the element loads. */
+static void test_tile_inputs(void)
+{
+    static const char mask[] = "input X: bf16[M, K]\ninput W: bf16[K, N]\ninput mask: bf16[M, N]\n"
+                               "s = X @ W + mask\ne = exp(s - max(s))\noutput Y: bf16 = e / sum(e)\n";
+    char *src = tin_source(mask, 8192, 2048, 128, (cf_options){0});
+    CHECK_CONTAINS(src, "#define CF_NUM_TIN 1  /* [M,N] inputs fetched through the operand ring: mask */");
+    CHECK_CONTAINS(src, "#define CF_TIN_ARGS 0x4u");
+    const char *wait = src ? strstr(src, "cf_tin_wait(t);") : NULL, *loop = wait ? strstr(wait, "for (int r") : NULL;
+    const char *use = loop ? strstr(loop, "[M,N] tensor, through the ring") : NULL;
+    const char *rel = use ? strstr(use, "cf_tin_release(t);") : NULL;
+    CHECK(rel != NULL && !strstr(rel, "cf_tin_wait(t);"));   /* wait, loop, read, release: once each */
+    CHECK(rel != NULL && strstr(rel, "cf_row_merge_post") != NULL);   /* released before the exchange */
+    CHECK(src && !strstr(src, "load_bf16(p.mask"));
+    free(src);
+    /* two inputs, and one of them f32: only the 16-bit one through the ring */
+    static const char two[] = "input X: bf16[M, K]\ninput W: bf16[K, N]\ninput R: bf16[M, N]\ninput Q: f32[M, N]\n"
+                              "output Y: bf16 = X @ W + R * Q\n";
+    src = tin_source(two, 4096, 4096, 1024, (cf_options){0});
+    CHECK_CONTAINS(src, "#define CF_NUM_TIN 1  /* [M,N] inputs fetched through the operand ring: R */");
+    CHECK_CONTAINS(src, "load_f32(p.Q, (long long)row * t.N + col)");
+    free(src);
+    /* read after the exchange by a late finish: the element path */
+    static const char post[] = "input X: bf16[M, K]\ninput W: bf16[K, N]\ninput R: bf16[M, N]\n"
+                               "h = X @ W\nd = h - mean(h)\noutput Y: bf16 = d * rsqrt(mean(square(d)) + 1e-5) + R\n";
+    src = tin_source(post, 8192, 2048, 512, (cf_options){0});
+    CHECK_CONTAINS(src, "#define CF_LATE_FINISH 1");
+    CHECK(src && !strstr(src, "CF_NUM_TIN"));
+    CHECK_CONTAINS(src, "load_bf16(p.R, (long long)row * t.N + col)");
+    free(src);
+    /* ... and through the ring when every tile finishes at once */
+    src = tin_source(post, 8192, 2048, 512, (cf_options){.sync_finish = 1});
+    CHECK_CONTAINS(src, "#define CF_NUM_TIN 1");
+    free(src);
+    /* a ring too shallow for the input and two mainloop stages: the element path */
+    src = tin_source(mask, 8192, 2048, 128, (cf_options){.stages = 2});
+    CHECK(src && !strstr(src, "CF_NUM_TIN"));
+    free(src);
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -1433,5 +1493,6 @@ int main(void)
     test_f32_constants();
     test_live_arrays();
     test_carried_correction();
+    test_tile_inputs();
     return tu_finish("test_codegen");
 }

@@ -98,6 +98,10 @@
 #ifndef CF_NUM_OUT
 #define CF_NUM_OUT 1
 #endif
+#ifndef CF_NUM_TIN
+#define CF_NUM_TIN 0        /* [M, N] epilogue inputs fetched through the ring (cf_tin_*) */
+#define CF_TIN_ARGS 0       /* which: bit q set for the epilogue's q-th [M, N] input */
+#endif
 #ifndef CF_PINGPONG
 #define CF_PINGPONG 1
 #endif
@@ -288,7 +292,7 @@
 #define CF_INFO_NUM_RED 18     /* row reductions per tile (sizes args.xchg) */
 #define CF_INFO_LATE_FINISH 19 /* 1: tiles finish after the next mainloop (cf_epilogue_finish) */
 #define CF_INFO_OUT_BOX_ROWS 20 /* TMA box of each stored output: {128/esize, this} (CF_OUT_BOX_ROWS) */
-#define CF_SM90_VERSION 5
+#define CF_SM90_VERSION 6
 
 /* ----------------------------------------------------------------------------------------
  * Types shared with the host
@@ -318,6 +322,9 @@ struct cf_gemm_args {
     cf_tma_desc tma_a;
     cf_tma_desc tma_b;
     cf_tma_desc tma_out[CF_NUM_OUT];
+#if CF_NUM_TIN
+    cf_tma_desc tma_in[CF_NUM_TIN];   /* the tile inputs (cf_tin_*), in argument order */
+#endif
     unsigned long long *xchg;  /* CF_RED_GLOBAL: row partials, 8-byte slots (cf_reduce.cuh) */
     unsigned *xsync;           /* CF_RED_GLOBAL: [0] launch epoch, [1] CTAs that have read it */
     void *out[CF_NUM_OUT];
@@ -343,6 +350,9 @@ struct cf_tile {
     unsigned pair_bar; /* CF_PAIR_TILES: the handoff's mbarriers, full (+0) and empty (+8), then its words (+16) */
     int parks;         /* CF_FINISHER: tiles this WG has parked before this one */
     int kept;          /* CF_LATE_FINISH: this WG's last tile, finished from registers, not parked */
+    unsigned ring;     /* shared-window address of the operand ring (stage 0) and its full barriers */
+    unsigned ring_full, ring_empty;
+    int tin_pos;       /* CF_NUM_TIN: the ring position of this tile's first input stage */
 #if CF_GATHER_EARLY
     /* a parked tile's late-gather words, loaded as the next mainloop ended (cf_gather_early) */
     const unsigned long long *gw_src;   /* the lane's first slot they came from; null: not loaded */
@@ -861,6 +871,93 @@ __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, cons
 }
 #endif /* !CF_LATE_FINISH */
 
+/* Four 16-bit pairs (an ldmatrix x4 of a staged tile) -> the 8 f32 accumulator-order values. */
+template <int F16> __device__ __forceinline__ void cf_unpack8(const unsigned (&r)[4], float (&y)[8]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        if (F16) {
+            asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
+                : "=f"(y[2 * j]), "=f"(y[2 * j + 1]) : "r"(r[j]));
+        } else {
+            /* prmt and and, not the shift the compiler turns into an IMAD: integer-pipe
+             * instructions leave the other warpgroup's wgmma alone */
+            unsigned lo;
+            asm("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(r[j]));
+            y[2 * j] = __uint_as_float(lo);
+            y[2 * j + 1] = __uint_as_float(r[j] & 0xffff0000u);
+        }
+    }
+}
+__device__ __forceinline__ void cf_ldmatrix4(unsigned addr, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+/* Within a 128B-swizzled staged block whose rows start at `rows` (this warp's 16 rows of an m64
+ * sub-tile): the address of the lane's 16 bytes of 8-register group gp (0..3) of a 64-column chunk,
+ * as ldmatrix / stmatrix x4 take them. */
+__device__ __forceinline__ unsigned cf_swz_group(unsigned rows, int lane, int gp) {
+    const int mi = lane >> 3;
+    return rows + ((mi & 1) * 8 + (lane & 7)) * 128 + (unsigned)(((2 * gp + (mi >> 1)) ^ (lane & 7)) << 4);
+}
+
+/* ---- [M, N] epilogue inputs through the ring (tile inputs) ------------------------------
+ * A full [M, N] input of the epilogue (a mask, a residual) is fetched like the operands, not
+ * element by element in the accumulator layout (8 rows a load instruction, one memory latency
+ * each): the producer TMA-loads the tile's block of each into the ring stage(s) after the tile's
+ * k-blocks, as 64-column chunks of CF_TILE_M rows in the staged-tile layout (128B swizzle), so it
+ * arrives while the mainloop runs.  The consumer waits for them before the first stage that reads
+ * one, reads them 8 registers at a time (ldmatrix, the unpark order), and releases the stages
+ * after the last stage that reads one.  Inputs are read only before a late finish's park, so a
+ * warpgroup holds them through no exchange of a later tile: CF_STAGES > CF_TIN_STAGES + 1 leaves
+ * the other warpgroup's mainloop a double-buffered ring. */
+#define CF_TIN_CHUNK_BYTES (CF_TILE_M * 128)
+#define CF_TIN_CHUNKS (CF_NUM_TIN * (CF_BN / 64))
+#define CF_TIN_PER_STAGE (CF_STAGE_BYTES / CF_TIN_CHUNK_BYTES)
+#define CF_TIN_STAGES ((CF_TIN_CHUNKS + CF_TIN_PER_STAGE - 1) / CF_TIN_PER_STAGE)
+#if CF_NUM_TIN && CF_STAGES < CF_TIN_STAGES + 2
+#error "tile inputs need CF_STAGES >= CF_TIN_STAGES + 2"
+#endif
+/* shared address of chunk j (input j / (CF_BN / 64), columns 64 (j % (CF_BN / 64)) ..) of this
+ * warpgroup's rows of the tile */
+__device__ __forceinline__ unsigned cf_tin_chunk(const cf_tile &t, int j) {
+    const int s = (t.tin_pos + j / CF_TIN_PER_STAGE) % CF_STAGES;
+    return t.ring + s * CF_STAGE_BYTES + (j % CF_TIN_PER_STAGE) * CF_TIN_CHUNK_BYTES +
+           (CF_PINGPONG ? 0 : t.wg * CF_BM * 128);
+}
+/* Before the first stage that reads a tile input: the tile's input stages have landed. */
+__device__ __forceinline__ void cf_tin_wait(const cf_tile &t) {
+#pragma unroll
+    for (int e = 0; e < CF_TIN_STAGES; ++e) {
+        const int p = t.tin_pos + e;
+        cf_mbar_wait(t.ring_full + 8 * (p % CF_STAGES), (unsigned)(p / CF_STAGES) & 1u);
+    }
+}
+/* After the last stage that reads one: every warp hands the stages back to the producer. */
+__device__ __forceinline__ void cf_tin_release(const cf_tile &t);
+/* Tile input q, one 8-register group at a time, AHEAD groups ahead of use (as cf_unpark_stream). */
+template <int F16, int AHEAD> struct cf_tin_stream {
+    unsigned raw[AHEAD > 0 ? AHEAD : 1][4];
+    int q;
+    __device__ __forceinline__ unsigned addr(const cf_tile &t, int g) const {
+        constexpr int GPM = CF_ACC_PER_MT / 8;    /* groups per m64 sub-tile */
+        const int mt = g / GPM, c = (g % GPM) / 4;
+        return cf_swz_group(cf_tin_chunk(t, q * (CF_BN / 64) + c) + (mt * 64 + t.warp * 16) * 128, t.lane, g % 4);
+    }
+    __device__ __forceinline__ cf_tin_stream(const cf_tile &t, int input) : q(input) {
+#pragma unroll
+        for (int g = 0; g < AHEAD; ++g)
+            cf_ldmatrix4(addr(t, g), raw[g]);
+    }
+    __device__ __forceinline__ void next(const cf_tile &t, int g, float (&y)[8]) {
+        unsigned(&r)[4] = raw[AHEAD > 0 ? g % AHEAD : 0];
+        if (AHEAD == 0)
+            cf_ldmatrix4(addr(t, g), r);
+        cf_unpack8<F16>(r, y);
+        if (AHEAD > 0 && g + AHEAD < CF_ACC_REGS / 8)
+            cf_ldmatrix4(addr(t, g + AHEAD), r);
+    }
+};
+
 #if CF_LATE_FINISH
 /* ---- late finish: a tile parked in the staging buffer ----------------------------------
  * With a late finish (cf_reduce.cuh) a warpgroup posts its row partials, parks the value its
@@ -874,9 +971,8 @@ __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, cons
 #define CF_PARK_F16 1
 __device__ __forceinline__ unsigned cf_group_addr(const cf_tile &t, int g) {
     constexpr int GPM = CF_ACC_PER_MT / 8;    /* groups per m64 sub-tile */
-    const int mt = g / GPM, c = (g % GPM) / 4, gp = g % 4, mi = t.lane >> 3;
-    return cf_box_addr(t, c, mt) + ((mi & 1) * 8 + (t.lane & 7)) * 128 +
-           (unsigned)(((2 * gp + (mi >> 1)) ^ (t.lane & 7)) << 4);
+    const int mt = g / GPM, c = (g % GPM) / 4;
+    return cf_swz_group(cf_box_addr(t, c, mt), t.lane, g % 4);
 }
 template <int F16> __device__ __forceinline__ void cf_stmatrix8(unsigned addr, const float *y) {
     unsigned r[4];
@@ -894,10 +990,7 @@ template <int F16> __device__ __forceinline__ void cf_stmatrix8(unsigned addr, c
  * KEPT: the tile was not parked (a warpgroup's last, t.kept); its groups come from registers. */
 template <int F16, int AHEAD, bool KEPT = false> struct cf_unpark_stream {
     unsigned raw[AHEAD > 0 && !KEPT ? AHEAD : 1][4];
-    __device__ __forceinline__ void load(const cf_tile &t, int g, unsigned (&r)[4]) {
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(cf_group_addr(t, g)) : "memory");
-    }
+    __device__ __forceinline__ void load(const cf_tile &t, int g, unsigned (&r)[4]) { cf_ldmatrix4(cf_group_addr(t, g), r); }
     __device__ __forceinline__ explicit cf_unpark_stream(const cf_tile &t) {
 #pragma unroll
         for (int g = 0; g < (KEPT ? 0 : AHEAD); ++g)
@@ -914,20 +1007,7 @@ template <int F16, int AHEAD, bool KEPT = false> struct cf_unpark_stream {
         unsigned(&r)[4] = raw[AHEAD > 0 ? g % AHEAD : 0];
         if (AHEAD == 0)
             load(t, g, r);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            if (F16) {
-                asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
-                    : "=f"(y[2 * j]), "=f"(y[2 * j + 1]) : "r"(r[j]));
-            } else {
-                /* prmt and and, not the shift the compiler turns into an IMAD: integer-pipe
-                 * instructions leave the other warpgroup's wgmma alone (perf-notes v18) */
-                unsigned lo;
-                asm("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(r[j]));
-                y[2 * j] = __uint_as_float(lo);
-                y[2 * j + 1] = __uint_as_float(r[j] & 0xffff0000u);
-            }
-        }
+        cf_unpack8<F16>(r, y);
         if (AHEAD > 0 && g + AHEAD < CF_ACC_REGS / 8)
             load(t, g + AHEAD, r);
     }
@@ -1028,14 +1108,20 @@ __device__ __forceinline__ void cf_release_stage(unsigned bar, int lane) {
     if (lane == 0) cf_mbar_arrive(bar);
 #endif
 }
+__device__ __forceinline__ void cf_tin_release(const cf_tile &t) {
+    __syncwarp();   /* every lane's ldmatrix of the stages is done */
+#pragma unroll
+    for (int e = 0; e < CF_TIN_STAGES; ++e)
+        cf_release_stage(t.ring_empty + 8 * ((t.tin_pos + e) % CF_STAGES), t.lane);
+}
 
 #ifndef CF_NUM_RED
 #define CF_NUM_RED 0                               /* row reductions per tile (generated) */
 #endif
-extern "C" __device__ const int cf_kernel_info[21] = {
+extern "C" __device__ const int cf_kernel_info[22] = {
     CF_SM90_VERSION, CF_SMEM_BYTES, CF_BM, CF_BN, CF_TILE_M, CF_STAGES, CF_CLUSTER_N, CF_B_NK,
     CF_IN_F16, CF_NUM_OUT, CF_PINGPONG, CF_NUM_THREADS, CF_STG_CHUNKS, CF_GROUP_M, CF_A_BOX_ROWS,
-    CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED, CF_LATE_FINISH, CF_OUT_BOX_ROWS};
+    CF_B_NK ? CF_BN : 64, CF_ROW_CTAS, CF_RED_GLOBAL, CF_NUM_RED, CF_LATE_FINISH, CF_OUT_BOX_ROWS, CF_TIN_ARGS};
 
 
 /* The CTA's i-th tile -> (row tile, column tile): row-group tile ct = cid + (i / CF_GROUP_TILES) *
@@ -1061,6 +1147,8 @@ __device__ __forceinline__ cf_tile cf_wg_tile(const cf_gemm_args &args, int M, i
     t.parks = 0;
     t.kept = 0;
     t.pair_bar = 0;
+    t.ring = t.ring_full = t.ring_empty = 0;
+    t.tin_pos = 0;
 #if CF_GATHER_EARLY
     t.gw_src = nullptr;
 #endif
@@ -1194,6 +1282,26 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
                     if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
                 }
+#if CF_NUM_TIN
+                /* the tile's [M, N] epilogue inputs, into the next stage(s) (cf_tin_*) */
+#pragma unroll 1
+                for (int e = 0; e < CF_TIN_STAGES; ++e) {
+                    cf_mbar_wait(bar_empty + 8 * stage, phase ^ 1);
+                    const unsigned fb = bar_full + 8 * stage;
+                    const int j0 = e * CF_TIN_PER_STAGE, j1 = cf_imin(j0 + CF_TIN_PER_STAGE, CF_TIN_CHUNKS);
+                    int loads = 0;   /* chunks wholly right of N are not loaded: no column there is read */
+                    for (int j = j0; j < j1; ++j)
+                        loads += n0 + 64 * (j % (CF_BN / 64)) < N;
+                    cf_mbar_expect_tx(fb, loads * CF_TIN_CHUNK_BYTES);
+                    for (int j = j0; j < j1; ++j) {
+                        const int col = n0 + 64 * (j % (CF_BN / 64));
+                        if (col < N)
+                            cf_tma_load_2d(base + stage * CF_STAGE_BYTES + (j - j0) * CF_TIN_CHUNK_BYTES,
+                                           &args.tma_in[j / (CF_BN / 64)], fb, col, m0);
+                    }
+                    if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
+                }
+#endif
             }
         }
         __syncwarp();
@@ -1249,6 +1357,9 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         t.stg = stg0 + w * CF_STG_BYTES;
         t.fin_bar = bar_fin + 16 * w;
         t.pair_bar = bar_pair;
+        t.ring = base;
+        t.ring_full = bar_full;
+        t.ring_empty = bar_empty;
 #if CF_PINGPONG
         const int istart = w, istep = 2;
         const unsigned a_off = 0;
@@ -1273,7 +1384,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         for (int i = istart; i < my_n; i += istep) {
             int tm, tn;
             cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
-            const int pos = i * nkb;
+            const int pos = i * (nkb + CF_TIN_STAGES);   /* ring stages per tile: k-blocks, then inputs */
             int stage = pos % CF_STAGES;
             unsigned phase = (unsigned)(pos / CF_STAGES) & 1u;
             int prev_stage = 0;
@@ -1360,6 +1471,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             if (i == istart) t.epoch = cf_launch_epoch();
 #endif
             t.tile_m = tm; t.tile_n = tn;
+            t.tin_pos = pos + nkb;
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
             t.n0 = tn * CF_BN;
             t.parks = i / istep;
