@@ -7,6 +7,7 @@
  * and report medians beside cuBLAS doing the GEMM alone in the same process.
  */
 #include "cli.h"
+#include "device/cf_trace.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -652,9 +653,162 @@ static void set_why(why *w, const cf_error *err)
     w->text[n] = 0;
 }
 
-/* With CF_TRACE=1 the kernel carries clock64 stamps per (CTA, consumer warpgroup,
- * tile) (cf_sm90.cuh): one more launch, then where a CTA's cycles went. */
-enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 20, TR_CATS = 15, TR_SECTIONS = 14 };
+/* With CF_TRACE=1 the kernel carries clock64 stamps per (CTA, role, tile), laid out
+ * and named in device/cf_trace.h: one more launch, then where a CTA's cycles went. */
+typedef struct trace_sums {
+    double ml, ep, head, tail, total, period, cat[CF_TRC_N];
+    double t_epi, t_fin, t_drain, t_other;   /* the tail, in order */
+    double o_epi, o_fin;   /* the other warpgroup's, from the same point */
+    double order, both;   /* the order barrier; both warpgroups in a mainloop (the drain) */
+    double w_data, w_mma, w_issue, w_rest, w_drain, w_loop;   /* CF_TRACE=2: the k-loop */
+    /* finisher: waiting for a park, its work; consumer: waiting for it */
+    double f_wait, f_work, f_done, f_cat[CF_TRC_N];
+    int ctas, tiles, f_tiles, d_tiles;
+} trace_sums;
+
+#define AT(c, w, j, e) tr[(((size_t)(c) * CF_TRACE_ROLES + (w)) * (CF_TRACE_TILES + 1) + (j)) * CF_TRACE_EV + (e)]
+#define SUM(c, w, e) AT(c, w, CF_TRACE_TILES, e)
+/* a tile's k-loop starts at CF_TRE_KLOOP, once its turn has come; bar.sync defers its blocking,
+ * so CF_TRE_TURN's clock is read before the turn (kernels without CF_TRE_KLOOP: CF_TRE_TURN) */
+#define TURN(c, w, j) (AT(c, w, j, CF_TRE_KLOOP) ? AT(c, w, j, CF_TRE_KLOOP) : AT(c, w, j, CF_TRE_TURN))
+
+/* Cycles both warpgroups of CTA c spend in a mainloop at once. */
+static double trace_both(const long long *tr, int c, int n0, int n1)
+{
+    double both = 0;
+    for (int j0 = 0; j0 < n0 && j0 < CF_TRACE_TILES; j0++)
+        for (int j1 = 0; j1 < n1 && j1 < CF_TRACE_TILES; j1++) {
+            const long long a = TURN(c, 0, j0) > TURN(c, 1, j1) ? TURN(c, 0, j0) : TURN(c, 1, j1);
+            const long long e0 = AT(c, 0, j0, CF_TRE_ACC), e1 = AT(c, 1, j1, CF_TRE_ACC);
+            const long long b = e0 < e1 ? e0 : e1;
+            if (e0 && e1 && b > a)
+                both += (double)(b - a);
+        }
+    return both;
+}
+
+/* Adds tile j of warpgroup w of CTA c to s. */
+static void trace_tile(const long long *tr, int c, int w, int j, trace_sums *s)
+{
+    const long long acc = AT(c, w, j, CF_TRE_ACC);
+    s->ml += acc - AT(c, w, j, CF_TRE_ORDER);
+    s->order += TURN(c, w, j) - AT(c, w, j, CF_TRE_ORDER);
+    s->w_data += AT(c, w, j, CF_TRE_WAIT_DATA);
+    s->w_mma += AT(c, w, j, CF_TRE_WAIT_MMA);
+    s->w_issue += AT(c, w, j, CF_TRE_ISSUE);
+    s->w_rest += AT(c, w, j, CF_TRE_RELEASE);
+    s->w_drain += AT(c, w, j, CF_TRE_DRAIN);
+    if (AT(c, w, j, CF_TRE_KLOOP_END))
+        s->w_loop += AT(c, w, j, CF_TRE_KLOOP_END) - AT(c, w, j, CF_TRE_KLOOP);
+    s->ep += AT(c, w, j, CF_TRE_EPI_DONE) - acc;
+    if (AT(c, w, j, CF_TRE_FIN_WORK) && AT(c, w, j, CF_TRE_FIN_DONE)) {
+        s->f_wait += AT(c, w, j, CF_TRE_FIN_WORK) - AT(c, w, j, CF_TRE_FIN_WAIT);
+        s->f_work += AT(c, w, j, CF_TRE_FIN_DONE) - AT(c, w, j, CF_TRE_FIN_WORK);
+        s->f_tiles++;
+    }
+    if (AT(c, w, j, CF_TRE_MID_DONE)) {
+        s->f_done += AT(c, w, j, CF_TRE_MID_DONE) - AT(c, w, j, CF_TRE_MID_WAIT);
+        s->d_tiles++;
+    }
+}
+
+/* Adds CTA c to s (a CTA without a sane tile count is skipped). */
+static void trace_cta(const long long *tr, int c, trace_sums *s)
+{
+    const int n0 = (int)SUM(c, 0, CF_TRS_TILES), n1 = (int)SUM(c, 1, CF_TRS_TILES);
+    if (n0 <= 0 || n0 + n1 > 2 * CF_TRACE_TILES)
+        return;
+    const long long start = SUM(c, 0, CF_TRS_START), end0 = SUM(c, 0, CF_TRS_END);
+    const long long end1 = SUM(c, 1, CF_TRS_END), end = end1 > end0 ? end1 : end0;
+    long long first_acc = 0, last_acc = 0;
+    int last_w = 0, last_j = 0;
+    s->both += trace_both(tr, c, n0, n1);
+    for (int i = 0; i < n0 + n1; i++) {   /* the warpgroups' tiles alternate */
+        const int w = i & 1, j = i >> 1;
+        const long long acc = AT(c, w, j, CF_TRE_ACC);
+        trace_tile(tr, c, w, j, s);
+        if (i == 0)
+            first_acc = acc;
+        if (acc > last_acc)
+            last_acc = acc, last_w = w, last_j = j;
+    }
+    s->head += first_acc - start;
+    s->tail += end - last_acc;
+    /* the warpgroup with the last mainloop: its epilogue, the final late finish, the wait
+     * for its stores, then the other warpgroup's lag */
+    const long long e3 = AT(c, last_w, last_j, CF_TRE_EPI_DONE), fin = SUM(c, last_w, CF_TRS_LAST_FINISH);
+    const long long end_w = SUM(c, last_w, CF_TRS_END);
+    s->t_epi += e3 - last_acc;
+    s->t_fin += fin - e3;
+    s->t_drain += end_w - fin;
+    s->t_other += end - end_w;
+    /* the other warpgroup after the last mainloop: its last epilogue's end, its late finishes' */
+    const int ow = 1 - last_w, on = ow ? n1 : n0;
+    if (on > 0 && on <= CF_TRACE_TILES) {
+        s->o_epi += (double)(AT(c, ow, on - 1, CF_TRE_EPI_DONE) - last_acc);
+        s->o_fin += (double)(SUM(c, ow, CF_TRS_LAST_FINISH) - last_acc);
+    }
+    s->total += end - start;
+    if (n0 + n1 > 1)
+        s->period += (double)(last_acc - first_acc) / (n0 + n1 - 1);
+    for (int q = 0; q < CF_TRC_N; q++) {
+        s->cat[q] += (double)SUM(c, 0, CF_TRS_CAT0 + q) + (double)SUM(c, 1, CF_TRS_CAT0 + q);
+        s->f_cat[q] += (double)SUM(c, 2, CF_TRS_CAT0 + q);
+    }
+    s->tiles += n0 + n1;
+    s->ctas++;
+}
+#undef TURN
+#undef SUM
+#undef AT
+
+/* The finisher's lines (with a finisher only). */
+static void trace_print_finisher(const trace_sums *s)
+{
+    const double ft = s->f_tiles * 1e3;
+    printf("  trace, the finisher per tile (kcycles, thread 0): waiting for the park %.2f, its work %.2f; "
+           "the consumer waiting for it before the late finish %.2f\n", s->f_wait / ft, s->f_work / ft,
+           s->d_tiles ? s->f_done / s->d_tiles / 1e3 : 0.0);
+    printf("  trace, the finisher's parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, "
+           "re-polls %.1f), store waits %.2f; by section (as marked in the source):", s->f_cat[CF_TRC_GATHER] / ft,
+           s->f_cat[CF_TRC_LOADS] / ft, s->f_cat[CF_TRC_SPINS] / s->f_tiles, s->f_cat[CF_TRC_STORE] / ft);
+    for (int q = CF_TRC_SEC0; q < CF_TRC_SEC0 + CF_TRC_SECTIONS; q++)
+        printf(" %.2f", s->f_cat[q] / ft);
+    printf("\n");
+}
+
+static void trace_print(const trace_sums *s)
+{
+    const double tk = s->tiles * 1e3, ck = s->ctas * 1e3;
+    const double *cat = s->cat;
+    printf("  trace (kcycles, mean over %d CTAs, %.1f tiles each): tile period %.2f | per tile: order+mainloop %.2f, "
+           "epilogue %.2f | per CTA: first tile %.2f, tail after the last mainloop %.2f, total %.1f\n",
+           s->ctas, (double)s->tiles / s->ctas, s->period / ck, s->ml / tk, s->ep / tk, s->head / ck, s->tail / ck,
+           s->total / ck);
+    printf("  trace, a tile's mainloop (kcycles, thread 0): waiting for its turn (order barrier) %.2f, mainloop %.2f, "
+           "of which the other warpgroup's mainloop overlaps %.2f", s->order / tk, (s->ml - s->order) / tk,
+           2 * s->both / tk);
+    if (s->w_data > 0 || s->w_mma > 0)   /* CF_TRACE=2 */
+        printf(" (the k-loop %.2f: waiting for TMA data %.2f, for wgmma %.2f; issuing wgmma %.2f; releases %.2f; "
+               "after it %.2f)", s->w_loop / tk, s->w_data / tk, s->w_mma / tk, s->w_issue / tk, s->w_rest / tk,
+               s->w_drain / tk);
+    printf("\n");
+    printf("  trace, epilogue parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, re-polls %.1f), "
+           "park wait %.2f, store waits %.2f, late finish %.2f (every late finish's vector loads and loop "
+           "over the tile %.2f)\n", cat[CF_TRC_GATHER] / tk, cat[CF_TRC_LOADS] / tk, cat[CF_TRC_SPINS] / s->tiles,
+           cat[CF_TRC_PARK] / tk, cat[CF_TRC_STORE] / tk, cat[CF_TRC_FINISH] / tk, cat[CF_TRC_FLOOP] / tk);
+    /* the sections Psi marks (CF_TRC_STEP in the generated source: loops, reductions, post, park) */
+    printf("  trace, epilogue's first part by section (kcycles per tile, thread 0, as marked in the source):");
+    for (int q = CF_TRC_SEC0; q < CF_TRC_SEC0 + CF_TRC_SECTIONS; q++)
+        printf(" %.2f", cat[q] / tk);
+    printf("\n");
+    if (s->f_tiles)
+        trace_print_finisher(s);
+    printf("  trace, the tail (kcycles): last tile's epilogue %.2f, final late finish %.2f, store drain %.2f, "
+           "other warpgroup's lag %.2f (its last epilogue ends at %.2f, its late finishes at %.2f)\n",
+           s->t_epi / ck, s->t_fin / ck, s->t_drain / ck, s->t_other / ck, s->o_epi / ck, s->o_fin / ck);
+}
+
 static void print_trace(fused_ctx *f)
 {
     cf_error err;
@@ -662,136 +816,23 @@ static void print_trace(fused_ctx *f)
     size_t bytes = 0;
     if (cf_kernel_global(f->k, "cf_trace", &p, &bytes, &err) != CF_OK)
         return;
+    const size_t want = sizeof(long long) * CF_TRACE_CTAS * CF_TRACE_ROLES * (CF_TRACE_TILES + 1) * CF_TRACE_EV;
+    if (bytes != want) {   /* a kernel built from another cf_trace.h */
+        printf("  trace: the kernel's cf_trace is %zu bytes, not the %zu cf_trace.h lays out\n", bytes, want);
+        return;
+    }
     long long *tr = malloc(bytes);
     if (!tr || cf_rt_memset_d8(p, 0, bytes, &err) != CF_OK || run_fused(f, NULL, &err) != CF_OK ||
         cf_rt_ctx_sync(&err) != CF_OK || cf_rt_memcpy_dtoh(tr, p, bytes, &err) != CF_OK) {
         free(tr);
         return;
     }
-#define AT(c, w, j, e) tr[(((size_t)(c) * 3 + (w)) * (TR_TILES + 1) + (j)) * TR_EV + (e)]
-    /* a tile's k-loop starts at event 9, once its turn has come; bar.sync defers its blocking, so
-     * event 1's clock is read before the turn (kernels from before event 9: event 1) */
-#define TURN(c, w, j) (AT(c, w, j, 9) ? AT(c, w, j, 9) : AT(c, w, j, 1))
-    double ml = 0, ep = 0, head = 0, tail = 0, total = 0, period = 0, cat[TR_CATS] = {0};
-    double t_epi = 0, t_fin = 0, t_drain = 0, t_other = 0;   /* the tail, in order */
-    double o_epi = 0, o_fin = 0;   /* the other warpgroup's, from the same point */
-    double order = 0, both = 0;   /* the order barrier; both warpgroups in a mainloop (the drain) */
-    double w_data = 0, w_mma = 0, w_issue = 0, w_rest = 0, w_drain = 0, w_loop = 0;   /* CF_TRACE=2: the k-loop */
-    double f_wait = 0, f_work = 0, f_done = 0, f_cat[TR_CATS] = {0};   /* finisher: waiting for a park, its work; consumer: waiting for it */
-    int ctas = 0, tiles = 0, f_tiles = 0, d_tiles = 0;
-    for (int c = 0; c < TR_CTAS; c++) {
-        const int n0 = (int)AT(c, 0, TR_TILES, 2), n1 = (int)AT(c, 1, TR_TILES, 2);
-        if (n0 <= 0 || n0 + n1 > 2 * TR_TILES)
-            continue;
-        const long long start = AT(c, 0, TR_TILES, 0);
-        const long long end0 = AT(c, 0, TR_TILES, 1), end1 = AT(c, 1, TR_TILES, 1), end = end1 > end0 ? end1 : end0;
-        long long first_acc = 0, last_acc = 0;
-        int last_w = 0, last_j = 0;
-        for (int j0 = 0; j0 < n0 && j0 < TR_TILES; j0++)   /* mainloops of both warpgroups at once */
-            for (int j1 = 0; j1 < n1 && j1 < TR_TILES; j1++) {
-                const long long a = TURN(c, 0, j0) > TURN(c, 1, j1) ? TURN(c, 0, j0) : TURN(c, 1, j1);
-                const long long b = AT(c, 0, j0, 2) < AT(c, 1, j1, 2) ? AT(c, 0, j0, 2) : AT(c, 1, j1, 2);
-                if (AT(c, 0, j0, 2) && AT(c, 1, j1, 2) && b > a)
-                    both += b - a;
-            }
-        for (int i = 0; i < n0 + n1; i++) {
-            const int w = i & 1, j = i >> 1;
-            const long long acc = AT(c, w, j, 2);
-            ml += acc - AT(c, w, j, 0);
-            order += TURN(c, w, j) - AT(c, w, j, 0);
-            w_data += AT(c, w, j, 4);
-            w_mma += AT(c, w, j, 5);
-            w_issue += AT(c, w, j, 6);
-            w_rest += AT(c, w, j, 7);
-            w_drain += AT(c, w, j, 8);
-            if (AT(c, w, j, 10))
-                w_loop += AT(c, w, j, 10) - AT(c, w, j, 9);
-            ep += AT(c, w, j, 3) - acc;
-            if (AT(c, w, j, 12) && AT(c, w, j, 13)) {
-                f_wait += AT(c, w, j, 12) - AT(c, w, j, 11);
-                f_work += AT(c, w, j, 13) - AT(c, w, j, 12);
-                f_tiles++;
-            }
-            if (AT(c, w, j, 15)) {
-                f_done += AT(c, w, j, 15) - AT(c, w, j, 14);
-                d_tiles++;
-            }
-            if (i == 0)
-                first_acc = acc;
-            if (acc > last_acc) {
-                last_acc = acc;
-                last_w = w;
-                last_j = j;
-            }
-        }
-        head += first_acc - start;
-        tail += end - last_acc;
-        /* the warpgroup with the last mainloop: its epilogue, the final late finish, the wait
-         * for its stores, then the other warpgroup's lag */
-        const long long e3 = AT(c, last_w, last_j, 3), fin = AT(c, last_w, TR_TILES, 19);
-        const long long end_w = AT(c, last_w, TR_TILES, 1);
-        t_epi += e3 - last_acc;
-        t_fin += fin - e3;
-        t_drain += end_w - fin;
-        t_other += end - end_w;
-        /* the other warpgroup after the last mainloop: its last epilogue's end, its late finishes' */
-        const int ow = 1 - last_w, on = ow ? n1 : n0;
-        if (on > 0 && on <= TR_TILES) {
-            o_epi += (double)(AT(c, ow, on - 1, 3) - last_acc);
-            o_fin += (double)(AT(c, ow, TR_TILES, 19) - last_acc);
-        }
-        total += end - start;
-        if (n0 + n1 > 1)
-            period += (double)(last_acc - first_acc) / (n0 + n1 - 1);
-        for (int w = 0; w < 2; w++)
-            for (int q = 0; q < TR_CATS; q++)
-                cat[q] += (double)AT(c, w, TR_TILES, 3 + q);
-        for (int q = 0; q < TR_CATS; q++)
-            f_cat[q] += (double)AT(c, 2, TR_TILES, 3 + q);
-        tiles += n0 + n1;
-        ctas++;
-    }
-#undef TURN
-#undef AT
-    if (ctas && tiles) {
-        printf("  trace (kcycles, mean over %d CTAs, %.1f tiles each): tile period %.2f | per tile: order+mainloop %.2f, "
-               "epilogue %.2f | per CTA: first tile %.2f, tail after the last mainloop %.2f, total %.1f\n",
-               ctas, (double)tiles / ctas, period / ctas / 1e3, ml / tiles / 1e3, ep / tiles / 1e3, head / ctas / 1e3,
-               tail / ctas / 1e3, total / ctas / 1e3);
-        printf("  trace, a tile's mainloop (kcycles, thread 0): waiting for its turn (order barrier) %.2f, mainloop %.2f, "
-               "of which the other warpgroup's mainloop overlaps %.2f", order / tiles / 1e3, (ml - order) / tiles / 1e3,
-               2 * both / tiles / 1e3);
-        if (w_data > 0 || w_mma > 0)   /* CF_TRACE=2 */
-            printf(" (the k-loop %.2f: waiting for TMA data %.2f, for wgmma %.2f; issuing wgmma %.2f; releases %.2f; "
-                   "after it %.2f)", w_loop / tiles / 1e3, w_data / tiles / 1e3, w_mma / tiles / 1e3, w_issue / tiles / 1e3,
-                   w_rest / tiles / 1e3, w_drain / tiles / 1e3);
-        printf("\n");
-        printf("  trace, epilogue parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, re-polls %.1f), "
-               "park wait %.2f, store waits %.2f, late finish %.2f (every late finish's vector loads and loop "
-               "over the tile %.2f)\n", cat[0] / tiles / 1e3, cat[4] / tiles / 1e3, cat[5] / tiles, cat[1] / tiles / 1e3,
-               cat[2] / tiles / 1e3, cat[3] / tiles / 1e3, cat[14] / tiles / 1e3);
-        /* the sections Psi marks (CF_TRC_STEP in the generated source: loops, reductions, post, park) */
-        printf("  trace, epilogue's first part by section (kcycles per tile, thread 0, as marked in the source):");
-        for (int q = 6; q < TR_SECTIONS; q++)
-            printf(" %.2f", cat[q] / tiles / 1e3);
-        printf("\n");
-        if (f_tiles)
-            printf("  trace, the finisher per tile (kcycles, thread 0): waiting for the park %.2f, its work %.2f; "
-                   "the consumer waiting for it before the late finish %.2f\n", f_wait / f_tiles / 1e3,
-                   f_work / f_tiles / 1e3, d_tiles ? f_done / d_tiles / 1e3 : 0.0);
-        if (f_tiles)
-            printf("  trace, the finisher's parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, "
-                   "re-polls %.1f), store waits %.2f; by section (as marked in the source):", f_cat[0] / f_tiles / 1e3,
-                   f_cat[4] / f_tiles / 1e3, f_cat[5] / f_tiles, f_cat[2] / f_tiles / 1e3);
-        for (int q = 6; f_tiles && q < TR_SECTIONS; q++)
-            printf(" %.2f", f_cat[q] / f_tiles / 1e3);
-        if (f_tiles)
-            printf("\n");
-        printf("  trace, the tail (kcycles): last tile's epilogue %.2f, final late finish %.2f, store drain %.2f, "
-               "other warpgroup's lag %.2f (its last epilogue ends at %.2f, its late finishes at %.2f)\n",
-               t_epi / ctas / 1e3, t_fin / ctas / 1e3, t_drain / ctas / 1e3, t_other / ctas / 1e3, o_epi / ctas / 1e3,
-               o_fin / ctas / 1e3);
-    }
+    trace_sums s;
+    memset(&s, 0, sizeof s);
+    for (int c = 0; c < CF_TRACE_CTAS; c++)
+        trace_cta(tr, c, &s);
+    if (s.ctas && s.tiles)
+        trace_print(&s);
     free(tr);
 }
 
