@@ -590,6 +590,52 @@ cf_status cf_rt_cublas_gemm(cf_dtype t, int64_t M, int64_t N, int64_t K, cf_rt_d
                             cf_rt_devptr B, bool b_is_nk, cf_rt_devptr C, cf_rt_stream s,
                             cf_error *err);
 
+/* ---- timing.c: timing GPU work, and the cuBLAS baseline ------------------ */
+
+/* One thing to time: enqueues one run of it on stream s (NULL: the default stream). */
+typedef cf_status (*cf_time_fn)(void *ctx, cf_rt_stream s, cf_error *err);
+typedef struct cf_time_job {
+    cf_time_fn fn;
+    void *ctx;
+} cf_time_job;
+typedef struct cf_time_result {
+    float median_ms;
+    float ratio;               /* median over turns of this job's time over job 0's */
+} cf_time_result;
+
+/* Two CUDA events and an L2 flush buffer of flush_bytes (0: no flush; bench uses
+ * 256 MiB, several times the H200's 50 MiB L2). */
+typedef struct cf_timer cf_timer;
+cf_status cf_time_open(size_t flush_bytes, cf_timer **t, cf_error *err);
+void cf_time_close(cf_timer *t);
+/* Overwrites the flush buffer with pattern (a new one each time, so no write is elided). */
+cf_status cf_time_flush_l2(cf_timer *t, uint32_t pattern, cf_error *err);
+/* One timed run of job: flush, event, the job, event, wait. */
+cf_status cf_time_once(cf_timer *t, const cf_time_job *job, uint32_t pattern, float *ms, cf_error *err);
+/* warmup untimed rounds of every job, then iters turns of one timed run of each, in
+ * job order; out[j] gets job j's median and its paired ratio to job 0.  samples
+ * (optional, n * iters) gets every time, job by job, each in turn order. */
+cf_status cf_time_paired(cf_timer *t, const cf_time_job *jobs, int n, int warmup, int iters, float *samples,
+                         cf_time_result *out, cf_error *err);
+/* The statistics of cf_time_paired (no GPU): samples as it fills them. */
+cf_status cf_time_summarize(const float *samples, int n, int iters, cf_time_result *out, cf_error *err);
+/* The element at n / 2 after sorting v (in place); 0 for n <= 0. */
+float cf_time_median(float *v, int n);
+
+/* The baseline: cuBLASLt doing GEMMs alone, back to back, each writing its
+ * output in the operands' dtype t.  a == 0: a zeroed left operand of its own (a
+ * computed one, like B2B's S; the time does not depend on the values). */
+enum { CF_TIME_MAX_GEMMS = 4 };
+typedef struct cf_time_cublas cf_time_cublas;
+cf_time_cublas *cf_time_cublas_new(void);
+void cf_time_cublas_free(cf_time_cublas *c);
+cf_status cf_time_cublas_add(cf_time_cublas *c, cf_dtype t, int64_t M, int64_t N, int64_t K, cf_rt_devptr a,
+                             cf_rt_devptr b, bool b_is_nk, cf_error *err);
+/* A cf_time_fn: ctx is the cf_time_cublas. */
+cf_status cf_time_cublas_run(void *ctx, cf_rt_stream s, cf_error *err);
+int cf_time_cublas_count(const cf_time_cublas *c);
+double cf_time_cublas_flops(const cf_time_cublas *c);
+
 /* ---- rows.c: the unfused path's row kernel ------------------------------ */
 
 /* Pieces of codegen.c shared with rows.c so both kernels spell every op the

@@ -3,8 +3,8 @@
  * Inputs are fresh random values each run (never zeros), outputs are poisoned
  * with NaN bit patterns before every launch so an unwritten element fails the
  * check, and the float64 reference computes the expected values.  Benchmarks
- * time each launch with CUDA events after a warm-up, flush L2 between runs,
- * and report medians beside cuBLAS doing the GEMM alone in the same process.
+ * time through timing.c (CUDA events after a warm-up, L2 flushed between runs,
+ * medians) beside cuBLAS doing the GEMM alone in the same process.
  */
 #include "cli.h"
 #include "device/cf_trace.h"
@@ -197,8 +197,7 @@ static cf_status poison_outputs(session *s, cf_error *err)
 }
 
 /* One launch of a path on the session's buffers (the fused kernel or the
- * unfused plan), as bench times it. */
-typedef cf_status (*timed_fn)(void *ctx, cf_rt_stream s, cf_error *err);
+ * unfused plan) is a cf_time_fn: bench times it through timing.c. */
 
 typedef struct fused_ctx {
     cf_kernel *k;
@@ -236,7 +235,7 @@ static cf_status run_unfused(void *ctx, cf_rt_stream stream, cf_error *err)
  * their epoch; the unfused path's buffers and plans) must not leak into
  * results -- a stale partial of the first launch, in a row tile the second
  * does not reach, would. */
-static cf_status launch_thrice(timed_fn fn, void *ctx, session *s, cf_dim dim_m, cf_error *err)
+static cf_status launch_thrice(cf_time_fn fn, void *ctx, session *s, cf_dim dim_m, cf_error *err)
 {
     cf_status st = CF_OK;
     for (int i = 0; i < s->n_in && st == CF_OK; i++)
@@ -485,141 +484,26 @@ int cli_run(const cf_graph *g, const cli_opts *o)
 
 /* ---- bench ------------------------------------------------------------------ */
 
-static int cmp_float(const void *a, const void *b)
+/* The baseline (timing.c): cuBLASLt doing the GEMMs of the unfused plan when there is
+ * one, else the IR's first, on the session's operands. */
+static cf_status cublas_setup(cf_time_cublas **out, const cf_unfused *u, const cf_ir *ir, const session *s,
+                              cf_error *err)
 {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* Times n implementations launch by launch, in turns (cuBLAS, fused, unfused,
- * cuBLAS, ...), each behind an L2 flush and between its own events, and
- * returns the medians, and for j > 0 the median over turns of launch j's time
- * over launch 0's in the same turn.  The card changes speed under load (the
- * H200's power cap: the same cuBLAS kernel 0.340 ms for the first ~20 launches
- * after idle, 0.378 ms later, while ours went 0.359 -> 0.378): both launches of
- * a turn run at one clock, and the median of their ratios cannot pair one
- * implementation's fast launches with the other's slow ones, as the ratio of
- * the two medians can. */
-static cf_status time_paired(int n, timed_fn const *fns, void *const *ctxs, int iters, cf_rt_devptr flush,
-                             size_t flush_bytes, float *median_ms, float *paired_ratio, cf_error *err)
-{
-    cf_rt_event e0 = NULL, e1 = NULL;
-    float *t = calloc((size_t)iters * (size_t)n, sizeof *t);
-    cf_status st = t ? CF_OK : cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
-    if (st == CF_OK && (st = cf_rt_event_create(&e0, err)) == CF_OK)
-        st = cf_rt_event_create(&e1, err);
-    for (int i = 0; i < 5 && st == CF_OK; i++)
-        for (int j = 0; j < n && st == CF_OK; j++)
-            st = fns[j](ctxs[j], NULL, err);
-    for (int i = 0; i < iters && st == CF_OK; i++)
-        for (int j = 0; j < n && st == CF_OK; j++) {
-            if ((st = cf_rt_memset_d32(flush, (uint32_t)i, flush_bytes / 4, err)) != CF_OK ||
-                (st = cf_rt_event_record(e0, NULL, err)) != CF_OK || (st = fns[j](ctxs[j], NULL, err)) != CF_OK ||
-                (st = cf_rt_event_record(e1, NULL, err)) != CF_OK || (st = cf_rt_event_sync(e1, err)) != CF_OK)
-                break;
-            st = cf_rt_event_elapsed_ms(e0, e1, &t[(size_t)j * (size_t)iters + (size_t)i], err);
-        }
-    /* CF_BENCH_SAMPLES=1: every launch's time in launch order (implementation, turn, ms) */
-    for (int j = 0; j < n && st == CF_OK && getenv("CF_BENCH_SAMPLES"); j++)
-        for (int i = 0; i < iters; i++)
-            printf("SAMPLE\t%d\t%d\t%.5f\n", j, i, t[(size_t)j * (size_t)iters + (size_t)i]);
-    float *r = st == CF_OK ? malloc((size_t)iters * sizeof *r) : NULL;
-    if (st == CF_OK && !r)
-        st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
-    for (int j = 0; j < n && st == CF_OK; j++) {
-        for (int i = 0; i < iters; i++)
-            r[i] = t[(size_t)j * (size_t)iters + (size_t)i] / t[i];
-        qsort(r, (size_t)iters, sizeof *r, cmp_float);
-        paired_ratio[j] = r[iters / 2];
-    }
-    free(r);
-    for (int j = 0; j < n && st == CF_OK; j++) {
-        float *tj = t + (size_t)j * (size_t)iters;
-        qsort(tj, (size_t)iters, sizeof *tj, cmp_float);
-        median_ms[j] = tj[iters / 2];
-    }
-    if (e0)
-        cf_rt_event_destroy(e0, NULL);
-    if (e1)
-        cf_rt_event_destroy(e1, NULL);
-    free(t);
-    return st;
-}
-
-/* The baseline: cuBLASLt doing the graph's GEMMs alone, back to back, each
- * writing its output in the operands' dtype (a computed left operand, B2B's S,
- * read from a zeroed buffer: the time does not depend on the values). */
-typedef struct cublas_ctx {
-    int n;
-    int64_t mnk[2][3];
-    cf_rt_cublas_plan *plan[2];
-    cf_rt_devptr a[2], b[2], c[2];
-    bool own_a[2];
-} cublas_ctx;
-
-static cf_status run_cublas(void *ctx, cf_rt_stream st, cf_error *err)
-{
-    cublas_ctx *c = ctx;
-    cf_status s = CF_OK;
-    for (int j = 0; j < c->n && s == CF_OK; j++)
-        s = cf_rt_cublas_plan_run(c->plan[j], c->a[j], c->b[j], c->c[j], st, err);
-    return s;
-}
-
-static void cublas_free(cublas_ctx *c)
-{
-    for (int j = 0; j < c->n; j++) {
-        cf_rt_cublas_plan_free(c->plan[j]);
-        if (c->own_a[j] && c->a[j])
-            cf_rt_free(c->a[j], NULL);
-        if (c->c[j])
-            cf_rt_free(c->c[j], NULL);
-    }
-    memset(c, 0, sizeof *c);
-}
-
-/* One GEMM of the baseline: A from input a_input (or a zeroed buffer when < 0). */
-static cf_status cublas_add(cublas_ctx *c, const session *s, cf_dtype t, cf_dim dm, cf_dim dn, cf_dim dk,
-                            int a_input, int b_input, bool b_is_nk, cf_error *err)
-{
-    const int j = c->n++;
-    const int64_t M = s->dims[dm], N = s->dims[dn], K = s->dims[dk];
-    c->mnk[j][0] = M, c->mnk[j][1] = N, c->mnk[j][2] = K;
-    c->b[j] = s->d_in[b_input];
-    c->own_a[j] = a_input < 0;
-    cf_status st = CF_OK;
-    if (a_input >= 0)
-        c->a[j] = s->d_in[a_input];
-    else if ((st = cf_rt_malloc(&c->a[j], (size_t)M * (size_t)K * cf_dtype_size(t), err)) == CF_OK)
-        st = cf_rt_memset_d8(c->a[j], 0, (size_t)M * (size_t)K * cf_dtype_size(t), err);
-    if (st == CF_OK)
-        st = cf_rt_malloc(&c->c[j], (size_t)M * (size_t)N * cf_dtype_size(t), err);
-    if (st == CF_OK)
-        st = cf_rt_cublas_plan_create(t, t, M, N, K, b_is_nk, &c->plan[j], err);
-    return st;
-}
-
-/* The GEMMs of the unfused plan when there is one, else the IR's first. */
-static cf_status cublas_setup(cublas_ctx *c, const cf_unfused *u, const cf_ir *ir, const session *s, cf_error *err)
-{
+    cf_time_cublas *c = *out = cf_time_cublas_new();
+    if (!c)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     cf_status st = CF_OK;
     for (int j = 0; u && j < cf_unfused_num_gemms(u) && st == CF_OK; j++) {
         const cf_unfused_gemm *m = cf_unfused_gemm_at(u, j);
-        st = cublas_add(c, s, m->dtype, m->dim_m, m->dim_n, m->dim_k, m->a_input, m->b_input, m->b_is_nk, err);
+        st = cf_time_cublas_add(c, m->dtype, s->dims[m->dim_m], s->dims[m->dim_n], s->dims[m->dim_k],
+                                m->a_input >= 0 ? s->d_in[m->a_input] : 0, s->d_in[m->b_input], m->b_is_nk, err);
     }
     if (!u) {
         const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
-        st = cublas_add(c, s, A->dtype, ir->dim_m, ir->dim_n, ir->dim_k, A->index, B->index, B->b_is_nk, err);
+        st = cf_time_cublas_add(c, A->dtype, s->dims[ir->dim_m], s->dims[ir->dim_n], s->dims[ir->dim_k],
+                                s->d_in[A->index], s->d_in[B->index], B->b_is_nk, err);
     }
     return st;
-}
-
-static double cublas_flops(const cublas_ctx *c)
-{
-    double f = 0;
-    for (int j = 0; j < c->n; j++)
-        f += 2.0 * (double)c->mnk[j][0] * (double)c->mnk[j][1] * (double)c->mnk[j][2];
-    return f;
 }
 
 /* Bytes every implementation must move at least: each input read once, each
@@ -863,125 +747,163 @@ static cf_status build_for_bench(const cf_graph *g, const cli_opts *o, cf_ir **i
     return st;
 }
 
+/* What bench has: the paths that exist, the timer and baseline, and the times. */
+typedef struct bench {
+    session s;
+    cf_ir *ir;
+    cf_kernel *k;
+    cf_unfused *u;
+    bool fused_failed;
+    why no_fused, no_unfused;
+    cf_timer *timer;
+    cf_time_cublas *cb;
+    cf_time_result cublas, fused, unfused;
+} bench;
+
+static void bench_free(bench *b)
+{
+    cf_time_cublas_free(b->cb);
+    cf_unfused_free(b->u);
+    cf_kernel_free(b->k);
+    cf_time_close(b->timer);
+    session_free(&b->s);
+    cf_ir_free(b->ir);
+}
+
+/* A fused kernel that fails to launch still leaves the baselines worth timing: it is
+ * dropped (the reason kept) and the bench reports it and exits 1. */
+static void bench_probe_fused(bench *b)
+{
+    cf_error err;
+    fused_ctx f0 = {b->k, &b->s};
+    cf_status fs = run_fused(&f0, NULL, &err);
+    if (fs == CF_OK)
+        fs = cf_rt_ctx_sync(&err);
+    if (fs == CF_OK)
+        return;
+    /* CF_ERR_UNSUPPORTED at launch: a shape the kernel declines (not a failure) */
+    b->fused_failed = fs != CF_ERR_UNSUPPORTED;
+    if (b->fused_failed)
+        fprintf(stderr, "comfuse bench: the fused kernel failed: %s\n", err.msg);
+    set_why(&b->no_fused, &err);
+    cf_kernel_free(b->k);
+    b->k = NULL;
+    cf_rt_ctx_sync(NULL); /* let a failed launch finish before the others run */
+}
+
+/* cuBLAS, then each path that exists, in turns (timing.c). */
+static cf_status bench_time(bench *b, int iters, cf_error *err)
+{
+    fused_ctx f = {b->k, &b->s};
+    unfused_ctx x = {b->u, &b->s};
+    cf_time_job jobs[3];
+    cf_time_result res[3], *outs[3];
+    int n = 0;
+    jobs[n] = (cf_time_job){cf_time_cublas_run, b->cb}, outs[n++] = &b->cublas;
+    if (b->k)
+        jobs[n] = (cf_time_job){run_fused, &f}, outs[n++] = &b->fused;
+    if (b->u)
+        jobs[n] = (cf_time_job){run_unfused, &x}, outs[n++] = &b->unfused;
+    float *samples = malloc((size_t)n * (size_t)iters * sizeof *samples);
+    if (!samples)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+    cf_status st = cf_time_paired(b->timer, jobs, n, 5, iters, samples, res, err);
+    /* CF_BENCH_SAMPLES=1: every launch's time in launch order (implementation, turn, ms) */
+    for (int j = 0; j < n && st == CF_OK && getenv("CF_BENCH_SAMPLES"); j++)
+        for (int i = 0; i < iters; i++)
+            printf("SAMPLE\t%d\t%d\t%.5f\n", j, i, samples[(size_t)j * (size_t)iters + (size_t)i]);
+    for (int j = 0; j < n && st == CF_OK; j++)
+        *outs[j] = res[j];
+    free(samples);
+    return st;
+}
+
+/* The fused kernel's row of the table, and its shape line. */
+static void report_fused(const bench *b, double flops, double bytes, double floor_ms, bool have_r,
+                         const cf_resources *r)
+{
+    const float t = b->fused.median_ms;
+    printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n",
+           cf_kernel_wide(b->k, b->s.dims[b->ir->dim_n]) ? "comfuse (wide rows)" : "comfuse fused", t,
+           flops / t / 1e9, bytes / t / 1e6, b->fused.ratio, t / floor_ms);
+    char lay[256];
+    if (have_r)
+        printf("  %-22s %dx%d tiles, %d stages, %s, %d regs, %d+%d B smem, %d CTAs resident\n", "  fused kernel:",
+               r->block_m, r->block_n, r->stages, cli_layout_text(r, lay, sizeof lay), r->registers, r->smem_bytes,
+               r->static_smem_bytes, r->resident_ctas);
+}
+
+static void bench_report(bench *b, const cli_opts *o)
+{
+    const double flops = cf_time_cublas_flops(b->cb), bytes = floor_bytes(&b->s);
+    const double floor_ms = fmax(flops / 790e12, bytes / 4.3e12) * 1e3;
+    const float t_cublas = b->cublas.median_ms, t_unfused = b->unfused.median_ms;
+    char fused_col[32] = "-", unfused_col[32] = "-", fused_r[32] = "-", unfused_r[32] = "-";
+    printf("bench %s at %s (median of %d, L2 flushed; vs cuBLAS: median of per-turn ratios)\n", o->spec,
+           o->shape_text, o->iters);
+    printf("  %-22s %9s %9s %9s %10s %10s\n", "implementation", "ms", "TFLOP/s", "GB/s", "vs cuBLAS", "vs floor");
+    cf_resources r;
+    const bool have_r = b->k && cf_kernel_resources(b->k, &r, NULL) == CF_OK;
+    if (b->k) {
+        report_fused(b, flops, bytes, floor_ms, have_r, &r);
+        snprintf(fused_col, sizeof fused_col, "%.5f", b->fused.median_ms);
+        snprintf(fused_r, sizeof fused_r, "%.4f", b->fused.ratio);
+    } else {
+        printf("  %-22s %s (%s)\n", "comfuse fused", b->fused_failed ? "FAILED" : "not available", b->no_fused.text);
+    }
+    printf("  %-22s %9.4f %9.1f %9s %10.3f %10.3f\n",
+           cf_time_cublas_count(b->cb) == 1 ? "cuBLASLt GEMM alone" : "cuBLASLt GEMMs alone", t_cublas,
+           flops / t_cublas / 1e9, "-", 1.0, t_cublas / floor_ms);
+    if (b->u) {
+        printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n", "unfused: cuBLAS + rows", t_unfused,
+               flops / t_unfused / 1e9, bytes / t_unfused / 1e6, b->unfused.ratio, t_unfused / floor_ms);
+        snprintf(unfused_col, sizeof unfused_col, "%.5f", t_unfused);
+        snprintf(unfused_r, sizeof unfused_r, "%.4f", b->unfused.ratio);
+    } else {
+        printf("  %-22s not available (%s)\n", "unfused: cuBLAS + rows", b->no_unfused.text);
+    }
+    printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
+    if (have_r && getenv("CF_TRACE")) {
+        /* the trace reads a CTA's tiles as alternating warpgroups' (with a finisher too) */
+        fused_ctx f = {b->k, &b->s};
+        if (r.schedule != CF_SCHEDULE_COOPERATIVE)
+            print_trace(&f);
+        else
+            printf("  trace: pingpong kernels only (this one is cooperative; --schedule pingpong)\n");
+    }
+    /* columns: spec shape fused cublas floor unfused (ms), then fused/cuBLAS and unfused/cuBLAS
+     * (medians of per-turn ratios); "-" for a path not available */
+    printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\t%s\t%s\n", o->spec, o->shape_text, fused_col, t_cublas,
+           floor_ms, unfused_col, fused_r, unfused_r);
+}
+
 int cli_bench(const cf_graph *g, const cli_opts *o)
 {
     cf_error err;
-    session s;
-    memset(&s, 0, sizeof s);
-    cf_ir *ir = NULL;
-    cf_kernel *k = NULL;
-    cf_unfused *u = NULL;
-    bool fused_failed = false;
-    why no_fused = {""}, no_unfused = {""};
-    const size_t flush_bytes = 256u << 20;
-    cf_rt_devptr flush = 0;
-    cublas_ctx cb = {0};
-    float t_fused = 0, t_cublas = 0, t_unfused = 0, r_fused = 0, r_unfused = 0;
-
+    bench b;
+    memset(&b, 0, sizeof b);
     /* Either path may be outside what comfuse does; bench what exists. */
-    cf_status st = build_for_bench(g, o, &ir, &k, &u, &no_fused, &no_unfused);
+    cf_status st = build_for_bench(g, o, &b.ir, &b.k, &b.u, &b.no_fused, &b.no_unfused);
     if (st != CF_OK) {   /* said on stderr */
-        cf_unfused_free(u);
-        cf_kernel_free(k);
-        cf_ir_free(ir);
+        bench_free(&b);
         return exit_code_of(st);
     }
     st = cf_rt_init(&err);
     if (st == CF_OK)
-        st = session_init(&s, g, o, o->seed, &err);
+        st = session_init(&b.s, g, o, o->seed, &err);
+    if (st == CF_OK)   /* 256 MiB: several times the H200's 50 MiB L2 */
+        st = cf_time_open((size_t)256 << 20, &b.timer, &err);
+    if (st == CF_OK && b.k)
+        bench_probe_fused(&b);
     if (st == CF_OK)
-        st = cf_rt_malloc(&flush, flush_bytes, &err);
-    if (st == CF_OK && k) {
-        /* A fused kernel that fails to launch still leaves the baselines worth
-         * timing; the bench then reports it and exits 1. */
-        fused_ctx f0 = {k, &s};
-        cf_status fs = run_fused(&f0, NULL, &err);
-        if (fs == CF_OK)
-            fs = cf_rt_ctx_sync(&err);
-        if (fs != CF_OK) {
-            /* CF_ERR_UNSUPPORTED at launch: a shape the kernel declines (not a failure) */
-            fused_failed = fs != CF_ERR_UNSUPPORTED;
-            if (fused_failed)
-                fprintf(stderr, "comfuse bench: the fused kernel failed: %s\n", err.msg);
-            set_why(&no_fused, &err);
-            cf_kernel_free(k);
-            k = NULL;
-            cf_rt_ctx_sync(NULL); /* let a failed launch finish before the others run */
-        }
-    }
-    fused_ctx f = {k, &s};
-    unfused_ctx x = {u, &s};
+        st = cublas_setup(&b.cb, b.u, b.ir, &b.s, &err);
     if (st == CF_OK)
-        st = cublas_setup(&cb, u, ir, &s, &err);
-    if (st == CF_OK) {
-        timed_fn fns[3];
-        void *ctxs[3];
-        float *outs[3], *ratios[3], med[3], ratio[3], r_cublas;
-        int n = 0;
-        fns[n] = run_cublas, ctxs[n] = &cb, outs[n] = &t_cublas, ratios[n++] = &r_cublas;
-        if (k)
-            fns[n] = run_fused, ctxs[n] = &f, outs[n] = &t_fused, ratios[n++] = &r_fused;
-        if (u)
-            fns[n] = run_unfused, ctxs[n] = &x, outs[n] = &t_unfused, ratios[n++] = &r_unfused;
-        st = time_paired(n, fns, ctxs, o->iters, flush, flush_bytes, med, ratio, &err);
-        for (int j = 0; j < n && st == CF_OK; j++)
-            *outs[j] = med[j], *ratios[j] = ratio[j];
-    }
-    if (st == CF_OK) {
-        double flops = cublas_flops(&cb), bytes = floor_bytes(&s);
-        double floor_ms = fmax(flops / 790e12, bytes / 4.3e12) * 1e3;
-        char fused_col[32] = "-", unfused_col[32] = "-", fused_r[32] = "-", unfused_r[32] = "-";
-        printf("bench %s at %s (median of %d, L2 flushed; vs cuBLAS: median of per-turn ratios)\n", o->spec,
-               o->shape_text, o->iters);
-        printf("  %-22s %9s %9s %9s %10s %10s\n", "implementation", "ms", "TFLOP/s", "GB/s", "vs cuBLAS", "vs floor");
-        cf_resources r;
-        const bool have_r = k && cf_kernel_resources(k, &r, NULL) == CF_OK;
-        if (k) {
-            printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n",
-                   cf_kernel_wide(k, s.dims[ir->dim_n]) ? "comfuse (wide rows)" : "comfuse fused", t_fused,
-                   flops / t_fused / 1e9,
-                   bytes / t_fused / 1e6, r_fused, t_fused / floor_ms);
-            snprintf(fused_col, sizeof fused_col, "%.5f", t_fused);
-            snprintf(fused_r, sizeof fused_r, "%.4f", r_fused);
-            char lay[256];
-            if (have_r)
-                printf("  %-22s %dx%d tiles, %d stages, %s, %d regs, %d+%d B smem, %d CTAs resident\n",
-                       "  fused kernel:", r.block_m, r.block_n, r.stages, cli_layout_text(&r, lay, sizeof lay),
-                       r.registers, r.smem_bytes, r.static_smem_bytes, r.resident_ctas);
-        } else {
-            printf("  %-22s %s (%s)\n", "comfuse fused", fused_failed ? "FAILED" : "not available", no_fused.text);
-        }
-        printf("  %-22s %9.4f %9.1f %9s %10.3f %10.3f\n", cb.n == 1 ? "cuBLASLt GEMM alone" : "cuBLASLt GEMMs alone",
-               t_cublas, flops / t_cublas / 1e9, "-", 1.0, t_cublas / floor_ms);
-        if (u) {
-            printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n", "unfused: cuBLAS + rows", t_unfused,
-                   flops / t_unfused / 1e9, bytes / t_unfused / 1e6, r_unfused, t_unfused / floor_ms);
-            snprintf(unfused_col, sizeof unfused_col, "%.5f", t_unfused);
-            snprintf(unfused_r, sizeof unfused_r, "%.4f", r_unfused);
-        } else {
-            printf("  %-22s not available (%s)\n", "unfused: cuBLAS + rows", no_unfused.text);
-        }
-        printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
-        if (have_r && getenv("CF_TRACE")) {
-            /* the trace reads a CTA's tiles as alternating warpgroups' (with a finisher too) */
-            if (r.schedule != CF_SCHEDULE_COOPERATIVE)
-                print_trace(&f);
-            else
-                printf("  trace: pingpong kernels only (this one is cooperative; --schedule pingpong)\n");
-        }
-        /* columns: spec shape fused cublas floor unfused (ms), then fused/cuBLAS and unfused/cuBLAS
-         * (medians of per-turn ratios); "-" for a path not available */
-        printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\t%s\t%s\n", o->spec, o->shape_text, fused_col, t_cublas,
-               floor_ms, unfused_col, fused_r, unfused_r);
-    }
-    if (st != CF_OK)
+        st = bench_time(&b, o->iters, &err);
+    if (st == CF_OK)
+        bench_report(&b, o);
+    else
         fprintf(stderr, "comfuse bench: %s\n", err.msg);
-    cublas_free(&cb);
-    cf_unfused_free(u);
-    cf_kernel_free(k);
-    if (flush)
-        cf_rt_free(flush, NULL);
-    session_free(&s);
-    cf_ir_free(ir);
-    return st == CF_OK && fused_failed ? 1 : exit_code_of(st);
+    const bool failed = b.fused_failed;
+    bench_free(&b);
+    return st == CF_OK && failed ? 1 : exit_code_of(st);
 }

@@ -1,7 +1,7 @@
 /* rt_blas.c — cuBLASLt, loaded from libcublasLt.so at run time: GEMM plans
  * for the cuBLAS baseline and the unfused path's GEMMs.
  *
- * Uses the driver layer (cf_rt_init, device memory); nothing below calls it. */
+ * Uses the driver layer (cf_rt_init, device memory), which never calls up into it. */
 #include "rt_cuda.h"
 
 #include <cublasLt.h>
