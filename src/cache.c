@@ -435,7 +435,8 @@ bool cf_cache_store(const char *dir, const char *key, const cf_cache_entry *c, c
     cf_sha256_init(&s);
     for (int i = 0; i < CF_CACHE_PARTS; i++) {
         put_u64(hdr + 16 + 8 * i, part_size(c, i));
-        cf_sha256_update(&s, c->part[i], part_size(c, i));
+        if (part_size(c, i))   /* an empty part may be NULL */
+            cf_sha256_update(&s, c->part[i], part_size(c, i));
     }
     cf_sha256_final(&s, hdr + 40);
     bool ok = write_all(fd, hdr, HDR_SIZE) && fsync_parts(fd, c);
