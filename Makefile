@@ -9,10 +9,10 @@ BUILD   ?= build
 LIB_SRC := $(filter-out src/cli%.c,$(wildcard src/*.c))
 CLI_SRC := $(wildcard src/cli*.c)
 LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
-# runtime.c takes CUDA types from the toolkit headers (no link-time CUDA
-# dependency); every src/device/*.cuh is embedded for NVRTC by tools/embed.c.
+# src/rt_*.c take CUDA types from the toolkit headers (no link-time CUDA
+# dependency); every src/device/*.cuh and *.h is embedded for NVRTC by tools/embed.c.
 CUDA_HOME ?= /usr/local/cuda
-DEVICE_HDRS := $(sort $(wildcard src/device/*.cuh))
+DEVICE_HDRS := $(sort $(wildcard src/device/*.cuh src/device/*.h))
 LIB_OBJ += $(BUILD)/obj/gen_device_headers.o
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/test_util.c,$(wildcard tests/test_*.c)))
 
@@ -22,7 +22,8 @@ $(BUILD)/obj/%.o: src/%.c src/cf_internal.h include/comfuse.h $(wildcard src/*.i
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/runtime.o: override CFLAGS += -isystem $(CUDA_HOME)/include
+$(BUILD)/obj/rt_%.o: override CFLAGS += -isystem $(CUDA_HOME)/include
+$(BUILD)/obj/rt_%.o: src/rt_cuda.h
 
 $(BUILD)/tools/embed: tools/embed.c
 	@mkdir -p $(dir $@)

@@ -1,16 +1,21 @@
 /* cache.c — the on-disk kernel cache and the in-process table in front of it.
  *
+ * It stores bytes under a key and knows nothing of what they are or how they
+ * were made: an entry holds CF_CACHE_PARTS byte strings (rt_nvrtc.c keeps a
+ * CUBIN, its PTX and the NVRTC log there), and the caller compiles on a miss
+ * and stores the result.
+ *
  * An entry is one file <dir>/<hex key>.cubin:
  *
  *     off  size  field
  *       0     8  magic "CFCUBIN\0"
  *       8     4  format version (CACHE_FORMAT), little-endian
  *      12     4  header size (HDR_SIZE)
- *      16     8  cubin length
- *      24     8  ptx length
- *      32     8  log length
+ *      16     8  length of part 0 (the cubin)
+ *      24     8  length of part 1 (the ptx)
+ *      32     8  length of part 2 (the log)
  *      40    32  SHA-256 of the payload
- *      72     .  payload: cubin, ptx, log (no NULs between them)
+ *      72     .  payload: the parts in order (no NULs between them)
  *
  * Writers fill a mkstemp file in the same dir, fsync it and rename() it over
  * the entry, so readers see either no entry or a complete one; two processes
@@ -287,14 +292,42 @@ static bool write_all(int fd, const void *buf, size_t n)
     return true;
 }
 
-static char *dup_text(const unsigned char *p, size_t n)
+static unsigned char *dup_bytes(const unsigned char *p, size_t n)
 {
-    char *s = malloc(n + 1);
+    unsigned char *s = malloc(n + 1);
     if (s) {
-        memcpy(s, p, n);
+        if (n)
+            memcpy(s, p, n);
         s[n] = '\0';
     }
     return s;
+}
+
+void cf_cache_entry_free(cf_cache_entry *e)
+{
+    if (!e)
+        return;
+    for (int i = 0; i < CF_CACHE_PARTS; i++) {
+        free(e->part[i]);
+        e->part[i] = NULL;
+        e->size[i] = 0;
+    }
+}
+
+/* out's parts: copies of the payload's, each followed by a NUL (parts may be text). */
+static bool split_parts(const unsigned char *payload, const uint64_t *len, cf_cache_entry *out)
+{
+    size_t off = 0;
+    for (int i = 0; i < CF_CACHE_PARTS; i++) {
+        out->part[i] = dup_bytes(payload + off, (size_t)len[i]);
+        out->size[i] = (size_t)len[i];
+        off += (size_t)len[i];
+        if (!out->part[i]) {
+            cf_cache_entry_free(out);
+            return false;
+        }
+    }
+    return true;
 }
 
 static cf_cache_lookup corrupt(const char *path, char *note, size_t note_n, const char *why)
@@ -304,7 +337,7 @@ static cf_cache_lookup corrupt(const char *path, char *note, size_t note_n, cons
     return CF_CACHE_CORRUPT;
 }
 
-cf_cache_lookup cf_cache_load(const char *dir, const char *key, cf_rt_cubin *out, char *note,
+cf_cache_lookup cf_cache_load(const char *dir, const char *key, cf_cache_entry *out, char *note,
                               size_t note_n)
 {
     char path[1200];
@@ -333,13 +366,18 @@ cf_cache_lookup cf_cache_load(const char *dir, const char *key, cf_rt_cubin *out
         close(fd);
         return corrupt(path, note, note_n, "unknown format version");
     }
-    uint64_t nc = get_u64(hdr + 16), np = get_u64(hdr + 24), nl = get_u64(hdr + 32);
-    if (nc == 0 || nc > MAX_PART || np > MAX_PART || nl > MAX_PART ||
-        (uint64_t)st.st_size != HDR_SIZE + nc + np + nl) {
+    uint64_t len[CF_CACHE_PARTS], total = 0;
+    bool too_long = false;
+    for (int i = 0; i < CF_CACHE_PARTS; i++) {
+        len[i] = get_u64(hdr + 16 + 8 * i);
+        too_long |= len[i] > MAX_PART;
+        total += len[i];
+    }
+    if (too_long || (uint64_t)st.st_size != HDR_SIZE + total) {
         close(fd);
         return corrupt(path, note, note_n, "payload length does not match the file size");
     }
-    size_t n = (size_t)(nc + np + nl);
+    size_t n = (size_t)total;
     unsigned char *payload = malloc(n);
     if (!payload) {
         close(fd);
@@ -355,25 +393,27 @@ cf_cache_lookup cf_cache_load(const char *dir, const char *key, cf_rt_cubin *out
         free(payload);
         return corrupt(path, note, note_n, ok ? "checksum mismatch" : "short read");
     }
-    out->cubin = malloc((size_t)nc);
-    out->ptx = dup_text(payload + nc, (size_t)np);
-    out->log = dup_text(payload + nc + np, (size_t)nl);
-    if (!out->cubin || !out->ptx || !out->log) {
-        free(payload);
-        free(out->cubin), free(out->ptx), free(out->log);
-        out->cubin = NULL, out->ptx = out->log = NULL;
+    bool ok_parts = split_parts(payload, len, out);
+    free(payload);
+    if (!ok_parts) {
         snprintf(note, note_n, "out of memory reading %s", path);
         return CF_CACHE_ABSENT;
     }
-    memcpy(out->cubin, payload, (size_t)nc);
-    out->cubin_size = (size_t)nc;
-    out->ptx_size = (size_t)np;
-    out->log_size = (size_t)nl;
-    free(payload);
     return CF_CACHE_FOUND;
 }
 
-bool cf_cache_store(const char *dir, const char *key, const cf_rt_cubin *c, char *note,
+/* A NULL part stores as empty. */
+static size_t part_size(const cf_cache_entry *c, int i) { return c->part[i] ? c->size[i] : 0; }
+
+static bool fsync_parts(int fd, const cf_cache_entry *c)
+{
+    for (int i = 0; i < CF_CACHE_PARTS; i++)
+        if (!write_all(fd, c->part[i], part_size(c, i)))
+            return false;
+    return fsync(fd) == 0;
+}
+
+bool cf_cache_store(const char *dir, const char *key, const cf_cache_entry *c, char *note,
                     size_t note_n)
 {
     char path[1200], tmp[1200];
@@ -387,22 +427,19 @@ bool cf_cache_store(const char *dir, const char *key, const cf_rt_cubin *c, char
     }
     /* mkstemp makes 0600 files; entries are shareable like the dir. */
     fchmod(fd, 0644);
-    size_t np = c->ptx ? c->ptx_size : 0, nl = c->log ? c->log_size : 0;
     unsigned char hdr[HDR_SIZE] = {0};
     memcpy(hdr, MAGIC, 8);
     put_u32(hdr + 8, CACHE_FORMAT);
     put_u32(hdr + 12, HDR_SIZE);
-    put_u64(hdr + 16, c->cubin_size);
-    put_u64(hdr + 24, np);
-    put_u64(hdr + 32, nl);
     cf_sha256_ctx s;
     cf_sha256_init(&s);
-    cf_sha256_update(&s, c->cubin, c->cubin_size);
-    cf_sha256_update(&s, c->ptx, np);
-    cf_sha256_update(&s, c->log, nl);
+    for (int i = 0; i < CF_CACHE_PARTS; i++) {
+        put_u64(hdr + 16 + 8 * i, part_size(c, i));
+        if (part_size(c, i))   /* an empty part may be NULL */
+            cf_sha256_update(&s, c->part[i], part_size(c, i));
+    }
     cf_sha256_final(&s, hdr + 40);
-    bool ok = write_all(fd, hdr, HDR_SIZE) && write_all(fd, c->cubin, c->cubin_size) &&
-              write_all(fd, c->ptx, np) && write_all(fd, c->log, nl) && fsync(fd) == 0;
+    bool ok = write_all(fd, hdr, HDR_SIZE) && fsync_parts(fd, c);
     int e = errno;
     if (close(fd) != 0 && ok) {
         ok = false;
@@ -433,43 +470,33 @@ enum { MEM_MAX = 256 };
 
 typedef struct mem_entry {
     char key[65];
-    cf_rt_cubin c;   /* cubin, ptx and log only */
+    cf_cache_entry e;
 } mem_entry;
 
 static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
 static mem_entry *mem_tab;
 static int mem_n, mem_next;
 
-static bool copy_payload(cf_rt_cubin *dst, const cf_rt_cubin *src)
+static bool copy_entry(cf_cache_entry *dst, const cf_cache_entry *src)
 {
-    dst->cubin = malloc(src->cubin_size ? src->cubin_size : 1);
-    dst->ptx = malloc(src->ptx_size + 1);
-    dst->log = malloc(src->log_size + 1);
-    if (!dst->cubin || !dst->ptx || !dst->log) {
-        free(dst->cubin), free(dst->ptx), free(dst->log);
-        dst->cubin = NULL, dst->ptx = dst->log = NULL;
-        return false;
+    for (int i = 0; i < CF_CACHE_PARTS; i++) {
+        dst->part[i] = dup_bytes(src->part[i], part_size(src, i));
+        dst->size[i] = part_size(src, i);
+        if (!dst->part[i]) {
+            cf_cache_entry_free(dst);
+            return false;
+        }
     }
-    memcpy(dst->cubin, src->cubin, src->cubin_size);
-    if (src->ptx)
-        memcpy(dst->ptx, src->ptx, src->ptx_size);
-    dst->ptx[src->ptx ? src->ptx_size : 0] = '\0';
-    if (src->log)
-        memcpy(dst->log, src->log, src->log_size);
-    dst->log[src->log ? src->log_size : 0] = '\0';
-    dst->cubin_size = src->cubin_size;
-    dst->ptx_size = src->ptx ? src->ptx_size : 0;
-    dst->log_size = src->log ? src->log_size : 0;
     return true;
 }
 
-bool cf_cache_mem_get(const char *key, cf_rt_cubin *out)
+bool cf_cache_mem_get(const char *key, cf_cache_entry *out)
 {
     bool found = false;
     pthread_mutex_lock(&mem_mu);
     for (int i = 0; i < mem_n; i++) {
         if (strcmp(mem_tab[i].key, key) == 0) {
-            found = copy_payload(out, &mem_tab[i].c);
+            found = copy_entry(out, &mem_tab[i].e);
             break;
         }
     }
@@ -477,7 +504,7 @@ bool cf_cache_mem_get(const char *key, cf_rt_cubin *out)
     return found;
 }
 
-void cf_cache_mem_put(const char *key, const cf_rt_cubin *c)
+void cf_cache_mem_put(const char *key, const cf_cache_entry *c)
 {
     pthread_mutex_lock(&mem_mu);
     for (int i = 0; i < mem_n; i++) {
@@ -488,9 +515,9 @@ void cf_cache_mem_put(const char *key, const cf_rt_cubin *c)
         goto done;
     int slot = mem_n < MEM_MAX ? mem_n++ : mem_next++ % MEM_MAX;   /* FIFO when full */
     mem_entry *e = &mem_tab[slot];
-    cf_rt_cubin_free(&e->c);
+    cf_cache_entry_free(&e->e);
     memset(e, 0, sizeof *e);
-    if (copy_payload(&e->c, c)) {
+    if (copy_entry(&e->e, c)) {
         snprintf(e->key, sizeof e->key, "%s", key);
     } else if (slot == mem_n - 1) {
         mem_n--;
@@ -503,7 +530,7 @@ void cf_cache_mem_clear(void)
 {
     pthread_mutex_lock(&mem_mu);
     for (int i = 0; i < mem_n; i++)
-        cf_rt_cubin_free(&mem_tab[i].c);
+        cf_cache_entry_free(&mem_tab[i].e);
     free(mem_tab);
     mem_tab = NULL;
     mem_n = mem_next = 0;

@@ -340,7 +340,7 @@ int cf_cg_gelu_stores(const cf_ir *ir);
 cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *title, cf_strbuf *out,
                      cf_error *err);
 
-/* ---- runtime.c / cache.c / sha256.c ------------------------------------- */
+/* ---- the runtime: rt_nvrtc.c over cache.c / sha256.c ---------------------- */
 
 /* SHA-256 (sha256.c): the cache key and entry checksums. */
 typedef struct cf_sha256_ctx {
@@ -429,40 +429,51 @@ void cf_rt_cubin_free(cf_rt_cubin *c);
  * it cannot be found.  *path (optional) gets the library that was loaded. */
 cf_status cf_rt_nvrtc_load(int *major, int *minor, const char **path, cf_error *err);
 
-/* Kernel cache (cache.c).  The cache dir: $CF_CACHE_DIR, else
+/* Kernel cache (cache.c): byte strings under a hex key, on disk and in an
+ * in-process table; it knows nothing of what they are (rt_nvrtc.c keeps a
+ * CUBIN, its PTX and the NVRTC log).  The cache dir: $CF_CACHE_DIR, else
  * $XDG_CACHE_HOME/comfuse, else $HOME/.cache/comfuse, created like mkdir -p.
  * Returns false (with a reason in note) when no usable dir exists; else
  * *writable says whether entries may be stored there (not: why in note; a
  * read-only dir, or CF_CACHE_READONLY=1, is still read). */
 bool cf_cache_dir(char *dir, size_t n, bool *writable, char *note, size_t note_n);
-/* The key over everything that determines the CUBIN (see cache.c): the
+/* The key over everything that determines a compile's output (see cache.c): the
  * source without its comments, which name where it came from (a spec's path). */
 void cf_cache_key(const char *src, const char *name, int nvrtc_major, int nvrtc_minor,
                   const char *const *opts, int n_opts, const char *const *hdr_names,
                   const char *const *hdr_texts, int n_hdrs, char hex[65]);
+enum { CF_CACHE_PARTS = 3 };
+/* One entry: CF_CACHE_PARTS byte strings.  What the cache returns is malloc'd
+ * and owned (free with cf_cache_entry_free), each part followed by a NUL that
+ * size does not count; what it is given is only read (a NULL part is empty). */
+typedef struct cf_cache_entry {
+    unsigned char *part[CF_CACHE_PARTS];
+    size_t size[CF_CACHE_PARTS];
+} cf_cache_entry;
+void cf_cache_entry_free(cf_cache_entry *e);
 typedef enum cf_cache_lookup {
     CF_CACHE_ABSENT,       /* no entry                                            */
-    CF_CACHE_FOUND,        /* out filled (cubin, ptx, log)                        */
+    CF_CACHE_FOUND,        /* out filled                                          */
     CF_CACHE_CORRUPT,      /* bad magic, length or checksum: removed; why in note */
 } cf_cache_lookup;
-/* Reads <dir>/<key>.cubin into out->cubin/ptx/log.  Anything but a regular file
- * there (a FIFO, a device, a dir) is a miss, opened without blocking, never removed. */
-cf_cache_lookup cf_cache_load(const char *dir, const char *key, cf_rt_cubin *out, char *note,
+/* Reads <dir>/<key>.cubin into out.  Anything but a regular file there (a FIFO,
+ * a device, a dir) is a miss, opened without blocking, never removed. */
+cf_cache_lookup cf_cache_load(const char *dir, const char *key, cf_cache_entry *out, char *note,
                               size_t note_n);
 /* Writes the entry atomically (mkstemp in dir, fsync, rename).  false with a
  * reason in note on failure; never leaves a temp file behind. */
-bool cf_cache_store(const char *dir, const char *key, const cf_rt_cubin *c, char *note,
+bool cf_cache_store(const char *dir, const char *key, const cf_cache_entry *e, char *note,
                     size_t note_n);
 /* The path of the entry for key in dir. */
 void cf_cache_entry_path(const char *dir, const char *key, char *path, size_t n);
-/* The in-process table in front of the disk (thread-safe). */
-bool cf_cache_mem_get(const char *key, cf_rt_cubin *out);
-void cf_cache_mem_put(const char *key, const cf_rt_cubin *c);
+/* The in-process table in front of the disk (thread-safe; get copies out). */
+bool cf_cache_mem_get(const char *key, cf_cache_entry *out);
+void cf_cache_mem_put(const char *key, const cf_cache_entry *e);
 void cf_cache_mem_clear(void);
 /* Parses the ptxas -v report in c->log into c's register/spill/smem fields. */
 void cf_rt_parse_ptxas(cf_rt_cubin *c, const char *name);
 
-/* ---- the CUDA driver (runtime.c), loaded from libcuda.so.1 at run time ---- */
+/* ---- the CUDA driver (rt_driver.c), loaded from libcuda.so.1 at run time -- */
 
 typedef uint64_t cf_rt_devptr;     /* CUdeviceptr                                */
 typedef void *cf_rt_module;        /* CUmodule                                   */
@@ -548,7 +559,7 @@ cf_status cf_rt_event_record(cf_rt_event e, cf_rt_stream s, cf_error *err);
 cf_status cf_rt_event_sync(cf_rt_event e, cf_error *err);
 cf_status cf_rt_event_elapsed_ms(cf_rt_event start, cf_rt_event end, float *ms, cf_error *err);
 
-/* TMA (cuTensorMapEncodeTiled) for a row-major [rows, cols] tensor with a
+/* TMA (rt_tma.c, cuTensorMapEncodeTiled) for a row-major [rows, cols] tensor with a
  * row pitch in elements.  cf_rt_tma_check is the pure validation (no GPU):
  * CF_ERR_ALIGNMENT naming the constraint and value for what TMA cannot take,
  * CF_ERR_INVALID_ARG for nonsense (zero sizes, pitch < cols, bad swizzle). */
@@ -564,7 +575,7 @@ cf_status cf_rt_tensor_map_2d_named(void *desc128, const char *name, cf_dtype t,
                                     uint64_t row_pitch_elems, uint32_t box_rows,
                                     uint32_t box_cols, int swizzle_bytes, cf_error *err);
 
-/* cuBLASLt (libcublasLt.so.13/.12 loaded at run time): row-major
+/* cuBLASLt (rt_blas.c; libcublasLt.so.13/.12 loaded at run time): row-major
  * C[M,N] = A[M,K] * B, B [K,N] or (b_is_nk) [N,K], t = CF_BF16 or CF_F16 for
  * A and B, c_t for C (t, or CF_F32 for the unfused path), fp32 accumulate.  A plan keeps the layouts, the chosen algorithm
  * and a workspace so timed runs only launch.  CF_ERR_NO_DEVICE without cuBLASLt. */
@@ -578,6 +589,52 @@ void cf_rt_cublas_plan_free(cf_rt_cublas_plan *plan);
 cf_status cf_rt_cublas_gemm(cf_dtype t, int64_t M, int64_t N, int64_t K, cf_rt_devptr A,
                             cf_rt_devptr B, bool b_is_nk, cf_rt_devptr C, cf_rt_stream s,
                             cf_error *err);
+
+/* ---- timing.c: timing GPU work, and the cuBLAS baseline ------------------ */
+
+/* One thing to time: enqueues one run of it on stream s (NULL: the default stream). */
+typedef cf_status (*cf_time_fn)(void *ctx, cf_rt_stream s, cf_error *err);
+typedef struct cf_time_job {
+    cf_time_fn fn;
+    void *ctx;
+} cf_time_job;
+typedef struct cf_time_result {
+    float median_ms;
+    float ratio;               /* median over turns of this job's time over job 0's */
+} cf_time_result;
+
+/* Two CUDA events and an L2 flush buffer of flush_bytes (0: no flush; bench uses
+ * 256 MiB, several times the H200's 50 MiB L2). */
+typedef struct cf_timer cf_timer;
+cf_status cf_time_open(size_t flush_bytes, cf_timer **t, cf_error *err);
+void cf_time_close(cf_timer *t);
+/* Overwrites the flush buffer with pattern (a new one each time, so no write is elided). */
+cf_status cf_time_flush_l2(cf_timer *t, uint32_t pattern, cf_error *err);
+/* One timed run of job: flush, event, the job, event, wait. */
+cf_status cf_time_once(cf_timer *t, const cf_time_job *job, uint32_t pattern, float *ms, cf_error *err);
+/* warmup untimed rounds of every job, then iters turns of one timed run of each, in
+ * job order; out[j] gets job j's median and its paired ratio to job 0.  samples
+ * (optional, n * iters) gets every time, job by job, each in turn order. */
+cf_status cf_time_paired(cf_timer *t, const cf_time_job *jobs, int n, int warmup, int iters, float *samples,
+                         cf_time_result *out, cf_error *err);
+/* The statistics of cf_time_paired (no GPU): samples as it fills them. */
+cf_status cf_time_summarize(const float *samples, int n, int iters, cf_time_result *out, cf_error *err);
+/* The element at n / 2 after sorting v (in place); 0 for n <= 0. */
+float cf_time_median(float *v, int n);
+
+/* The baseline: cuBLASLt doing GEMMs alone, back to back, each writing its
+ * output in the operands' dtype t.  a == 0: a zeroed left operand of its own (a
+ * computed one, like B2B's S; the time does not depend on the values). */
+enum { CF_TIME_MAX_GEMMS = 4 };
+typedef struct cf_time_cublas cf_time_cublas;
+cf_time_cublas *cf_time_cublas_new(void);
+void cf_time_cublas_free(cf_time_cublas *c);
+cf_status cf_time_cublas_add(cf_time_cublas *c, cf_dtype t, int64_t M, int64_t N, int64_t K, cf_rt_devptr a,
+                             cf_rt_devptr b, bool b_is_nk, cf_error *err);
+/* A cf_time_fn: ctx is the cf_time_cublas. */
+cf_status cf_time_cublas_run(void *ctx, cf_rt_stream s, cf_error *err);
+int cf_time_cublas_count(const cf_time_cublas *c);
+double cf_time_cublas_flops(const cf_time_cublas *c);
 
 /* ---- rows.c: the unfused path's row kernel ------------------------------ */
 

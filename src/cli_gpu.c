@@ -3,10 +3,11 @@
  * Inputs are fresh random values each run (never zeros), outputs are poisoned
  * with NaN bit patterns before every launch so an unwritten element fails the
  * check, and the float64 reference computes the expected values.  Benchmarks
- * time each launch with CUDA events after a warm-up, flush L2 between runs,
- * and report medians beside cuBLAS doing the GEMM alone in the same process.
+ * time through timing.c (CUDA events after a warm-up, L2 flushed between runs,
+ * medians) beside cuBLAS doing the GEMM alone in the same process.
  */
 #include "cli.h"
+#include "device/cf_trace.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -196,8 +197,7 @@ static cf_status poison_outputs(session *s, cf_error *err)
 }
 
 /* One launch of a path on the session's buffers (the fused kernel or the
- * unfused plan), as bench times it. */
-typedef cf_status (*timed_fn)(void *ctx, cf_rt_stream s, cf_error *err);
+ * unfused plan) is a cf_time_fn: bench times it through timing.c. */
 
 typedef struct fused_ctx {
     cf_kernel *k;
@@ -235,7 +235,7 @@ static cf_status run_unfused(void *ctx, cf_rt_stream stream, cf_error *err)
  * their epoch; the unfused path's buffers and plans) must not leak into
  * results -- a stale partial of the first launch, in a row tile the second
  * does not reach, would. */
-static cf_status launch_thrice(timed_fn fn, void *ctx, session *s, cf_dim dim_m, cf_error *err)
+static cf_status launch_thrice(cf_time_fn fn, void *ctx, session *s, cf_dim dim_m, cf_error *err)
 {
     cf_status st = CF_OK;
     for (int i = 0; i < s->n_in && st == CF_OK; i++)
@@ -484,141 +484,26 @@ int cli_run(const cf_graph *g, const cli_opts *o)
 
 /* ---- bench ------------------------------------------------------------------ */
 
-static int cmp_float(const void *a, const void *b)
+/* The baseline (timing.c): cuBLASLt doing the GEMMs of the unfused plan when there is
+ * one, else the IR's first, on the session's operands. */
+static cf_status cublas_setup(cf_time_cublas **out, const cf_unfused *u, const cf_ir *ir, const session *s,
+                              cf_error *err)
 {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* Times n implementations launch by launch, in turns (cuBLAS, fused, unfused,
- * cuBLAS, ...), each behind an L2 flush and between its own events, and
- * returns the medians, and for j > 0 the median over turns of launch j's time
- * over launch 0's in the same turn.  The card changes speed under load (the
- * H200's power cap: the same cuBLAS kernel 0.340 ms for the first ~20 launches
- * after idle, 0.378 ms later, while ours went 0.359 -> 0.378): both launches of
- * a turn run at one clock, and the median of their ratios cannot pair one
- * implementation's fast launches with the other's slow ones, as the ratio of
- * the two medians can. */
-static cf_status time_paired(int n, timed_fn const *fns, void *const *ctxs, int iters, cf_rt_devptr flush,
-                             size_t flush_bytes, float *median_ms, float *paired_ratio, cf_error *err)
-{
-    cf_rt_event e0 = NULL, e1 = NULL;
-    float *t = calloc((size_t)iters * (size_t)n, sizeof *t);
-    cf_status st = t ? CF_OK : cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
-    if (st == CF_OK && (st = cf_rt_event_create(&e0, err)) == CF_OK)
-        st = cf_rt_event_create(&e1, err);
-    for (int i = 0; i < 5 && st == CF_OK; i++)
-        for (int j = 0; j < n && st == CF_OK; j++)
-            st = fns[j](ctxs[j], NULL, err);
-    for (int i = 0; i < iters && st == CF_OK; i++)
-        for (int j = 0; j < n && st == CF_OK; j++) {
-            if ((st = cf_rt_memset_d32(flush, (uint32_t)i, flush_bytes / 4, err)) != CF_OK ||
-                (st = cf_rt_event_record(e0, NULL, err)) != CF_OK || (st = fns[j](ctxs[j], NULL, err)) != CF_OK ||
-                (st = cf_rt_event_record(e1, NULL, err)) != CF_OK || (st = cf_rt_event_sync(e1, err)) != CF_OK)
-                break;
-            st = cf_rt_event_elapsed_ms(e0, e1, &t[(size_t)j * (size_t)iters + (size_t)i], err);
-        }
-    /* CF_BENCH_SAMPLES=1: every launch's time in launch order (implementation, turn, ms) */
-    for (int j = 0; j < n && st == CF_OK && getenv("CF_BENCH_SAMPLES"); j++)
-        for (int i = 0; i < iters; i++)
-            printf("SAMPLE\t%d\t%d\t%.5f\n", j, i, t[(size_t)j * (size_t)iters + (size_t)i]);
-    float *r = st == CF_OK ? malloc((size_t)iters * sizeof *r) : NULL;
-    if (st == CF_OK && !r)
-        st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
-    for (int j = 0; j < n && st == CF_OK; j++) {
-        for (int i = 0; i < iters; i++)
-            r[i] = t[(size_t)j * (size_t)iters + (size_t)i] / t[i];
-        qsort(r, (size_t)iters, sizeof *r, cmp_float);
-        paired_ratio[j] = r[iters / 2];
-    }
-    free(r);
-    for (int j = 0; j < n && st == CF_OK; j++) {
-        float *tj = t + (size_t)j * (size_t)iters;
-        qsort(tj, (size_t)iters, sizeof *tj, cmp_float);
-        median_ms[j] = tj[iters / 2];
-    }
-    if (e0)
-        cf_rt_event_destroy(e0, NULL);
-    if (e1)
-        cf_rt_event_destroy(e1, NULL);
-    free(t);
-    return st;
-}
-
-/* The baseline: cuBLASLt doing the graph's GEMMs alone, back to back, each
- * writing its output in the operands' dtype (a computed left operand, B2B's S,
- * read from a zeroed buffer: the time does not depend on the values). */
-typedef struct cublas_ctx {
-    int n;
-    int64_t mnk[2][3];
-    cf_rt_cublas_plan *plan[2];
-    cf_rt_devptr a[2], b[2], c[2];
-    bool own_a[2];
-} cublas_ctx;
-
-static cf_status run_cublas(void *ctx, cf_rt_stream st, cf_error *err)
-{
-    cublas_ctx *c = ctx;
-    cf_status s = CF_OK;
-    for (int j = 0; j < c->n && s == CF_OK; j++)
-        s = cf_rt_cublas_plan_run(c->plan[j], c->a[j], c->b[j], c->c[j], st, err);
-    return s;
-}
-
-static void cublas_free(cublas_ctx *c)
-{
-    for (int j = 0; j < c->n; j++) {
-        cf_rt_cublas_plan_free(c->plan[j]);
-        if (c->own_a[j] && c->a[j])
-            cf_rt_free(c->a[j], NULL);
-        if (c->c[j])
-            cf_rt_free(c->c[j], NULL);
-    }
-    memset(c, 0, sizeof *c);
-}
-
-/* One GEMM of the baseline: A from input a_input (or a zeroed buffer when < 0). */
-static cf_status cublas_add(cublas_ctx *c, const session *s, cf_dtype t, cf_dim dm, cf_dim dn, cf_dim dk,
-                            int a_input, int b_input, bool b_is_nk, cf_error *err)
-{
-    const int j = c->n++;
-    const int64_t M = s->dims[dm], N = s->dims[dn], K = s->dims[dk];
-    c->mnk[j][0] = M, c->mnk[j][1] = N, c->mnk[j][2] = K;
-    c->b[j] = s->d_in[b_input];
-    c->own_a[j] = a_input < 0;
-    cf_status st = CF_OK;
-    if (a_input >= 0)
-        c->a[j] = s->d_in[a_input];
-    else if ((st = cf_rt_malloc(&c->a[j], (size_t)M * (size_t)K * cf_dtype_size(t), err)) == CF_OK)
-        st = cf_rt_memset_d8(c->a[j], 0, (size_t)M * (size_t)K * cf_dtype_size(t), err);
-    if (st == CF_OK)
-        st = cf_rt_malloc(&c->c[j], (size_t)M * (size_t)N * cf_dtype_size(t), err);
-    if (st == CF_OK)
-        st = cf_rt_cublas_plan_create(t, t, M, N, K, b_is_nk, &c->plan[j], err);
-    return st;
-}
-
-/* The GEMMs of the unfused plan when there is one, else the IR's first. */
-static cf_status cublas_setup(cublas_ctx *c, const cf_unfused *u, const cf_ir *ir, const session *s, cf_error *err)
-{
+    cf_time_cublas *c = *out = cf_time_cublas_new();
+    if (!c)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     cf_status st = CF_OK;
     for (int j = 0; u && j < cf_unfused_num_gemms(u) && st == CF_OK; j++) {
         const cf_unfused_gemm *m = cf_unfused_gemm_at(u, j);
-        st = cublas_add(c, s, m->dtype, m->dim_m, m->dim_n, m->dim_k, m->a_input, m->b_input, m->b_is_nk, err);
+        st = cf_time_cublas_add(c, m->dtype, s->dims[m->dim_m], s->dims[m->dim_n], s->dims[m->dim_k],
+                                m->a_input >= 0 ? s->d_in[m->a_input] : 0, s->d_in[m->b_input], m->b_is_nk, err);
     }
     if (!u) {
         const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
-        st = cublas_add(c, s, A->dtype, ir->dim_m, ir->dim_n, ir->dim_k, A->index, B->index, B->b_is_nk, err);
+        st = cf_time_cublas_add(c, A->dtype, s->dims[ir->dim_m], s->dims[ir->dim_n], s->dims[ir->dim_k],
+                                s->d_in[A->index], s->d_in[B->index], B->b_is_nk, err);
     }
     return st;
-}
-
-static double cublas_flops(const cublas_ctx *c)
-{
-    double f = 0;
-    for (int j = 0; j < c->n; j++)
-        f += 2.0 * (double)c->mnk[j][0] * (double)c->mnk[j][1] * (double)c->mnk[j][2];
-    return f;
 }
 
 /* Bytes every implementation must move at least: each input read once, each
@@ -652,9 +537,162 @@ static void set_why(why *w, const cf_error *err)
     w->text[n] = 0;
 }
 
-/* With CF_TRACE=1 the kernel carries clock64 stamps per (CTA, consumer warpgroup,
- * tile) (cf_sm90.cuh): one more launch, then where a CTA's cycles went. */
-enum { TR_CTAS = 160, TR_TILES = 31, TR_EV = 20, TR_CATS = 15, TR_SECTIONS = 14 };
+/* With CF_TRACE=1 the kernel carries clock64 stamps per (CTA, role, tile), laid out
+ * and named in device/cf_trace.h: one more launch, then where a CTA's cycles went. */
+typedef struct trace_sums {
+    double ml, ep, head, tail, total, period, cat[CF_TRC_N];
+    double t_epi, t_fin, t_drain, t_other;   /* the tail, in order */
+    double o_epi, o_fin;   /* the other warpgroup's, from the same point */
+    double order, both;   /* the order barrier; both warpgroups in a mainloop (the drain) */
+    double w_data, w_mma, w_issue, w_rest, w_drain, w_loop;   /* CF_TRACE=2: the k-loop */
+    /* finisher: waiting for a park, its work; consumer: waiting for it */
+    double f_wait, f_work, f_done, f_cat[CF_TRC_N];
+    int ctas, tiles, f_tiles, d_tiles;
+} trace_sums;
+
+#define AT(c, w, j, e) tr[(((size_t)(c) * CF_TRACE_ROLES + (w)) * (CF_TRACE_TILES + 1) + (j)) * CF_TRACE_EV + (e)]
+#define SUM(c, w, e) AT(c, w, CF_TRACE_TILES, e)
+/* a tile's k-loop starts at CF_TRE_KLOOP, once its turn has come; bar.sync defers its blocking,
+ * so CF_TRE_TURN's clock is read before the turn (kernels without CF_TRE_KLOOP: CF_TRE_TURN) */
+#define TURN(c, w, j) (AT(c, w, j, CF_TRE_KLOOP) ? AT(c, w, j, CF_TRE_KLOOP) : AT(c, w, j, CF_TRE_TURN))
+
+/* Cycles both warpgroups of CTA c spend in a mainloop at once. */
+static double trace_both(const long long *tr, int c, int n0, int n1)
+{
+    double both = 0;
+    for (int j0 = 0; j0 < n0 && j0 < CF_TRACE_TILES; j0++)
+        for (int j1 = 0; j1 < n1 && j1 < CF_TRACE_TILES; j1++) {
+            const long long a = TURN(c, 0, j0) > TURN(c, 1, j1) ? TURN(c, 0, j0) : TURN(c, 1, j1);
+            const long long e0 = AT(c, 0, j0, CF_TRE_ACC), e1 = AT(c, 1, j1, CF_TRE_ACC);
+            const long long b = e0 < e1 ? e0 : e1;
+            if (e0 && e1 && b > a)
+                both += (double)(b - a);
+        }
+    return both;
+}
+
+/* Adds tile j of warpgroup w of CTA c to s. */
+static void trace_tile(const long long *tr, int c, int w, int j, trace_sums *s)
+{
+    const long long acc = AT(c, w, j, CF_TRE_ACC);
+    s->ml += acc - AT(c, w, j, CF_TRE_ORDER);
+    s->order += TURN(c, w, j) - AT(c, w, j, CF_TRE_ORDER);
+    s->w_data += AT(c, w, j, CF_TRE_WAIT_DATA);
+    s->w_mma += AT(c, w, j, CF_TRE_WAIT_MMA);
+    s->w_issue += AT(c, w, j, CF_TRE_ISSUE);
+    s->w_rest += AT(c, w, j, CF_TRE_RELEASE);
+    s->w_drain += AT(c, w, j, CF_TRE_DRAIN);
+    if (AT(c, w, j, CF_TRE_KLOOP_END))
+        s->w_loop += AT(c, w, j, CF_TRE_KLOOP_END) - AT(c, w, j, CF_TRE_KLOOP);
+    s->ep += AT(c, w, j, CF_TRE_EPI_DONE) - acc;
+    if (AT(c, w, j, CF_TRE_FIN_WORK) && AT(c, w, j, CF_TRE_FIN_DONE)) {
+        s->f_wait += AT(c, w, j, CF_TRE_FIN_WORK) - AT(c, w, j, CF_TRE_FIN_WAIT);
+        s->f_work += AT(c, w, j, CF_TRE_FIN_DONE) - AT(c, w, j, CF_TRE_FIN_WORK);
+        s->f_tiles++;
+    }
+    if (AT(c, w, j, CF_TRE_MID_DONE)) {
+        s->f_done += AT(c, w, j, CF_TRE_MID_DONE) - AT(c, w, j, CF_TRE_MID_WAIT);
+        s->d_tiles++;
+    }
+}
+
+/* Adds CTA c to s (a CTA without a sane tile count is skipped). */
+static void trace_cta(const long long *tr, int c, trace_sums *s)
+{
+    const int n0 = (int)SUM(c, 0, CF_TRS_TILES), n1 = (int)SUM(c, 1, CF_TRS_TILES);
+    if (n0 <= 0 || n0 + n1 > 2 * CF_TRACE_TILES)
+        return;
+    const long long start = SUM(c, 0, CF_TRS_START), end0 = SUM(c, 0, CF_TRS_END);
+    const long long end1 = SUM(c, 1, CF_TRS_END), end = end1 > end0 ? end1 : end0;
+    long long first_acc = 0, last_acc = 0;
+    int last_w = 0, last_j = 0;
+    s->both += trace_both(tr, c, n0, n1);
+    for (int i = 0; i < n0 + n1; i++) {   /* the warpgroups' tiles alternate */
+        const int w = i & 1, j = i >> 1;
+        const long long acc = AT(c, w, j, CF_TRE_ACC);
+        trace_tile(tr, c, w, j, s);
+        if (i == 0)
+            first_acc = acc;
+        if (acc > last_acc)
+            last_acc = acc, last_w = w, last_j = j;
+    }
+    s->head += first_acc - start;
+    s->tail += end - last_acc;
+    /* the warpgroup with the last mainloop: its epilogue, the final late finish, the wait
+     * for its stores, then the other warpgroup's lag */
+    const long long e3 = AT(c, last_w, last_j, CF_TRE_EPI_DONE), fin = SUM(c, last_w, CF_TRS_LAST_FINISH);
+    const long long end_w = SUM(c, last_w, CF_TRS_END);
+    s->t_epi += e3 - last_acc;
+    s->t_fin += fin - e3;
+    s->t_drain += end_w - fin;
+    s->t_other += end - end_w;
+    /* the other warpgroup after the last mainloop: its last epilogue's end, its late finishes' */
+    const int ow = 1 - last_w, on = ow ? n1 : n0;
+    if (on > 0 && on <= CF_TRACE_TILES) {
+        s->o_epi += (double)(AT(c, ow, on - 1, CF_TRE_EPI_DONE) - last_acc);
+        s->o_fin += (double)(SUM(c, ow, CF_TRS_LAST_FINISH) - last_acc);
+    }
+    s->total += end - start;
+    if (n0 + n1 > 1)
+        s->period += (double)(last_acc - first_acc) / (n0 + n1 - 1);
+    for (int q = 0; q < CF_TRC_N; q++) {
+        s->cat[q] += (double)SUM(c, 0, CF_TRS_CAT0 + q) + (double)SUM(c, 1, CF_TRS_CAT0 + q);
+        s->f_cat[q] += (double)SUM(c, 2, CF_TRS_CAT0 + q);
+    }
+    s->tiles += n0 + n1;
+    s->ctas++;
+}
+#undef TURN
+#undef SUM
+#undef AT
+
+/* The finisher's lines (with a finisher only). */
+static void trace_print_finisher(const trace_sums *s)
+{
+    const double ft = s->f_tiles * 1e3;
+    printf("  trace, the finisher per tile (kcycles, thread 0): waiting for the park %.2f, its work %.2f; "
+           "the consumer waiting for it before the late finish %.2f\n", s->f_wait / ft, s->f_work / ft,
+           s->d_tiles ? s->f_done / s->d_tiles / 1e3 : 0.0);
+    printf("  trace, the finisher's parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, "
+           "re-polls %.1f), store waits %.2f; by section (as marked in the source):", s->f_cat[CF_TRC_GATHER] / ft,
+           s->f_cat[CF_TRC_LOADS] / ft, s->f_cat[CF_TRC_SPINS] / s->f_tiles, s->f_cat[CF_TRC_STORE] / ft);
+    for (int q = CF_TRC_SEC0; q < CF_TRC_SEC0 + CF_TRC_SECTIONS; q++)
+        printf(" %.2f", s->f_cat[q] / ft);
+    printf("\n");
+}
+
+static void trace_print(const trace_sums *s)
+{
+    const double tk = s->tiles * 1e3, ck = s->ctas * 1e3;
+    const double *cat = s->cat;
+    printf("  trace (kcycles, mean over %d CTAs, %.1f tiles each): tile period %.2f | per tile: order+mainloop %.2f, "
+           "epilogue %.2f | per CTA: first tile %.2f, tail after the last mainloop %.2f, total %.1f\n",
+           s->ctas, (double)s->tiles / s->ctas, s->period / ck, s->ml / tk, s->ep / tk, s->head / ck, s->tail / ck,
+           s->total / ck);
+    printf("  trace, a tile's mainloop (kcycles, thread 0): waiting for its turn (order barrier) %.2f, mainloop %.2f, "
+           "of which the other warpgroup's mainloop overlaps %.2f", s->order / tk, (s->ml - s->order) / tk,
+           2 * s->both / tk);
+    if (s->w_data > 0 || s->w_mma > 0)   /* CF_TRACE=2 */
+        printf(" (the k-loop %.2f: waiting for TMA data %.2f, for wgmma %.2f; issuing wgmma %.2f; releases %.2f; "
+               "after it %.2f)", s->w_loop / tk, s->w_data / tk, s->w_mma / tk, s->w_issue / tk, s->w_rest / tk,
+               s->w_drain / tk);
+    printf("\n");
+    printf("  trace, epilogue parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, re-polls %.1f), "
+           "park wait %.2f, store waits %.2f, late finish %.2f (every late finish's vector loads and loop "
+           "over the tile %.2f)\n", cat[CF_TRC_GATHER] / tk, cat[CF_TRC_LOADS] / tk, cat[CF_TRC_SPINS] / s->tiles,
+           cat[CF_TRC_PARK] / tk, cat[CF_TRC_STORE] / tk, cat[CF_TRC_FINISH] / tk, cat[CF_TRC_FLOOP] / tk);
+    /* the sections Psi marks (CF_TRC_STEP in the generated source: loops, reductions, post, park) */
+    printf("  trace, epilogue's first part by section (kcycles per tile, thread 0, as marked in the source):");
+    for (int q = CF_TRC_SEC0; q < CF_TRC_SEC0 + CF_TRC_SECTIONS; q++)
+        printf(" %.2f", cat[q] / tk);
+    printf("\n");
+    if (s->f_tiles)
+        trace_print_finisher(s);
+    printf("  trace, the tail (kcycles): last tile's epilogue %.2f, final late finish %.2f, store drain %.2f, "
+           "other warpgroup's lag %.2f (its last epilogue ends at %.2f, its late finishes at %.2f)\n",
+           s->t_epi / ck, s->t_fin / ck, s->t_drain / ck, s->t_other / ck, s->o_epi / ck, s->o_fin / ck);
+}
+
 static void print_trace(fused_ctx *f)
 {
     cf_error err;
@@ -662,136 +700,23 @@ static void print_trace(fused_ctx *f)
     size_t bytes = 0;
     if (cf_kernel_global(f->k, "cf_trace", &p, &bytes, &err) != CF_OK)
         return;
+    const size_t want = sizeof(long long) * CF_TRACE_CTAS * CF_TRACE_ROLES * (CF_TRACE_TILES + 1) * CF_TRACE_EV;
+    if (bytes != want) {   /* a kernel built from another cf_trace.h */
+        printf("  trace: the kernel's cf_trace is %zu bytes, not the %zu cf_trace.h lays out\n", bytes, want);
+        return;
+    }
     long long *tr = malloc(bytes);
     if (!tr || cf_rt_memset_d8(p, 0, bytes, &err) != CF_OK || run_fused(f, NULL, &err) != CF_OK ||
         cf_rt_ctx_sync(&err) != CF_OK || cf_rt_memcpy_dtoh(tr, p, bytes, &err) != CF_OK) {
         free(tr);
         return;
     }
-#define AT(c, w, j, e) tr[(((size_t)(c) * 3 + (w)) * (TR_TILES + 1) + (j)) * TR_EV + (e)]
-    /* a tile's k-loop starts at event 9, once its turn has come; bar.sync defers its blocking, so
-     * event 1's clock is read before the turn (kernels from before event 9: event 1) */
-#define TURN(c, w, j) (AT(c, w, j, 9) ? AT(c, w, j, 9) : AT(c, w, j, 1))
-    double ml = 0, ep = 0, head = 0, tail = 0, total = 0, period = 0, cat[TR_CATS] = {0};
-    double t_epi = 0, t_fin = 0, t_drain = 0, t_other = 0;   /* the tail, in order */
-    double o_epi = 0, o_fin = 0;   /* the other warpgroup's, from the same point */
-    double order = 0, both = 0;   /* the order barrier; both warpgroups in a mainloop (the drain) */
-    double w_data = 0, w_mma = 0, w_issue = 0, w_rest = 0, w_drain = 0, w_loop = 0;   /* CF_TRACE=2: the k-loop */
-    double f_wait = 0, f_work = 0, f_done = 0, f_cat[TR_CATS] = {0};   /* finisher: waiting for a park, its work; consumer: waiting for it */
-    int ctas = 0, tiles = 0, f_tiles = 0, d_tiles = 0;
-    for (int c = 0; c < TR_CTAS; c++) {
-        const int n0 = (int)AT(c, 0, TR_TILES, 2), n1 = (int)AT(c, 1, TR_TILES, 2);
-        if (n0 <= 0 || n0 + n1 > 2 * TR_TILES)
-            continue;
-        const long long start = AT(c, 0, TR_TILES, 0);
-        const long long end0 = AT(c, 0, TR_TILES, 1), end1 = AT(c, 1, TR_TILES, 1), end = end1 > end0 ? end1 : end0;
-        long long first_acc = 0, last_acc = 0;
-        int last_w = 0, last_j = 0;
-        for (int j0 = 0; j0 < n0 && j0 < TR_TILES; j0++)   /* mainloops of both warpgroups at once */
-            for (int j1 = 0; j1 < n1 && j1 < TR_TILES; j1++) {
-                const long long a = TURN(c, 0, j0) > TURN(c, 1, j1) ? TURN(c, 0, j0) : TURN(c, 1, j1);
-                const long long b = AT(c, 0, j0, 2) < AT(c, 1, j1, 2) ? AT(c, 0, j0, 2) : AT(c, 1, j1, 2);
-                if (AT(c, 0, j0, 2) && AT(c, 1, j1, 2) && b > a)
-                    both += b - a;
-            }
-        for (int i = 0; i < n0 + n1; i++) {
-            const int w = i & 1, j = i >> 1;
-            const long long acc = AT(c, w, j, 2);
-            ml += acc - AT(c, w, j, 0);
-            order += TURN(c, w, j) - AT(c, w, j, 0);
-            w_data += AT(c, w, j, 4);
-            w_mma += AT(c, w, j, 5);
-            w_issue += AT(c, w, j, 6);
-            w_rest += AT(c, w, j, 7);
-            w_drain += AT(c, w, j, 8);
-            if (AT(c, w, j, 10))
-                w_loop += AT(c, w, j, 10) - AT(c, w, j, 9);
-            ep += AT(c, w, j, 3) - acc;
-            if (AT(c, w, j, 12) && AT(c, w, j, 13)) {
-                f_wait += AT(c, w, j, 12) - AT(c, w, j, 11);
-                f_work += AT(c, w, j, 13) - AT(c, w, j, 12);
-                f_tiles++;
-            }
-            if (AT(c, w, j, 15)) {
-                f_done += AT(c, w, j, 15) - AT(c, w, j, 14);
-                d_tiles++;
-            }
-            if (i == 0)
-                first_acc = acc;
-            if (acc > last_acc) {
-                last_acc = acc;
-                last_w = w;
-                last_j = j;
-            }
-        }
-        head += first_acc - start;
-        tail += end - last_acc;
-        /* the warpgroup with the last mainloop: its epilogue, the final late finish, the wait
-         * for its stores, then the other warpgroup's lag */
-        const long long e3 = AT(c, last_w, last_j, 3), fin = AT(c, last_w, TR_TILES, 19);
-        const long long end_w = AT(c, last_w, TR_TILES, 1);
-        t_epi += e3 - last_acc;
-        t_fin += fin - e3;
-        t_drain += end_w - fin;
-        t_other += end - end_w;
-        /* the other warpgroup after the last mainloop: its last epilogue's end, its late finishes' */
-        const int ow = 1 - last_w, on = ow ? n1 : n0;
-        if (on > 0 && on <= TR_TILES) {
-            o_epi += (double)(AT(c, ow, on - 1, 3) - last_acc);
-            o_fin += (double)(AT(c, ow, TR_TILES, 19) - last_acc);
-        }
-        total += end - start;
-        if (n0 + n1 > 1)
-            period += (double)(last_acc - first_acc) / (n0 + n1 - 1);
-        for (int w = 0; w < 2; w++)
-            for (int q = 0; q < TR_CATS; q++)
-                cat[q] += (double)AT(c, w, TR_TILES, 3 + q);
-        for (int q = 0; q < TR_CATS; q++)
-            f_cat[q] += (double)AT(c, 2, TR_TILES, 3 + q);
-        tiles += n0 + n1;
-        ctas++;
-    }
-#undef TURN
-#undef AT
-    if (ctas && tiles) {
-        printf("  trace (kcycles, mean over %d CTAs, %.1f tiles each): tile period %.2f | per tile: order+mainloop %.2f, "
-               "epilogue %.2f | per CTA: first tile %.2f, tail after the last mainloop %.2f, total %.1f\n",
-               ctas, (double)tiles / ctas, period / ctas / 1e3, ml / tiles / 1e3, ep / tiles / 1e3, head / ctas / 1e3,
-               tail / ctas / 1e3, total / ctas / 1e3);
-        printf("  trace, a tile's mainloop (kcycles, thread 0): waiting for its turn (order barrier) %.2f, mainloop %.2f, "
-               "of which the other warpgroup's mainloop overlaps %.2f", order / tiles / 1e3, (ml - order) / tiles / 1e3,
-               2 * both / tiles / 1e3);
-        if (w_data > 0 || w_mma > 0)   /* CF_TRACE=2 */
-            printf(" (the k-loop %.2f: waiting for TMA data %.2f, for wgmma %.2f; issuing wgmma %.2f; releases %.2f; "
-                   "after it %.2f)", w_loop / tiles / 1e3, w_data / tiles / 1e3, w_mma / tiles / 1e3, w_issue / tiles / 1e3,
-                   w_rest / tiles / 1e3, w_drain / tiles / 1e3);
-        printf("\n");
-        printf("  trace, epilogue parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, re-polls %.1f), "
-               "park wait %.2f, store waits %.2f, late finish %.2f (every late finish's vector loads and loop "
-               "over the tile %.2f)\n", cat[0] / tiles / 1e3, cat[4] / tiles / 1e3, cat[5] / tiles, cat[1] / tiles / 1e3,
-               cat[2] / tiles / 1e3, cat[3] / tiles / 1e3, cat[14] / tiles / 1e3);
-        /* the sections Psi marks (CF_TRC_STEP in the generated source: loops, reductions, post, park) */
-        printf("  trace, epilogue's first part by section (kcycles per tile, thread 0, as marked in the source):");
-        for (int q = 6; q < TR_SECTIONS; q++)
-            printf(" %.2f", cat[q] / tiles / 1e3);
-        printf("\n");
-        if (f_tiles)
-            printf("  trace, the finisher per tile (kcycles, thread 0): waiting for the park %.2f, its work %.2f; "
-                   "the consumer waiting for it before the late finish %.2f\n", f_wait / f_tiles / 1e3,
-                   f_work / f_tiles / 1e3, d_tiles ? f_done / d_tiles / 1e3 : 0.0);
-        if (f_tiles)
-            printf("  trace, the finisher's parts per tile (kcycles, thread 0): gather %.2f (first round of loads %.2f, "
-                   "re-polls %.1f), store waits %.2f; by section (as marked in the source):", f_cat[0] / f_tiles / 1e3,
-                   f_cat[4] / f_tiles / 1e3, f_cat[5] / f_tiles, f_cat[2] / f_tiles / 1e3);
-        for (int q = 6; f_tiles && q < TR_SECTIONS; q++)
-            printf(" %.2f", f_cat[q] / f_tiles / 1e3);
-        if (f_tiles)
-            printf("\n");
-        printf("  trace, the tail (kcycles): last tile's epilogue %.2f, final late finish %.2f, store drain %.2f, "
-               "other warpgroup's lag %.2f (its last epilogue ends at %.2f, its late finishes at %.2f)\n",
-               t_epi / ctas / 1e3, t_fin / ctas / 1e3, t_drain / ctas / 1e3, t_other / ctas / 1e3, o_epi / ctas / 1e3,
-               o_fin / ctas / 1e3);
-    }
+    trace_sums s;
+    memset(&s, 0, sizeof s);
+    for (int c = 0; c < CF_TRACE_CTAS; c++)
+        trace_cta(tr, c, &s);
+    if (s.ctas && s.tiles)
+        trace_print(&s);
     free(tr);
 }
 
@@ -822,125 +747,163 @@ static cf_status build_for_bench(const cf_graph *g, const cli_opts *o, cf_ir **i
     return st;
 }
 
+/* What bench has: the paths that exist, the timer and baseline, and the times. */
+typedef struct bench {
+    session s;
+    cf_ir *ir;
+    cf_kernel *k;
+    cf_unfused *u;
+    bool fused_failed;
+    why no_fused, no_unfused;
+    cf_timer *timer;
+    cf_time_cublas *cb;
+    cf_time_result cublas, fused, unfused;
+} bench;
+
+static void bench_free(bench *b)
+{
+    cf_time_cublas_free(b->cb);
+    cf_unfused_free(b->u);
+    cf_kernel_free(b->k);
+    cf_time_close(b->timer);
+    session_free(&b->s);
+    cf_ir_free(b->ir);
+}
+
+/* A fused kernel that fails to launch still leaves the baselines worth timing: it is
+ * dropped (the reason kept) and the bench reports it and exits 1. */
+static void bench_probe_fused(bench *b)
+{
+    cf_error err;
+    fused_ctx f0 = {b->k, &b->s};
+    cf_status fs = run_fused(&f0, NULL, &err);
+    if (fs == CF_OK)
+        fs = cf_rt_ctx_sync(&err);
+    if (fs == CF_OK)
+        return;
+    /* CF_ERR_UNSUPPORTED at launch: a shape the kernel declines (not a failure) */
+    b->fused_failed = fs != CF_ERR_UNSUPPORTED;
+    if (b->fused_failed)
+        fprintf(stderr, "comfuse bench: the fused kernel failed: %s\n", err.msg);
+    set_why(&b->no_fused, &err);
+    cf_kernel_free(b->k);
+    b->k = NULL;
+    cf_rt_ctx_sync(NULL); /* let a failed launch finish before the others run */
+}
+
+/* cuBLAS, then each path that exists, in turns (timing.c). */
+static cf_status bench_time(bench *b, int iters, cf_error *err)
+{
+    fused_ctx f = {b->k, &b->s};
+    unfused_ctx x = {b->u, &b->s};
+    cf_time_job jobs[3];
+    cf_time_result res[3], *outs[3];
+    int n = 0;
+    jobs[n] = (cf_time_job){cf_time_cublas_run, b->cb}, outs[n++] = &b->cublas;
+    if (b->k)
+        jobs[n] = (cf_time_job){run_fused, &f}, outs[n++] = &b->fused;
+    if (b->u)
+        jobs[n] = (cf_time_job){run_unfused, &x}, outs[n++] = &b->unfused;
+    float *samples = malloc((size_t)n * (size_t)iters * sizeof *samples);
+    if (!samples)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+    cf_status st = cf_time_paired(b->timer, jobs, n, 5, iters, samples, res, err);
+    /* CF_BENCH_SAMPLES=1: every launch's time in launch order (implementation, turn, ms) */
+    for (int j = 0; j < n && st == CF_OK && getenv("CF_BENCH_SAMPLES"); j++)
+        for (int i = 0; i < iters; i++)
+            printf("SAMPLE\t%d\t%d\t%.5f\n", j, i, samples[(size_t)j * (size_t)iters + (size_t)i]);
+    for (int j = 0; j < n && st == CF_OK; j++)
+        *outs[j] = res[j];
+    free(samples);
+    return st;
+}
+
+/* The fused kernel's row of the table, and its shape line. */
+static void report_fused(const bench *b, double flops, double bytes, double floor_ms, bool have_r,
+                         const cf_resources *r)
+{
+    const float t = b->fused.median_ms;
+    printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n",
+           cf_kernel_wide(b->k, b->s.dims[b->ir->dim_n]) ? "comfuse (wide rows)" : "comfuse fused", t,
+           flops / t / 1e9, bytes / t / 1e6, b->fused.ratio, t / floor_ms);
+    char lay[256];
+    if (have_r)
+        printf("  %-22s %dx%d tiles, %d stages, %s, %d regs, %d+%d B smem, %d CTAs resident\n", "  fused kernel:",
+               r->block_m, r->block_n, r->stages, cli_layout_text(r, lay, sizeof lay), r->registers, r->smem_bytes,
+               r->static_smem_bytes, r->resident_ctas);
+}
+
+static void bench_report(bench *b, const cli_opts *o)
+{
+    const double flops = cf_time_cublas_flops(b->cb), bytes = floor_bytes(&b->s);
+    const double floor_ms = fmax(flops / 790e12, bytes / 4.3e12) * 1e3;
+    const float t_cublas = b->cublas.median_ms, t_unfused = b->unfused.median_ms;
+    char fused_col[32] = "-", unfused_col[32] = "-", fused_r[32] = "-", unfused_r[32] = "-";
+    printf("bench %s at %s (median of %d, L2 flushed; vs cuBLAS: median of per-turn ratios)\n", o->spec,
+           o->shape_text, o->iters);
+    printf("  %-22s %9s %9s %9s %10s %10s\n", "implementation", "ms", "TFLOP/s", "GB/s", "vs cuBLAS", "vs floor");
+    cf_resources r;
+    const bool have_r = b->k && cf_kernel_resources(b->k, &r, NULL) == CF_OK;
+    if (b->k) {
+        report_fused(b, flops, bytes, floor_ms, have_r, &r);
+        snprintf(fused_col, sizeof fused_col, "%.5f", b->fused.median_ms);
+        snprintf(fused_r, sizeof fused_r, "%.4f", b->fused.ratio);
+    } else {
+        printf("  %-22s %s (%s)\n", "comfuse fused", b->fused_failed ? "FAILED" : "not available", b->no_fused.text);
+    }
+    printf("  %-22s %9.4f %9.1f %9s %10.3f %10.3f\n",
+           cf_time_cublas_count(b->cb) == 1 ? "cuBLASLt GEMM alone" : "cuBLASLt GEMMs alone", t_cublas,
+           flops / t_cublas / 1e9, "-", 1.0, t_cublas / floor_ms);
+    if (b->u) {
+        printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n", "unfused: cuBLAS + rows", t_unfused,
+               flops / t_unfused / 1e9, bytes / t_unfused / 1e6, b->unfused.ratio, t_unfused / floor_ms);
+        snprintf(unfused_col, sizeof unfused_col, "%.5f", t_unfused);
+        snprintf(unfused_r, sizeof unfused_r, "%.4f", b->unfused.ratio);
+    } else {
+        printf("  %-22s not available (%s)\n", "unfused: cuBLAS + rows", b->no_unfused.text);
+    }
+    printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
+    if (have_r && getenv("CF_TRACE")) {
+        /* the trace reads a CTA's tiles as alternating warpgroups' (with a finisher too) */
+        fused_ctx f = {b->k, &b->s};
+        if (r.schedule != CF_SCHEDULE_COOPERATIVE)
+            print_trace(&f);
+        else
+            printf("  trace: pingpong kernels only (this one is cooperative; --schedule pingpong)\n");
+    }
+    /* columns: spec shape fused cublas floor unfused (ms), then fused/cuBLAS and unfused/cuBLAS
+     * (medians of per-turn ratios); "-" for a path not available */
+    printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\t%s\t%s\n", o->spec, o->shape_text, fused_col, t_cublas,
+           floor_ms, unfused_col, fused_r, unfused_r);
+}
+
 int cli_bench(const cf_graph *g, const cli_opts *o)
 {
     cf_error err;
-    session s;
-    memset(&s, 0, sizeof s);
-    cf_ir *ir = NULL;
-    cf_kernel *k = NULL;
-    cf_unfused *u = NULL;
-    bool fused_failed = false;
-    why no_fused = {""}, no_unfused = {""};
-    const size_t flush_bytes = 256u << 20;
-    cf_rt_devptr flush = 0;
-    cublas_ctx cb = {0};
-    float t_fused = 0, t_cublas = 0, t_unfused = 0, r_fused = 0, r_unfused = 0;
-
+    bench b;
+    memset(&b, 0, sizeof b);
     /* Either path may be outside what comfuse does; bench what exists. */
-    cf_status st = build_for_bench(g, o, &ir, &k, &u, &no_fused, &no_unfused);
+    cf_status st = build_for_bench(g, o, &b.ir, &b.k, &b.u, &b.no_fused, &b.no_unfused);
     if (st != CF_OK) {   /* said on stderr */
-        cf_unfused_free(u);
-        cf_kernel_free(k);
-        cf_ir_free(ir);
+        bench_free(&b);
         return exit_code_of(st);
     }
     st = cf_rt_init(&err);
     if (st == CF_OK)
-        st = session_init(&s, g, o, o->seed, &err);
+        st = session_init(&b.s, g, o, o->seed, &err);
+    if (st == CF_OK)   /* 256 MiB: several times the H200's 50 MiB L2 */
+        st = cf_time_open((size_t)256 << 20, &b.timer, &err);
+    if (st == CF_OK && b.k)
+        bench_probe_fused(&b);
     if (st == CF_OK)
-        st = cf_rt_malloc(&flush, flush_bytes, &err);
-    if (st == CF_OK && k) {
-        /* A fused kernel that fails to launch still leaves the baselines worth
-         * timing; the bench then reports it and exits 1. */
-        fused_ctx f0 = {k, &s};
-        cf_status fs = run_fused(&f0, NULL, &err);
-        if (fs == CF_OK)
-            fs = cf_rt_ctx_sync(&err);
-        if (fs != CF_OK) {
-            /* CF_ERR_UNSUPPORTED at launch: a shape the kernel declines (not a failure) */
-            fused_failed = fs != CF_ERR_UNSUPPORTED;
-            if (fused_failed)
-                fprintf(stderr, "comfuse bench: the fused kernel failed: %s\n", err.msg);
-            set_why(&no_fused, &err);
-            cf_kernel_free(k);
-            k = NULL;
-            cf_rt_ctx_sync(NULL); /* let a failed launch finish before the others run */
-        }
-    }
-    fused_ctx f = {k, &s};
-    unfused_ctx x = {u, &s};
+        st = cublas_setup(&b.cb, b.u, b.ir, &b.s, &err);
     if (st == CF_OK)
-        st = cublas_setup(&cb, u, ir, &s, &err);
-    if (st == CF_OK) {
-        timed_fn fns[3];
-        void *ctxs[3];
-        float *outs[3], *ratios[3], med[3], ratio[3], r_cublas;
-        int n = 0;
-        fns[n] = run_cublas, ctxs[n] = &cb, outs[n] = &t_cublas, ratios[n++] = &r_cublas;
-        if (k)
-            fns[n] = run_fused, ctxs[n] = &f, outs[n] = &t_fused, ratios[n++] = &r_fused;
-        if (u)
-            fns[n] = run_unfused, ctxs[n] = &x, outs[n] = &t_unfused, ratios[n++] = &r_unfused;
-        st = time_paired(n, fns, ctxs, o->iters, flush, flush_bytes, med, ratio, &err);
-        for (int j = 0; j < n && st == CF_OK; j++)
-            *outs[j] = med[j], *ratios[j] = ratio[j];
-    }
-    if (st == CF_OK) {
-        double flops = cublas_flops(&cb), bytes = floor_bytes(&s);
-        double floor_ms = fmax(flops / 790e12, bytes / 4.3e12) * 1e3;
-        char fused_col[32] = "-", unfused_col[32] = "-", fused_r[32] = "-", unfused_r[32] = "-";
-        printf("bench %s at %s (median of %d, L2 flushed; vs cuBLAS: median of per-turn ratios)\n", o->spec,
-               o->shape_text, o->iters);
-        printf("  %-22s %9s %9s %9s %10s %10s\n", "implementation", "ms", "TFLOP/s", "GB/s", "vs cuBLAS", "vs floor");
-        cf_resources r;
-        const bool have_r = k && cf_kernel_resources(k, &r, NULL) == CF_OK;
-        if (k) {
-            printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n",
-                   cf_kernel_wide(k, s.dims[ir->dim_n]) ? "comfuse (wide rows)" : "comfuse fused", t_fused,
-                   flops / t_fused / 1e9,
-                   bytes / t_fused / 1e6, r_fused, t_fused / floor_ms);
-            snprintf(fused_col, sizeof fused_col, "%.5f", t_fused);
-            snprintf(fused_r, sizeof fused_r, "%.4f", r_fused);
-            char lay[256];
-            if (have_r)
-                printf("  %-22s %dx%d tiles, %d stages, %s, %d regs, %d+%d B smem, %d CTAs resident\n",
-                       "  fused kernel:", r.block_m, r.block_n, r.stages, cli_layout_text(&r, lay, sizeof lay),
-                       r.registers, r.smem_bytes, r.static_smem_bytes, r.resident_ctas);
-        } else {
-            printf("  %-22s %s (%s)\n", "comfuse fused", fused_failed ? "FAILED" : "not available", no_fused.text);
-        }
-        printf("  %-22s %9.4f %9.1f %9s %10.3f %10.3f\n", cb.n == 1 ? "cuBLASLt GEMM alone" : "cuBLASLt GEMMs alone",
-               t_cublas, flops / t_cublas / 1e9, "-", 1.0, t_cublas / floor_ms);
-        if (u) {
-            printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n", "unfused: cuBLAS + rows", t_unfused,
-                   flops / t_unfused / 1e9, bytes / t_unfused / 1e6, r_unfused, t_unfused / floor_ms);
-            snprintf(unfused_col, sizeof unfused_col, "%.5f", t_unfused);
-            snprintf(unfused_r, sizeof unfused_r, "%.4f", r_unfused);
-        } else {
-            printf("  %-22s not available (%s)\n", "unfused: cuBLAS + rows", no_unfused.text);
-        }
-        printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
-        if (have_r && getenv("CF_TRACE")) {
-            /* the trace reads a CTA's tiles as alternating warpgroups' (with a finisher too) */
-            if (r.schedule != CF_SCHEDULE_COOPERATIVE)
-                print_trace(&f);
-            else
-                printf("  trace: pingpong kernels only (this one is cooperative; --schedule pingpong)\n");
-        }
-        /* columns: spec shape fused cublas floor unfused (ms), then fused/cuBLAS and unfused/cuBLAS
-         * (medians of per-turn ratios); "-" for a path not available */
-        printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\t%s\t%s\n", o->spec, o->shape_text, fused_col, t_cublas,
-               floor_ms, unfused_col, fused_r, unfused_r);
-    }
-    if (st != CF_OK)
+        st = bench_time(&b, o->iters, &err);
+    if (st == CF_OK)
+        bench_report(&b, o);
+    else
         fprintf(stderr, "comfuse bench: %s\n", err.msg);
-    cublas_free(&cb);
-    cf_unfused_free(u);
-    cf_kernel_free(k);
-    if (flush)
-        cf_rt_free(flush, NULL);
-    session_free(&s);
-    cf_ir_free(ir);
-    return st == CF_OK && fused_failed ? 1 : exit_code_of(st);
+    const bool failed = b.fused_failed;
+    bench_free(&b);
+    return st == CF_OK && failed ? 1 : exit_code_of(st);
 }

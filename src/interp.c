@@ -11,8 +11,8 @@
  * once per row, VEC_N values once per column and SCALAR values once, before
  * any row runs, since by the shape rules they cannot depend on a row.
  *
- * The IR is checked first: a malformed IR is CF_ERR_INTERNAL with a message,
- * never a crash, because this is what tests Φ. */
+ * The IR is checked first (cf_ir_verify, the checks Φ runs too): a malformed IR
+ * is CF_ERR_INTERNAL with a message, never a crash, because this is what tests Φ. */
 #include "cf_internal.h"
 
 #include <math.h>
@@ -31,10 +31,7 @@ typedef struct interp {
     const cf_bindings *b;
     double *const *outputs;
     int64_t m, k, ncols[2];        /* ncols: N of each epilogue               */
-    cf_dim ndim[2];                /* the cf_dim of each epilogue's columns  */
-    const cf_ir_node **by_id;
-    const cf_ir_spec **spec_of;    /* by id: the stage holding the node       */
-    int *epi_of, *pos;             /* by id: epilogue and index in the stage  */
+    int *epi_of;                   /* by id: the node's epilogue              */
     bool *carried;                 /* by id: a TILE value a bypass carries    */
     double *sval;                  /* by id: SCALAR values                    */
     double **vn;                   /* by id: VEC_N values, ncols[epi] each    */
@@ -54,8 +51,6 @@ typedef struct worker {
 
 static cf_loc no_loc(void) { return (cf_loc){0}; }
 
-#define BAD(...) cf_errorf(err, CF_ERR_INTERNAL, no_loc(), "interp: malformed IR: " __VA_ARGS__)
-
 static double load_elem(const void *p, cf_dtype t, size_t i)
 {
     switch (t) {
@@ -64,8 +59,6 @@ static double load_elem(const void *p, cf_dtype t, size_t i)
     default: return ((const float *)p)[i];
     }
 }
-
-static bool fits_in(cf_shape a, cf_shape b) { return (unsigned)a < CF_SHAPE_COUNT && cf_shape_join(a, b) == b; }
 
 static double combine(cf_op op, double a, double b)
 {
@@ -76,276 +69,33 @@ static double combine(cf_op op, double a, double b)
     }
 }
 
-static const char *label(const cf_ir_node *n, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s #%d", n ? cf_ir_kind_name(n->kind) : "(null)", n ? n->id : -1);
-    return buf;
-}
+/* ---- indexing the IR -------------------------------------------------------- */
 
-/* ---- checking the IR -------------------------------------------------------- */
-
-static cf_status check_input(const interp *in, const cf_ir_arg *a, int rank, cf_dim d0, cf_dim d1,
-                             cf_error *err)
-{
-    if (a->index < 0 || a->index >= in->g->n_inputs)
-        return BAD("%s arg '%s' names input %d of %d", cf_arg_kind_name(a->kind), a->name ? a->name : "?",
-                   a->index, in->g->n_inputs);
-    cf_tensor_info t = cf_graph_input_info(in->g, a->index);
-    if (t.rank != rank || t.dims[0] != d0 || (rank == 2 && t.dims[1] != d1))
-        return BAD("%s arg for input '%s' does not have the shape the IR uses it with",
-                   cf_arg_kind_name(a->kind), t.name);
-    if (a->dtype != t.dtype)
-        return BAD("%s arg for input '%s' has dtype %s, the input %s", cf_arg_kind_name(a->kind), t.name,
-                   cf_dtype_name(a->dtype), cf_dtype_name(t.dtype));
-    return CF_OK;
-}
-
-static cf_status check_arg_ref(const interp *in, const cf_ir_node *n, cf_arg_kind want, cf_error *err)
-{
-    char nb[64];
-    if (n->arg < 0 || n->arg >= in->ir->n_args)
-        return BAD("%s refers to arg %d of %d", label(n, nb, sizeof nb), n->arg, in->ir->n_args);
-    if (in->ir->args[n->arg].kind != want)
-        return BAD("%s refers to a %s arg, expected %s", label(n, nb, sizeof nb),
-                   cf_arg_kind_name(in->ir->args[n->arg].kind), cf_arg_kind_name(want));
-    return CF_OK;
-}
-
-/* Index every node and check the structure the evaluation relies on. */
-static cf_status check_ir(interp *in, cf_error *err)
+/* cf_ir_verify first (a malformed IR is an error, never a crash); then the GEMM operands, each
+ * node's epilogue, and the TILE values a bypass carries to the next stage. */
+static cf_status index_ir(interp *in, cf_error *err)
 {
     const cf_ir *ir = in->ir;
-    const cf_graph *g = in->g;
-    char nb[64], nb2[64];
-    if (ir->n_gemms != 1 && ir->n_gemms != 2)
-        return BAD("%d GEMMs", ir->n_gemms);
-    if (!ir->epi[0] || (ir->n_gemms == 2) != (ir->epi[1] != NULL))
-        return BAD("the epilogues do not match the %d GEMM(s)", ir->n_gemms);
-    cf_dim dims[4] = {ir->dim_m, ir->dim_k, ir->dim_n, ir->dim_n2};
-    for (int i = 0; i < (ir->n_gemms == 2 ? 4 : 3); i++)
-        if (dims[i] < 0 || dims[i] >= g->n_dims)
-            return BAD("dim %d of the IR is %d", i, (int)dims[i]);
-    in->ndim[0] = ir->dim_n;
-    in->ndim[1] = ir->dim_n2;
-
-    /* the arg table: one GEMM_A and GEMM_B, a GEMM2_B exactly for B2B */
+    cf_status st = cf_ir_verify(ir, err);
+    if (st != CF_OK)
+        return st;
     for (int i = 0; i < ir->n_args; i++) {
         const cf_ir_arg *a = &ir->args[i];
-        const cf_ir_arg **slot = a->kind == CF_ARG_GEMM_A ? &in->gemm_a : a->kind == CF_ARG_GEMM_B ? &in->gemm_b
-                                 : a->kind == CF_ARG_GEMM2_B ? &in->gemm2_b : NULL;
-        cf_status st = CF_OK;
-        if (slot && *slot)
-            return BAD("two %s args", cf_arg_kind_name(a->kind));
-        if (slot)
-            *slot = a;
         if (a->kind == CF_ARG_GEMM_A)
-            st = check_input(in, a, 2, ir->dim_m, ir->dim_k, err);
+            in->gemm_a = a;
         else if (a->kind == CF_ARG_GEMM_B)
-            st = a->b_is_nk ? check_input(in, a, 2, ir->dim_n, ir->dim_k, err)
-                            : check_input(in, a, 2, ir->dim_k, ir->dim_n, err);
-        else if (a->kind == CF_ARG_GEMM2_B && ir->n_gemms == 2)
-            st = a->b_is_nk ? check_input(in, a, 2, ir->dim_n2, ir->dim_n, err)
-                            : check_input(in, a, 2, ir->dim_n, ir->dim_n2, err);
-        else if (a->kind == CF_ARG_SCALAR && (a->index < 0 || a->index >= g->n_params))
-            return BAD("scalar arg '%s' names param %d of %d", a->name ? a->name : "?", a->index, g->n_params);
-        else if ((a->kind == CF_ARG_VEC_N || a->kind == CF_ARG_VEC_M || a->kind == CF_ARG_TENSOR) &&
-                 (a->index < 0 || a->index >= g->n_inputs))
-            return BAD("%s arg '%s' names input %d of %d", cf_arg_kind_name(a->kind), a->name ? a->name : "?",
-                       a->index, g->n_inputs);
-        else if (a->kind == CF_ARG_OUTPUT && (a->index < 0 || a->index >= g->n_outputs))
-            return BAD("output arg '%s' names output %d of %d", a->name ? a->name : "?", a->index, g->n_outputs);
-        else if ((unsigned)a->kind >= CF_ARG_KIND_COUNT)
-            return BAD("arg %d has kind %d", i, (int)a->kind);
-        if (st != CF_OK)
-            return st;
+            in->gemm_b = a;
+        else if (a->kind == CF_ARG_GEMM2_B)
+            in->gemm2_b = a;
     }
-    if (!in->gemm_a || !in->gemm_b || (ir->n_gemms == 2) != (in->gemm2_b != NULL))
-        return BAD("the arg table lacks a GEMM operand, or has a GEMM2_B without B2B");
-
-    /* every node sits in exactly one stage, under a unique id */
-    for (int e = 0; e < ir->n_gemms; e++) {
-        int depth = 0;
-        for (const cf_ir_spec *s = ir->epi[e]; s; s = s->post, depth++) {
-            if (s->depth != depth)
-                return BAD("stage %d of epilogue %d says depth %d", depth, e, s->depth);
-            if (depth > 4096)
-                return BAD("epilogue %d has a cycle of stages", e);
+    for (int e = 0; e < ir->n_gemms; e++)
+        for (const cf_ir_spec *s = ir->epi[e]; s; s = s->post)
             for (int i = 0; i < s->n_nodes; i++) {
                 const cf_ir_node *n = s->nodes[i];
-                if (!n || n->id < 0 || n->id >= ir->n_nodes)
-                    return BAD("stage %d of epilogue %d holds a node with id %d (n_nodes %d)", depth, e,
-                               n ? n->id : -1, ir->n_nodes);
-                if (in->by_id[n->id])
-                    return BAD("id %d is used twice", n->id);
-                in->by_id[n->id] = n;
-                in->spec_of[n->id] = s;
                 in->epi_of[n->id] = e;
-                in->pos[n->id] = i;
+                if (n->kind == CF_IR_PLACEHOLDER && !n->is_stat && n->ref->shape == CF_SHAPE_TILE)
+                    in->carried[n->ref->id] = true;
             }
-        }
-    }
-
-    int n_matmul = 0;
-    for (int e = 0; e < ir->n_gemms; e++) {
-        for (const cf_ir_spec *s = ir->epi[e]; s; s = s->post) {
-            if (s->post && (!s->terminal || s->terminal->kind != CF_IR_REDUCE))
-                return BAD("stage %d of epilogue %d has a nested stage but its terminal %s is not a REDUCE",
-                           s->depth, e, label(s->terminal, nb, sizeof nb));
-            for (int i = 0; i < s->n_nodes; i++) {
-                const cf_ir_node *n = s->nodes[i];
-                label(n, nb, sizeof nb);
-                if ((unsigned)n->shape >= CF_SHAPE_COUNT)
-                    return BAD("%s has shape %d", nb, (int)n->shape);
-                if (n->nargs < 0 || n->nargs > 2)
-                    return BAD("%s has %d args", nb, n->nargs);
-                cf_shape arg_join = CF_SHAPE_SCALAR;
-                for (int a = 0; a < n->nargs; a++) {
-                    const cf_ir_node *x = n->args[a];
-                    if (!x || x->id < 0 || x->id >= ir->n_nodes || in->by_id[x->id] != x)
-                        return BAD("%s has an argument that is not a node of the IR", nb);
-                    if (in->spec_of[x->id] != s)
-                        return BAD("%s (stage %d) uses %s of stage %d: edges must stay inside a stage", nb,
-                                   s->depth, label(x, nb2, sizeof nb2), in->spec_of[x->id]->depth);
-                    if (in->pos[x->id] >= i)
-                        return BAD("%s uses %s, which comes later: not in topological order", nb,
-                                   label(x, nb2, sizeof nb2));
-                    if (x->kind == CF_IR_REDUCE || x->kind == CF_IR_STORE || x->kind == CF_IR_MATMUL)
-                        return BAD("%s uses %s, which has no value inside its stage", nb,
-                                   label(x, nb2, sizeof nb2));
-                    arg_join = cf_shape_join(arg_join, x->shape);
-                }
-                int want_args = 0;
-                cf_status st = CF_OK;
-                switch (n->kind) {
-                case CF_IR_ACC:
-                    if (n->shape != CF_SHAPE_TILE)
-                        return BAD("%s is not a TILE", nb);
-                    break;
-                case CF_IR_BCAST: {
-                    cf_shape natural = CF_SHAPE_SCALAR;
-                    switch (n->src) {
-                    case CF_BC_CONST: break;
-                    case CF_BC_PARAM: st = check_arg_ref(in, n, CF_ARG_SCALAR, err); break;
-                    case CF_BC_VEC_N:
-                        natural = CF_SHAPE_VEC_N;
-                        st = check_arg_ref(in, n, CF_ARG_VEC_N, err);
-                        if (st == CF_OK)
-                            st = check_input(in, &ir->args[n->arg], 1, in->ndim[e], -1, err);
-                        break;
-                    case CF_BC_VEC_M:
-                        natural = CF_SHAPE_VEC_M;
-                        st = check_arg_ref(in, n, CF_ARG_VEC_M, err);
-                        if (st == CF_OK)
-                            st = check_input(in, &ir->args[n->arg], 1, ir->dim_m, -1, err);
-                        break;
-                    case CF_BC_TENSOR:
-                        natural = CF_SHAPE_TILE;
-                        st = check_arg_ref(in, n, CF_ARG_TENSOR, err);
-                        if (st == CF_OK)
-                            st = check_input(in, &ir->args[n->arg], 2, ir->dim_m, in->ndim[e], err);
-                        break;
-                    default: return BAD("%s has source %d", nb, (int)n->src);
-                    }
-                    if (st != CF_OK)
-                        return st;
-                    if (!fits_in(natural, n->shape))
-                        return BAD("%s of a %s has the narrower shape %s", nb, cf_shape_name(natural),
-                                   cf_shape_name(n->shape));
-                    break;
-                }
-                case CF_IR_COMPUTE: {
-                    cf_op_class c = (unsigned)n->op < CF_OP_COUNT ? cf_op_class_of(n->op) : CF_OPC_LEAF;
-                    if (c != CF_OPC_UNARY && c != CF_OPC_BINARY)
-                        return BAD("%s computes op %d, not an elementwise op", nb, (int)n->op);
-                    want_args = c == CF_OPC_UNARY ? 1 : 2;
-                    if (n->nargs == want_args && !fits_in(arg_join, n->shape))
-                        return BAD("%s has shape %s but its operands span %s", nb, cf_shape_name(n->shape),
-                                   cf_shape_name(arg_join));
-                    break;
-                }
-                case CF_IR_REDUCE:
-                    want_args = 1;
-                    if (n->op != CF_OP_SUM && n->op != CF_OP_MEAN && n->op != CF_OP_RMAX && n->op != CF_OP_RMIN)
-                        return BAD("%s reduces with op %d", nb, (int)n->op);
-                    if (s->terminal != n)
-                        return BAD("%s is not the terminal of its stage", nb);
-                    break;
-                case CF_IR_PLACEHOLDER: {
-                    const cf_ir_node *r = n->ref;
-                    if (!r || r->id < 0 || r->id >= ir->n_nodes || in->by_id[r->id] != r)
-                        return BAD("%s refers to no node of the IR", nb);
-                    if (in->spec_of[r->id]->post != s)
-                        return BAD("%s refers to %s, which is not in the previous stage", nb,
-                                   label(r, nb2, sizeof nb2));
-                    if (n->is_stat) {
-                        if (r->kind != CF_IR_REDUCE)
-                            return BAD("statistic %s refers to %s, not a REDUCE", nb, label(r, nb2, sizeof nb2));
-                        if (!fits_in(CF_SHAPE_VEC_M, n->shape))
-                            return BAD("statistic %s has shape %s", nb, cf_shape_name(n->shape));
-                    } else {
-                        if (r->kind == CF_IR_REDUCE || r->kind == CF_IR_STORE || r->kind == CF_IR_MATMUL)
-                            return BAD("bypass %s carries %s, which has no value", nb, label(r, nb2, sizeof nb2));
-                        if (!fits_in(r->shape, n->shape))
-                            return BAD("bypass %s (%s) narrows %s (%s)", nb, cf_shape_name(n->shape),
-                                       label(r, nb2, sizeof nb2), cf_shape_name(r->shape));
-                        if (r->shape == CF_SHAPE_TILE)
-                            in->carried[r->id] = true;
-                    }
-                    break;
-                }
-                case CF_IR_STORE: {
-                    want_args = 1;
-                    if ((st = check_arg_ref(in, n, CF_ARG_OUTPUT, err)) != CF_OK)
-                        return st;
-                    cf_tensor_info t = cf_graph_output_info(g, ir->args[n->arg].index);
-                    bool ok = n->shape == CF_SHAPE_TILE   ? t.rank == 2 && t.dims[0] == ir->dim_m && t.dims[1] == in->ndim[e]
-                              : n->shape == CF_SHAPE_VEC_M ? t.rank == 1 && t.dims[0] == ir->dim_m
-                              : n->shape == CF_SHAPE_VEC_N ? t.rank == 1 && t.dims[0] == in->ndim[e]
-                                                           : t.rank == 0;
-                    if (!ok)
-                        return BAD("%s of shape %s writes output '%s', which has another shape", nb,
-                                   cf_shape_name(n->shape), t.name);
-                    if (n->nargs == 1 && !fits_in(arg_join, n->shape))
-                        return BAD("%s (%s) stores a %s", nb, cf_shape_name(n->shape), cf_shape_name(arg_join));
-                    break;
-                }
-                case CF_IR_MATMUL:
-                    want_args = 1;
-                    n_matmul++;
-                    if (ir->n_gemms != 2 || e != 0 || s->post || s->terminal != n)
-                        return BAD("%s is not the terminal of the last stage of a B2B first epilogue", nb);
-                    if ((st = check_arg_ref(in, n, CF_ARG_GEMM2_B, err)) != CF_OK)
-                        return st;
-                    break;
-                default: return BAD("%s has kind %d", nb, (int)n->kind);
-                }
-                if (n->nargs != want_args)
-                    return BAD("%s has %d args, expected %d", nb, n->nargs, want_args);
-                if (n->kind != CF_IR_PLACEHOLDER && n->kind != CF_IR_COMPUTE && n->kind != CF_IR_BCAST &&
-                    n->kind != CF_IR_ACC && n->kind != CF_IR_REDUCE && n->kind != CF_IR_STORE &&
-                    n->kind != CF_IR_MATMUL)
-                    return BAD("%s has kind %d", nb, (int)n->kind);
-                /* shapes the evaluation cannot compute before the rows run */
-                if ((n->shape == CF_SHAPE_SCALAR || n->shape == CF_SHAPE_VEC_N) &&
-                    (n->kind == CF_IR_ACC || n->kind == CF_IR_REDUCE || n->kind == CF_IR_MATMUL ||
-                     (n->kind == CF_IR_PLACEHOLDER && n->is_stat)))
-                    return BAD("%s cannot have shape %s", nb, cf_shape_name(n->shape));
-            }
-        }
-    }
-    if ((ir->n_gemms == 2) != (n_matmul == 1))
-        return BAD("%d MATMUL terminals for %d GEMM(s)", n_matmul, ir->n_gemms);
-
-    /* every graph output gets written */
-    for (int o = 0; o < g->n_outputs; o++) {
-        bool stored = false;
-        for (int id = 0; id < ir->n_nodes && !stored; id++) {
-            const cf_ir_node *n = in->by_id[id];
-            stored = n && n->kind == CF_IR_STORE && ir->args[n->arg].index == o;
-        }
-        if (!stored)
-            return BAD("no STORE writes output '%s'", g->outputs[o].name);
-    }
     return CF_OK;
 }
 
@@ -434,7 +184,7 @@ static cf_status precompute(interp *in, cf_error *err)
                     case CF_IR_STORE:
                         in->outputs[ir->args[n->arg].index][c] = v[0];
                         continue;
-                    default: break; /* excluded by check_ir */
+                    default: break; /* excluded by cf_ir_verify */
                     }
                     dst[c] = out;
                 }
@@ -654,22 +404,16 @@ cf_status cf_ir_interpret(const cf_ir *ir, const cf_bindings *b, double *const *
     memset(ws, 0, sizeof ws);
     int nt = 0;
     cf_status st = CF_OK;
-    in.by_id = calloc((size_t)nn, sizeof *in.by_id);
-    in.spec_of = calloc((size_t)nn, sizeof *in.spec_of);
     in.epi_of = calloc((size_t)nn, sizeof *in.epi_of);
-    in.pos = calloc((size_t)nn, sizeof *in.pos);
     in.carried = calloc((size_t)nn, sizeof *in.carried);
     in.sval = calloc((size_t)nn, sizeof *in.sval);
     in.vn = calloc((size_t)nn, sizeof *in.vn);
-    if (!in.by_id || !in.spec_of || !in.epi_of || !in.pos || !in.carried || !in.sval || !in.vn) {
+    if (!in.epi_of || !in.carried || !in.sval || !in.vn) {
         st = cf_errorf(err, CF_ERR_NO_MEMORY, no_loc(), "interp: out of memory");
         goto done;
     }
-    if (ir->n_nodes < 0) {
-        st = BAD("n_nodes is %d", ir->n_nodes);
-        goto done;
-    }
-    if ((st = check_ir(&in, err)) != CF_OK || (st = check_bindings(&in, err)) != CF_OK)
+    /* (n_nodes < 0: cf_ir_verify says so) */
+    if ((st = index_ir(&in, err)) != CF_OK || (st = check_bindings(&in, err)) != CF_OK)
         goto done;
 
     const int64_t M = in.m, K = in.k, N = in.ncols[0], N2 = in.ncols[1];
@@ -738,10 +482,7 @@ done:
     free(in.vn);
     free(in.sval);
     free(in.carried);
-    free(in.pos);
     free(in.epi_of);
-    free(in.spec_of);
-    free(in.by_id);
     free(in.wt);
     free(in.w2t);
     return st;

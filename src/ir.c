@@ -1,6 +1,8 @@
-/* ir.c — the Fusion Spec IR: names, the verifier and the printer. */
+/* ir.c — the Fusion Spec IR: names, the verifier (the one check of an IR, which Φ
+ * and the interpreter both run) and the printer. */
 #include "cf_internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,107 +57,399 @@ cf_shape cf_shape_join(cf_shape a, cf_shape b)
     return CF_SHAPE_TILE;
 }
 
-static bool in_prefix(const cf_ir_spec *sp, int i, const cf_ir_node *x)
+/* a value of shape a may stand where shape b is wanted (a is no wider) */
+static bool fits_in(cf_shape a, cf_shape b) { return (unsigned)a < CF_SHAPE_COUNT && cf_shape_join(a, b) == b; }
+
+/* What the checks share: the IR, and every node by id (filled by index_nodes). */
+typedef struct vctx {
+    const cf_ir *ir;
+    const cf_graph *g;
+    const cf_ir_node **by_id;
+    const cf_ir_spec **spec_of;
+    cf_dim ncols[2];      /* the column dim of each epilogue */
+    cf_error *err;
+} vctx;
+
+#define MAX_DEPTH 4096    /* deeper than any IR Φ makes: a cycle of stages */
+
+static cf_status bad(const vctx *v, const cf_ir_node *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static cf_status bad(const vctx *v, const cf_ir_node *n, const char *fmt, ...)
 {
-    for (int j = 0; j < i; j++)
-        if (sp->nodes[j] == x)
+    char what[400], b[96];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (!n)
+        return cf_errorf(v->err, CF_ERR_INTERNAL, (cf_loc){0}, "malformed IR: %s", what);
+    return cf_errorf(v->err, CF_ERR_INTERNAL, (cf_loc){0}, "malformed IR at stage %d node %s: %s", n->stage,
+                     cf_ir_node_label(n, b, sizeof b), what);
+}
+
+static const char *label(const cf_ir_node *n, char *b, size_t len) { return cf_ir_node_label(n, b, len); }
+
+/* n_gemms, the epilogues and the dims. */
+static cf_status verify_frame(const vctx *v)
+{
+    const cf_ir *ir = v->ir;
+    if (ir->n_gemms != 1 && ir->n_gemms != 2)
+        return bad(v, NULL, "%d GEMMs", ir->n_gemms);
+    if (!ir->epi[0] || (ir->n_gemms == 2) != (ir->epi[1] != NULL))
+        return bad(v, NULL, "the epilogues do not match the %d GEMM(s)", ir->n_gemms);
+    if (ir->n_nodes < 0)
+        return bad(v, NULL, "n_nodes is %d", ir->n_nodes);
+    const cf_dim dims[4] = {ir->dim_m, ir->dim_k, ir->dim_n, ir->dim_n2};
+    for (int i = 0; i < (ir->n_gemms == 2 ? 4 : 3); i++)
+        if (dims[i] < 0 || dims[i] >= v->g->n_dims)
+            return bad(v, NULL, "dim %d of the IR is %d", i, (int)dims[i]);
+    return CF_OK;
+}
+
+/* Arg a names a graph input of rank `rank` over [d0, d1] and its dtype. */
+static cf_status verify_input(const vctx *v, const cf_ir_arg *a, int rank, cf_dim d0, cf_dim d1)
+{
+    if (a->index < 0 || a->index >= v->g->n_inputs)
+        return bad(v, NULL, "%s arg '%s' names input %d of %d", cf_arg_kind_name(a->kind), a->name ? a->name : "?",
+                   a->index, v->g->n_inputs);
+    cf_tensor_info t = cf_graph_input_info(v->g, a->index);
+    if (t.rank != rank || t.dims[0] != d0 || (rank == 2 && t.dims[1] != d1))
+        return bad(v, NULL, "%s arg for input '%s' does not have the shape the IR uses it with",
+                   cf_arg_kind_name(a->kind), t.name);
+    if (a->dtype != t.dtype)
+        return bad(v, NULL, "%s arg for input '%s' has dtype %s, the input %s", cf_arg_kind_name(a->kind), t.name,
+                   cf_dtype_name(a->dtype), cf_dtype_name(t.dtype));
+    return CF_OK;
+}
+
+/* One arg: its index in range of what its kind names; GEMM operands of the IR's shape. */
+static cf_status verify_arg(const vctx *v, int i)
+{
+    const cf_ir *ir = v->ir;
+    const cf_graph *g = v->g;
+    const cf_ir_arg *a = &ir->args[i];
+    const char *nm = a->name ? a->name : "?";
+    switch (a->kind) {
+    case CF_ARG_GEMM_A: return verify_input(v, a, 2, ir->dim_m, ir->dim_k);
+    case CF_ARG_GEMM_B:
+        return a->b_is_nk ? verify_input(v, a, 2, ir->dim_n, ir->dim_k) : verify_input(v, a, 2, ir->dim_k, ir->dim_n);
+    case CF_ARG_GEMM2_B:
+        if (ir->n_gemms != 2)
+            return bad(v, NULL, "a GEMM2_B arg without B2B");
+        return a->b_is_nk ? verify_input(v, a, 2, ir->dim_n2, ir->dim_n) : verify_input(v, a, 2, ir->dim_n, ir->dim_n2);
+    case CF_ARG_SCALAR:
+        if (a->index < 0 || a->index >= g->n_params)
+            return bad(v, NULL, "scalar arg '%s' names param %d of %d", nm, a->index, g->n_params);
+        return CF_OK;
+    case CF_ARG_VEC_N:
+    case CF_ARG_VEC_M:
+    case CF_ARG_TENSOR:   /* shapes: where a BCAST uses it (the epilogue decides VEC_N's) */
+        if (a->index < 0 || a->index >= g->n_inputs)
+            return bad(v, NULL, "%s arg '%s' names input %d of %d", cf_arg_kind_name(a->kind), nm, a->index,
+                       g->n_inputs);
+        return CF_OK;
+    case CF_ARG_OUTPUT:
+        if (a->index < 0 || a->index >= g->n_outputs)
+            return bad(v, NULL, "output arg '%s' names output %d of %d", nm, a->index, g->n_outputs);
+        return CF_OK;
+    default: return bad(v, NULL, "arg %d has kind %d", i, (int)a->kind);
+    }
+}
+
+/* The arg table: each arg sound, exactly one GEMM_A and GEMM_B, a GEMM2_B exactly for B2B. */
+static cf_status verify_args(const vctx *v)
+{
+    int count[CF_ARG_KIND_COUNT] = {0};
+    for (int i = 0; i < v->ir->n_args; i++) {
+        cf_status st = verify_arg(v, i);
+        if (st != CF_OK)
+            return st;
+        count[v->ir->args[i].kind]++;
+    }
+    if (count[CF_ARG_GEMM_A] != 1 || count[CF_ARG_GEMM_B] != 1 ||
+        count[CF_ARG_GEMM2_B] != (v->ir->n_gemms == 2))
+        return bad(v, NULL, "the arg table has %d GEMM_A, %d GEMM_B and %d GEMM2_B args for %d GEMM(s)",
+                   count[CF_ARG_GEMM_A], count[CF_ARG_GEMM_B], count[CF_ARG_GEMM2_B], v->ir->n_gemms);
+    return CF_OK;
+}
+
+/* Every node sits in exactly one stage, under a unique id in 0..n_nodes-1. */
+static cf_status index_nodes(vctx *v)
+{
+    const cf_ir *ir = v->ir;
+    for (int e = 0; e < ir->n_gemms; e++) {
+        int depth = 0;
+        for (const cf_ir_spec *s = ir->epi[e]; s; s = s->post, depth++) {
+            if (depth > MAX_DEPTH)
+                return bad(v, NULL, "epilogue %d has a cycle of stages", e);
+            if (s->depth != depth)
+                return bad(v, NULL, "stage %d of epilogue %d says depth %d: stage depths are not consecutive",
+                           depth, e, s->depth);
+            for (int i = 0; i < s->n_nodes; i++) {
+                const cf_ir_node *n = s->nodes[i];
+                if (!n || n->id < 0 || n->id >= ir->n_nodes)
+                    return bad(v, NULL, "stage %d of epilogue %d holds a node with id %d (n_nodes %d)", depth, e,
+                               n ? n->id : -1, ir->n_nodes);
+                if (v->by_id[n->id])
+                    return bad(v, n, "id %d is used twice", n->id);
+                v->by_id[n->id] = n;
+                v->spec_of[n->id] = s;
+            }
+        }
+    }
+    return CF_OK;
+}
+
+/* x is a node of this IR (a pointer from outside it is not read). */
+static bool of_ir(const vctx *v, const cf_ir_node *x)
+{
+    if (!x)
+        return false;
+    for (int id = 0; id < v->ir->n_nodes; id++)
+        if (v->by_id[id] == x)
             return true;
     return false;
 }
 
-static cf_status bad(cf_error *err, const cf_ir_node *n, const char *what)
+static bool has_no_value(const cf_ir_node *x)
 {
-    char b[96];
-    return cf_errorf(err, CF_ERR_INTERNAL, (cf_loc){0}, "malformed IR at stage %d node %s: %s",
-                     n ? n->stage : -1, n ? cf_ir_node_label(n, b, sizeof b) : "-", what);
+    return x->kind == CF_IR_REDUCE || x->kind == CF_IR_STORE || x->kind == CF_IR_MATMUL;
 }
 
-static cf_status verify_epilogue(const cf_ir *ir, int g, cf_error *err)
+/* The edges of node i of sp: earlier nodes of the same stage, each with a value. */
+static cf_status verify_edges(const vctx *v, const cf_ir_spec *sp, int i)
+{
+    const cf_ir_node *n = sp->nodes[i];
+    char b[96];
+    if (n->nargs < 0 || n->nargs > 2)
+        return bad(v, n, "%d args", n->nargs);
+    for (int a = 0; a < n->nargs; a++) {
+        const cf_ir_node *x = n->args[a];
+        int at = -1;
+        for (int j = 0; j < sp->n_nodes && at < 0; j++)
+            at = sp->nodes[j] == x ? j : -1;
+        if (!x || at < 0)
+            return bad(v, n, "an edge leaves its stage: edges must stay inside a stage");
+        if (at >= i)
+            return bad(v, n, "uses %s, which comes later: not in topological order", label(x, b, sizeof b));
+        if (has_no_value(x))
+            return bad(v, n, "uses %s, which has no value inside its stage", label(x, b, sizeof b));
+    }
+    return CF_OK;
+}
+
+/* Arg index arg of n is in range and of kind want. */
+static cf_status verify_arg_ref(const vctx *v, const cf_ir_node *n, cf_arg_kind want)
+{
+    if (n->arg < 0 || n->arg >= v->ir->n_args)
+        return bad(v, n, "refers to arg %d of %d", n->arg, v->ir->n_args);
+    if (v->ir->args[n->arg].kind != want)
+        return bad(v, n, "refers to a %s arg, expected %s", cf_arg_kind_name(v->ir->args[n->arg].kind),
+                   cf_arg_kind_name(want));
+    return CF_OK;
+}
+
+static cf_status verify_bcast(const vctx *v, const cf_ir_node *n, int e)
+{
+    static const cf_arg_kind kind_of[CF_BC_COUNT] = {CF_ARG_SCALAR, CF_ARG_SCALAR, CF_ARG_VEC_N, CF_ARG_VEC_M,
+                                                     CF_ARG_TENSOR};
+    static const cf_shape natural[CF_BC_COUNT] = {CF_SHAPE_SCALAR, CF_SHAPE_SCALAR, CF_SHAPE_VEC_N, CF_SHAPE_VEC_M,
+                                                  CF_SHAPE_TILE};
+    _Static_assert(CF_BC_CONST == 0 && CF_BC_PARAM == 1 && CF_BC_VEC_N == 2 && CF_BC_VEC_M == 3 &&
+                   CF_BC_TENSOR == 4, "bcast sources out of order");
+    if ((unsigned)n->src >= CF_BC_COUNT)
+        return bad(v, n, "broadcast source %d", (int)n->src);
+    cf_status st = CF_OK;
+    if (n->src != CF_BC_CONST && (st = verify_arg_ref(v, n, kind_of[n->src])) != CF_OK)
+        return st;
+    const cf_ir *ir = v->ir;
+    const cf_ir_arg *a = n->src == CF_BC_CONST ? NULL : &ir->args[n->arg];
+    if (n->src == CF_BC_VEC_N)
+        st = verify_input(v, a, 1, v->ncols[e], -1);
+    else if (n->src == CF_BC_VEC_M)
+        st = verify_input(v, a, 1, ir->dim_m, -1);
+    else if (n->src == CF_BC_TENSOR)
+        st = verify_input(v, a, 2, ir->dim_m, v->ncols[e]);
+    if (st != CF_OK)
+        return st;
+    if (!fits_in(natural[n->src], n->shape))
+        return bad(v, n, "a broadcast of a %s has the narrower shape %s", cf_shape_name(natural[n->src]),
+                   cf_shape_name(n->shape));
+    return CF_OK;
+}
+
+static cf_status verify_compute(const vctx *v, const cf_ir_node *n)
+{
+    cf_op_class cls = (unsigned)n->op < CF_OP_COUNT ? cf_op_class_of(n->op) : CF_OPC_LEAF;
+    if (cls != CF_OPC_UNARY && cls != CF_OPC_BINARY)
+        return bad(v, n, "computes op %d, not an elementwise op", (int)n->op);
+    if (n->nargs != (cls == CF_OPC_UNARY ? 1 : 2))
+        return bad(v, n, "compute node with the wrong arity (%d args)", n->nargs);
+    cf_shape s = n->args[0]->shape;
+    if (n->nargs == 2)
+        s = cf_shape_join(s, n->args[1]->shape);
+    if (s != n->shape)
+        return bad(v, n, "has shape %s but its operands span %s: not the join of its operands",
+                   cf_shape_name(n->shape), cf_shape_name(s));
+    return CF_OK;
+}
+
+static cf_status verify_reduce(const vctx *v, const cf_ir_spec *sp, int i)
+{
+    const cf_ir_node *n = sp->nodes[i];
+    if ((unsigned)n->op >= CF_OP_COUNT || cf_op_class_of(n->op) != CF_OPC_REDUCE)
+        return bad(v, n, "reduces with op %d, not a reduction", (int)n->op);
+    if (n->nargs != 1 || n->shape != CF_SHAPE_VEC_M)
+        return bad(v, n, "reduction must take one operand and give a per-row value");
+    if (sp->terminal != n || i != sp->n_nodes - 1)
+        return bad(v, n, "a reduction must be its stage's last node and terminal");
+    return CF_OK;
+}
+
+static cf_status verify_placeholder(const vctx *v, const cf_ir_node *n, const cf_ir_spec *prev)
+{
+    const cf_ir_node *r = n->ref;
+    char b[96];
+    if (n->nargs != 0)
+        return bad(v, n, "placeholder with %d args", n->nargs);
+    if (!prev || !of_ir(v, r))
+        return bad(v, n, "placeholder must refer to a node of the previous stage");
+    if (v->spec_of[r->id] != prev || r->gemm != n->gemm)
+        return bad(v, n, "refers to %s, which is not in the previous stage", label(r, b, sizeof b));
+    if (n->is_stat && (r->kind != CF_IR_REDUCE || r != prev->terminal))
+        return bad(v, n, "statistic placeholder must refer to the previous stage's reduction");
+    if (!n->is_stat && has_no_value(r))
+        return bad(v, n, "bypass carries %s, which has no value", label(r, b, sizeof b));
+    if (n->shape != r->shape)
+        return bad(v, n, "placeholder shape differs from its source");
+    return CF_OK;
+}
+
+static cf_status verify_store(const vctx *v, const cf_ir_node *n, int e)
+{
+    const cf_ir *ir = v->ir;
+    cf_status st;
+    if (n->nargs != 1 || (n->shape != CF_SHAPE_TILE && n->shape != CF_SHAPE_VEC_M))
+        return bad(v, n, "store must write a tile or per-row value to an output");
+    if ((st = verify_arg_ref(v, n, CF_ARG_OUTPUT)) != CF_OK)
+        return st;
+    cf_tensor_info t = cf_graph_output_info(v->g, ir->args[n->arg].index);
+    bool ok = n->shape == CF_SHAPE_TILE ? t.rank == 2 && t.dims[0] == ir->dim_m && t.dims[1] == v->ncols[e]
+                                        : t.rank == 1 && t.dims[0] == ir->dim_m;
+    if (!ok)
+        return bad(v, n, "a store of shape %s writes output '%s', which has another shape", cf_shape_name(n->shape),
+                   t.name);
+    if (!fits_in(n->args[0]->shape, n->shape))
+        return bad(v, n, "a store of shape %s stores a %s", cf_shape_name(n->shape), cf_shape_name(n->args[0]->shape));
+    return CF_OK;
+}
+
+static cf_status verify_matmul(const vctx *v, const cf_ir_spec *sp, const cf_ir_node *n, int e)
+{
+    if (e != 0 || v->ir->n_gemms != 2 || sp->post || sp->terminal != n || n->nargs != 1 ||
+        n->args[0]->shape != CF_SHAPE_TILE || n->shape != CF_SHAPE_TILE)
+        return bad(v, n, "the B2B matmul must end the first epilogue with a tile operand");
+    return verify_arg_ref(v, n, CF_ARG_GEMM2_B);
+}
+
+/* Node i of stage sp (depth `depth` of epilogue e, after stage prev). */
+static cf_status verify_node(const vctx *v, const cf_ir_spec *sp, const cf_ir_spec *prev, int i, int e)
+{
+    const cf_ir_node *n = sp->nodes[i];
+    if (n->stage != sp->depth || n->gemm != e)
+        return bad(v, n, "node filed under the wrong stage");
+    if ((unsigned)n->shape >= CF_SHAPE_COUNT)
+        return bad(v, n, "shape %d", (int)n->shape);
+    cf_status st = verify_edges(v, sp, i);
+    if (st != CF_OK)
+        return st;
+    switch (n->kind) {
+    case CF_IR_ACC:
+        if (sp->depth != 0 || n->shape != CF_SHAPE_TILE || n->nargs != 0)
+            return bad(v, n, "the accumulator enters only stage 0, as a tile");
+        return CF_OK;
+    case CF_IR_BCAST:
+        return n->nargs != 0 ? bad(v, n, "broadcast with %d args", n->nargs) : verify_bcast(v, n, e);
+    case CF_IR_COMPUTE: return verify_compute(v, n);
+    case CF_IR_REDUCE: return verify_reduce(v, sp, i);
+    case CF_IR_PLACEHOLDER: return verify_placeholder(v, n, prev);
+    case CF_IR_STORE: return verify_store(v, n, e);
+    case CF_IR_MATMUL: return verify_matmul(v, sp, n, e);
+    default: return bad(v, n, "unknown node kind %d", (int)n->kind);
+    }
+}
+
+static cf_status verify_epilogue(const vctx *v, int e)
 {
     int depth = 0, n_acc = 0;
     const cf_ir_spec *prev = NULL;
-    for (const cf_ir_spec *sp = ir->epi[g]; sp; prev = sp, sp = sp->post, depth++) {
-        bool last = sp->post == NULL;
-        if (sp->depth != depth)
-            return bad(err, NULL, "stage depths are not consecutive");
+    for (const cf_ir_spec *sp = v->ir->epi[e]; sp; prev = sp, sp = sp->post, depth++) {
         int n_red = 0;
         for (int i = 0; i < sp->n_nodes; i++) {
-            const cf_ir_node *n = sp->nodes[i];
-            if (n->stage != depth || n->gemm != g)
-                return bad(err, n, "node filed under the wrong stage");
-            for (int a = 0; a < n->nargs; a++)
-                if (!n->args[a] || !in_prefix(sp, i, n->args[a]))
-                    return bad(err, n, "an edge leaves its stage or points forward");
-            switch (n->kind) {
-            case CF_IR_ACC:
-                n_acc++;
-                if (depth != 0 || n->shape != CF_SHAPE_TILE)
-                    return bad(err, n, "the accumulator enters only stage 0, as a tile");
-                break;
-            case CF_IR_BCAST:
-                if (n->src != CF_BC_CONST && (n->arg < 0 || n->arg >= ir->n_args))
-                    return bad(err, n, "broadcast without a runtime parameter");
-                break;
-            case CF_IR_COMPUTE: {
-                cf_op_class cls = cf_op_class_of(n->op);
-                if (!((cls == CF_OPC_UNARY && n->nargs == 1) || (cls == CF_OPC_BINARY && n->nargs == 2)))
-                    return bad(err, n, "compute node with the wrong arity");
-                cf_shape s = n->args[0]->shape;
-                if (n->nargs == 2)
-                    s = cf_shape_join(s, n->args[1]->shape);
-                if (s != n->shape)
-                    return bad(err, n, "compute shape is not the join of its operands");
-                break;
-            }
-            case CF_IR_REDUCE:
-                n_red++;
-                if (cf_op_class_of(n->op) != CF_OPC_REDUCE || n->nargs != 1 || n->shape != CF_SHAPE_VEC_M)
-                    return bad(err, n, "reduction must take one operand and give a per-row value");
-                if (sp->terminal != n || i != sp->n_nodes - 1)
-                    return bad(err, n, "a reduction must be its stage's last node and terminal");
-                break;
-            case CF_IR_PLACEHOLDER:
-                if (depth == 0 || !n->ref || n->ref->stage != depth - 1 || n->ref->gemm != g)
-                    return bad(err, n, "placeholder must refer to the previous stage");
-                if (n->is_stat && (n->ref->kind != CF_IR_REDUCE || n->ref != prev->terminal))
-                    return bad(err, n, "statistic placeholder must refer to the previous stage's reduction");
-                if (n->shape != n->ref->shape)
-                    return bad(err, n, "placeholder shape differs from its source");
-                break;
-            case CF_IR_STORE:
-                if (n->nargs != 1 || n->arg < 0 || ir->args[n->arg].kind != CF_ARG_OUTPUT ||
-                    (n->shape != CF_SHAPE_TILE && n->shape != CF_SHAPE_VEC_M))
-                    return bad(err, n, "store must write a tile or per-row value to an output");
-                break;
-            case CF_IR_MATMUL:
-                if (g != 0 || ir->n_gemms != 2 || !last || sp->terminal != n || n->nargs != 1 ||
-                    n->args[0]->shape != CF_SHAPE_TILE)
-                    return bad(err, n, "the B2B matmul must end the first epilogue with a tile operand");
-                break;
-            default:
-                return bad(err, n, "unknown node kind");
-            }
+            cf_status st = verify_node(v, sp, prev, i, e);
+            if (st != CF_OK)
+                return st;
+            n_red += sp->nodes[i]->kind == CF_IR_REDUCE;
+            n_acc += sp->nodes[i]->kind == CF_IR_ACC;
         }
-        if (last ? n_red != 0 : n_red != 1)
-            return bad(err, NULL, "every stage but the last ends in exactly one reduction");
+        if (sp->post ? n_red != 1 : n_red != 0)
+            return bad(v, NULL, "stage %d of epilogue %d: every stage but the last ends in exactly one reduction",
+                       depth, e);
         if (!sp->terminal)
-            return bad(err, NULL, "stage without a terminal");
+            return bad(v, NULL, "stage %d of epilogue %d has no terminal", depth, e);
     }
     if (n_acc != 1)
-        return bad(err, NULL, "an epilogue needs exactly one accumulator entry");
-    if (depth != ir->n_stages[g])
-        return bad(err, NULL, "stage count mismatch");
+        return bad(v, NULL, "epilogue %d has %d accumulator entries, not one", e, n_acc);
+    if (depth != v->ir->n_stages[e])
+        return bad(v, NULL, "epilogue %d has %d stages, n_stages says %d", e, depth, v->ir->n_stages[e]);
+    return CF_OK;
+}
+
+/* Every graph output is stored; B2B's first epilogue ends in its matmul. */
+static cf_status verify_outputs(const vctx *v)
+{
+    const cf_ir *ir = v->ir;
+    int n_matmul = 0;
+    for (int id = 0; id < ir->n_nodes; id++)
+        n_matmul += v->by_id[id] && v->by_id[id]->kind == CF_IR_MATMUL;
+    if ((ir->n_gemms == 2) != (n_matmul == 1))
+        return bad(v, NULL, "%d MATMUL terminals for %d GEMM(s)", n_matmul, ir->n_gemms);
+    for (int o = 0; o < v->g->n_outputs; o++) {
+        bool stored = false;
+        for (int id = 0; id < ir->n_nodes && !stored; id++) {
+            const cf_ir_node *n = v->by_id[id];
+            stored = n && n->kind == CF_IR_STORE && ir->args[n->arg].index == o;
+        }
+        if (!stored)
+            return bad(v, NULL, "no STORE writes output '%s'", v->g->outputs[o].name);
+    }
     return CF_OK;
 }
 
 cf_status cf_ir_verify(const cf_ir *ir, cf_error *err)
 {
-    for (int g = 0; g < ir->n_gemms; g++) {
-        cf_status st = verify_epilogue(ir, g, err);
-        if (st != CF_OK)
-            return st;
-    }
-    return CF_OK;
+    if (!ir || !ir->graph)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_ir_verify: no IR or no graph");
+    vctx v = {.ir = ir, .g = ir->graph, .ncols = {ir->dim_n, ir->dim_n2}, .err = err};
+    cf_status st = verify_frame(&v);
+    if (st != CF_OK)
+        return st;
+    const size_t nn = ir->n_nodes > 0 ? (size_t)ir->n_nodes : 1;
+    v.by_id = calloc(nn, sizeof *v.by_id);
+    v.spec_of = calloc(nn, sizeof *v.spec_of);
+    if (!v.by_id || !v.spec_of)
+        st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory verifying the IR");
+    if (st == CF_OK)
+        st = verify_args(&v);
+    if (st == CF_OK)
+        st = index_nodes(&v);
+    for (int e = 0; e < ir->n_gemms && st == CF_OK; e++)
+        st = verify_epilogue(&v, e);
+    if (st == CF_OK)
+        st = verify_outputs(&v);
+    free(v.by_id);
+    free(v.spec_of);
+    return st;
 }
 
 /* ---- printer ------------------------------------------------------------- */

@@ -181,17 +181,40 @@ static void test_entries(void)
     for (int i = 0; i < (int)sizeof bin; i++)
         bin[i] = (unsigned char)(i * 31);
     char ptx[] = "// ptx text", log[] = "ptxas info : Used 8 registers";
-    cf_rt_cubin c = {.cubin = bin, .cubin_size = sizeof bin, .ptx = ptx,
-                     .ptx_size = strlen(ptx), .log = log, .log_size = strlen(log)};
+    cf_cache_entry c = {.part = {bin, (unsigned char *)ptx, (unsigned char *)log},
+                        .size = {sizeof bin, strlen(ptx), strlen(log)}};
     const char *key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
     CHECK(cf_cache_store(dir, key, &c, note, sizeof note));
     cf_cache_entry_path(dir, key, path, sizeof path);
     CHECK_EQ_INT(72 + 300 + strlen(ptx) + strlen(log), file_size(path));
-    cf_rt_cubin r = {0};
+    cf_cache_entry r = {0};
     CHECK_EQ_INT(CF_CACHE_FOUND, cf_cache_load(dir, key, &r, note, sizeof note));
-    CHECK(r.cubin_size == sizeof bin && r.cubin && !memcmp(r.cubin, bin, sizeof bin));
-    CHECK(r.ptx && !strcmp(r.ptx, ptx) && r.log && !strcmp(r.log, log));
-    cf_rt_cubin_free(&r);
+    CHECK(r.size[0] == sizeof bin && r.part[0] && !memcmp(r.part[0], bin, sizeof bin));
+    CHECK(r.part[1] && !strcmp((char *)r.part[1], ptx) && r.part[2] && !strcmp((char *)r.part[2], log));
+    CHECK(r.size[1] == strlen(ptx) && r.size[2] == strlen(log));
+    cf_cache_entry_free(&r);
+    CHECK(r.part[0] == NULL && r.size[0] == 0);
+
+    /* Bytes, not text: NULs inside a part and an empty part come back as stored. */
+    unsigned char nuls[5] = {'a', 0, 'b', 0, 0};
+    cf_cache_entry raw = {.part = {nuls, NULL, nuls}, .size = {sizeof nuls, 0, 2}};
+    CHECK(cf_cache_store(dir, key, &raw, note, sizeof note));
+    CHECK_EQ_INT(CF_CACHE_FOUND, cf_cache_load(dir, key, &r, note, sizeof note));
+    CHECK(r.size[0] == sizeof nuls && !memcmp(r.part[0], nuls, sizeof nuls));
+    CHECK(r.size[1] == 0 && r.part[1] && r.part[1][0] == 0 && r.size[2] == 2 && !memcmp(r.part[2], "a", 2));
+    cf_cache_entry_free(&r);
+
+    /* The in-process table hands out copies. */
+    cf_cache_mem_clear();
+    CHECK(!cf_cache_mem_get(key, &r));
+    cf_cache_mem_put(key, &c);
+    bin[0] ^= 1;   /* the table kept its own bytes */
+    CHECK(cf_cache_mem_get(key, &r));
+    CHECK(r.size[0] == sizeof bin && r.part[0] && r.part[0][0] == (unsigned char)(bin[0] ^ 1));
+    CHECK(r.part[1] && !strcmp((char *)r.part[1], ptx));
+    bin[0] ^= 1;
+    cf_cache_entry_free(&r);
+    cf_cache_mem_clear();
     CHECK_EQ_INT(CF_CACHE_ABSENT, cf_cache_load(dir, "nope", &r, note, sizeof note));
 
     /* Truncated, byte-flipped (payload, header length, magic): detected and removed. */
@@ -207,7 +230,7 @@ static void test_entries(void)
         CHECK_CONTAINS(note, "corrupt cache entry");
         CHECK_CONTAINS(note, path);
         CHECK_EQ_INT(-1, file_size(path));
-        CHECK(r.cubin == NULL);
+        CHECK(r.part[0] == NULL);
     }
     int entries, others;
     count_dir(dir, &entries, &others);
@@ -221,13 +244,13 @@ static void test_entries(void)
         CHECK_EQ_INT(CF_CACHE_ABSENT, cf_cache_load(dir, key, &r, note, sizeof note));
         alarm(0);
         CHECK_CONTAINS(note, "is not a regular file: ignored");
-        CHECK(r.cubin == NULL);
+        CHECK(r.part[0] == NULL);
         struct stat fst;
         CHECK(lstat(path, &fst) == 0 && (i == 0 ? S_ISFIFO(fst.st_mode) : S_ISDIR(fst.st_mode)));
         if (i == 0) {   /* a store replaces the FIFO with an entry */
             CHECK(cf_cache_store(dir, key, &c, note, sizeof note));
             CHECK_EQ_INT(CF_CACHE_FOUND, cf_cache_load(dir, key, &r, note, sizeof note));
-            cf_rt_cubin_free(&r);
+            cf_cache_entry_free(&r);
             unlink(path);
         } else {   /* over a dir it fails, and says so */
             CHECK(!cf_cache_store(dir, key, &c, note, sizeof note));
@@ -350,6 +373,26 @@ static void test_compile_cache(void)
         CHECK_EQ_INT(CF_RT_CACHE_HIT_DISK, c.cache);
         cf_rt_cubin_free(&c);
     }
+
+    /* A sound entry without a CUBIN (the cache stores any bytes; the runtime wants a
+     * CUBIN): rebuilt and stored over. */
+    cf_cache_entry empty = {.part = {NULL, (unsigned char *)"x", NULL}, .size = {0, 1, 0}};
+    char note[512] = "";
+    char cdir[1024];
+    bool w = false;
+    CHECK(cf_cache_dir(cdir, sizeof cdir, &w, note, sizeof note) && w);
+    CHECK(cf_cache_store(cdir, first.key, &empty, note, sizeof note));
+    cf_cache_mem_clear();
+    CHECK_EQ_INT(CF_OK, cf_rt_compile(KSRC, "cached_k", NULL, 0, &c, &err));
+    CHECK_EQ_INT(CF_RT_CACHE_REBUILT, c.cache);
+    CHECK(c.stored && same_bytes(&first, &c));
+    cf_rt_cubin_free(&c);
+    cf_cache_mem_clear();
+    cf_cache_mem_put(first.key, &empty);   /* the same in the in-process table: a miss there */
+    CHECK_EQ_INT(CF_OK, cf_rt_compile(KSRC, "cached_k", NULL, 0, &c, &err));
+    CHECK_EQ_INT(CF_RT_CACHE_HIT_DISK, c.cache);
+    CHECK(same_bytes(&first, &c));
+    cf_rt_cubin_free(&c);
 
     /* CF_ASSERT_CACHED=1: hits pass, a miss is an error. */
     setenv("CF_ASSERT_CACHED", "1", 1);

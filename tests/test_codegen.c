@@ -1,6 +1,7 @@
 /* test_codegen.c — Ψ: golden kernel sources, determinism, rejections, and
  * NVRTC compiling each kernel for sm_90a into PTX that uses the Hopper paths. */
 #include "cf_internal.h"
+#include "device/cf_trace.h"
 #include "test_util.h"
 
 #include <unistd.h>
@@ -297,6 +298,11 @@ static void test_nvrtc(void)
         const char *ptx = cf_kernel_ptx(k);
         CHECK_CONTAINS(ptx, "cf_trace");
         CHECK_CONTAINS(ptx, "%clock64");
+        /* the buffer the host reads has the layout the host's copy of cf_trace.h names */
+        char decl[96];
+        snprintf(decl, sizeof decl, "cf_trace[%d]",
+                 8 * CF_TRACE_CTAS * CF_TRACE_ROLES * (CF_TRACE_TILES + 1) * CF_TRACE_EV);
+        CHECK_CONTAINS(ptx, decl);
         const int clocks1 = count_of(ptx, "%clock64");
         cf_resources r;
         CHECK(k && cf_kernel_resources(k, &r, &err) == CF_OK && !r.cache_hit);

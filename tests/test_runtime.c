@@ -157,7 +157,9 @@ static void test_headers(void)
     CHECK(cf_rt_device_header_names[cf_rt_n_device_headers] == NULL);
     for (int i = 0; i < cf_rt_n_device_headers; i++) {
         const char *n = cf_rt_device_header_names[i];
-        CHECK(strlen(n) > 4 && !strcmp(n + strlen(n) - 4, ".cuh") && !strchr(n, '/'));
+        const size_t len = strlen(n);
+        CHECK(((len > 4 && !strcmp(n + len - 4, ".cuh")) || (len > 2 && !strcmp(n + len - 2, ".h"))) &&
+              !strchr(n, '/'));
         CHECK(cf_rt_device_header_sizes[i] > 0);
         CHECK(strlen(cf_rt_device_header_texts[i]) == cf_rt_device_header_sizes[i]);
     }
@@ -202,6 +204,14 @@ static void test_headers(void)
             CHECK(!strstr(err.msg, "cannot open source file"));
         cf_rt_cubin_free(&c);
     }
+    /* cf_trace.h stands alone in CUDA too (the host includes it as C: this file does). */
+    st = cf_rt_compile_ex("#include \"cf_trace.h\"\n"
+                          "extern \"C\" __global__ void tr_k(long long *p) { p[CF_TRE_ACC] = CF_TRC_N; }\n",
+                          "tr_k", &NO_CACHE, &c, &err);
+    CHECK_EQ_INT(CF_OK, st);
+    if (st != CF_OK)
+        fprintf(stderr, "cf_trace.h: %s\n", err.msg);
+    cf_rt_cubin_free(&c);
     /* __has_include sees the named headers, and misses absent ones. */
     st = cf_rt_compile_ex("#if __has_include(\"absent.cuh\")\n#error found\n#endif\n", "hi_k",
                           &NO_CACHE, &c, &err);

@@ -1,7 +1,8 @@
 /* cf_sm90.cuh — comfuse's own persistent, warp-specialised GEMM for sm_90a (Hopper).
  *
- * Header-only, NO #include at all (compiles under NVRTC with no include path and no
- * CUDA headers): bf16/f16 are plain `unsigned short`, conversions are inline PTX.
+ * Header-only; its one #include is cf_trace.h beside it (the trace layout the host reads too).
+ * Compiles under NVRTC with no include path and no CUDA headers: bf16/f16 are plain
+ * `unsigned short`, conversions are inline PTX.
  * Build target: sm_90a (nvcc -gencode=arch=compute_90a,code=sm_90a, NVRTC --gpu-architecture=sm_90a).
  *
  * ===================================================================================
@@ -361,18 +362,11 @@ struct cf_tile {
 };
 
 /* CF_TRACE: cycles thread 0 of each consumer warpgroup spends in parts of the epilogue,
- * summed over its tiles (cf_tr_cat[wg][CF_TRC_*]); see the trace block before the kernel. */
+ * summed over its tiles (cf_tr_cat[wg][CF_TRC_*], the parts named in cf_trace.h); see the
+ * trace block before the kernel. */
+#include "cf_trace.h"
 #ifdef CF_TRACE
-#define CF_TRC_GATHER 0   /* row partials: loads, spin, fold */
-#define CF_TRC_PARK 1     /* a park waiting for the staging buffer */
-#define CF_TRC_STORE 2    /* a store's waits: staging buffer free, the warpgroup's barriers */
-#define CF_TRC_FINISH 3   /* a late finish, whole */
-#define CF_TRC_LOADS 4    /* the gather's first round of loads until every epoch matched (no fold) */
-#define CF_TRC_SPINS 5    /* the gather's re-polls of a rank that had not posted yet (a count) */
-#define CF_TRC_SEC0 6     /* 6..13: sections of the epilogue's first part, as Psi marks them */
-#define CF_TRC_FLOOP 14   /* a late finish's vector loads and loop over the parked tile */
-#define CF_TRC_N 15
-__shared__ long long cf_tr_cat[3][CF_TRC_N];   /* consumer WGs 0, 1; the finisher */
+__shared__ long long cf_tr_cat[CF_TRACE_ROLES][CF_TRC_N];   /* consumer WGs 0, 1; the finisher */
 #define CF_TRC_IDX(t) ((t).bar_id == CF_BAR_FIN ? 2 : (t).wg)
 #define CF_TRC_COUNT(t, cat) do { if ((t).tid == 0) cf_tr_cat[CF_TRC_IDX(t)][cat] += 1; } while (0)
 #define CF_TRC_T0(v) const long long v = clock64()
@@ -387,29 +381,18 @@ __shared__ long long cf_tr_cat[3][CF_TRC_N];   /* consumer WGs 0, 1; the finishe
 #define CF_TRC_COUNT(t, cat) ((void)0)
 #endif
 
-/* ---- CF_TRACE (diagnostics only: bench/probe.sh) ---------------------------------------
- * Per (CTA, consumer WG, tile) clock64 stamps (WG 2: the finisher's slot CF_TRACE_TILES, its parts): [0] at the order barrier, [1] just after it,
- * [2] accumulator complete, [3] epilogue done, and with CF_TRACE=2 the mainloop's cycles spent
- * [4] waiting for operands (full barriers) and [5] for wgmma groups (wait<1>).  Slot
- * CF_TRACE_TILES of each (CTA, WG) holds the WG's start, its end, its tile count, [3..8] its
- * epilogue parts (cf_tr_cat: cycles of the gather, park, store waits, late finish, the gather's
- * loads, a count of the gather's re-polls, then [9..16] the sections Psi marks in the epilogue's
- * first part, [17] the late finishes' loads and loops) and [19] the end of its last tile's late
- * finish.  With a finisher, a tile's [11] and [12] bracket the finisher's wait for its park, [13]
- * ends the finisher's work on it, and (CF_MID) [14] and [15] bracket the consumer's wait for the
- * finisher before its late finish.
- * [1] is not where the wait ends: ptxas emits BAR.SYNC.DEFER_BLOCKING, and the warp reads the
- * clock before the barrier completes; read [0] -> [2] as order wait + mainloop.
+/* ---- CF_TRACE (diagnostics only: bench/trace.sh) ---------------------------------------
+ * Per (CTA, role, tile) clock64 stamps, the events named CF_TRE_* in cf_trace.h; slot
+ * CF_TRACE_TILES of each (CTA, role) holds the role's summary (CF_TRS_*: its start, end, tile
+ * count, its epilogue parts cf_tr_cat, the end of its last late finish).  Roles 0, 1: the
+ * consumer warpgroups; 2: the finisher (its summary only, and a tile's CF_TRE_FIN_*).
  * Compiled out unless CF_TRACE is defined (CF_TRACE=1 in the environment of the runtime). */
 #ifdef CF_TRACE
 #define CF_TRACE_WAITS (CF_TRACE > 1)   /* CF_TRACE=2 also times the mainloop's waits (more registers) */
-#define CF_TRACE_CTAS 160
-#define CF_TRACE_TILES 31
-#define CF_TRACE_EV 20
-extern "C" { __device__ long long cf_trace[CF_TRACE_CTAS * 3 * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
+extern "C" { __device__ long long cf_trace[CF_TRACE_CTAS * CF_TRACE_ROLES * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
 __device__ __forceinline__ void cf_trace_at(int w, int j, int ev, int tid, long long v) {
     if (tid == 0 && blockIdx.x < CF_TRACE_CTAS && j <= CF_TRACE_TILES)
-        cf_trace[((blockIdx.x * 3 + w) * (CF_TRACE_TILES + 1) + j) * CF_TRACE_EV + ev] = v;
+        cf_trace[((blockIdx.x * CF_TRACE_ROLES + w) * (CF_TRACE_TILES + 1) + j) * CF_TRACE_EV + ev] = v;
 }
 /* value v (or the clock) as event ev of tile j; tiles past CF_TRACE_TILES are not kept */
 #define CF_TR_V(w, j, ev, tid, v) cf_trace_at(w, (j) < CF_TRACE_TILES ? (j) : CF_TRACE_TILES + 1, ev, tid, v)
@@ -1077,9 +1060,9 @@ __device__ __forceinline__ void cf_epilogue_mid(const cf_gemm_args &args, const 
 /* A consumer's late finish of its parked tile (with CF_MID, once the finisher's mid part is done). */
 __device__ __forceinline__ void cf_finish_parked(const cf_gemm_args &args, const cf_tile &parked, cf_late &late) {
 #if CF_MID
-    CF_TR(parked.wg, parked.parks, 14, parked.tid);
+    CF_TR(parked.wg, parked.parks, CF_TRE_MID_WAIT, parked.tid);
     cf_mbar_wait(parked.fin_bar + 8, (unsigned)(parked.parks & 1));
-    CF_TR(parked.wg, parked.parks, 15, parked.tid);
+    CF_TR(parked.wg, parked.parks, CF_TRE_MID_DONE, parked.tid);
 #endif
     cf_epilogue_finish<false>(args, parked, late, nullptr);
 }
@@ -1210,7 +1193,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #endif
 
 #ifdef CF_TRACE
-    if (tid < 3 * CF_TRC_N) cf_tr_cat[tid / CF_TRC_N][tid % CF_TRC_N] = 0;
+    if (tid < CF_TRACE_ROLES * CF_TRC_N) cf_tr_cat[tid / CF_TRC_N][tid % CF_TRC_N] = 0;
 #endif
     if (tid == 0) {
 #pragma unroll 1
@@ -1325,9 +1308,9 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.m0 = tm * CF_TILE_M; t.n0 = tn * CF_BN;
             t.stg = stg0 + w * CF_STG_BYTES;
             t.fin_bar = bar_fin + 16 * w;
-            CF_TR(w, i >> 1, 11, t.tid);
+            CF_TR(w, i >> 1, CF_TRE_FIN_WAIT, t.tid);
             cf_mbar_wait(t.fin_bar, (unsigned)(i >> 1) & 1u);   /* that warpgroup's (i / 2)-th park */
-            CF_TR(w, i >> 1, 12, t.tid);
+            CF_TR(w, i >> 1, CF_TRE_FIN_WORK, t.tid);
 #if CF_MID
             cf_epilogue_mid(args, t);
             cf_mbar_arrive(t.fin_bar + 8);   /* release: the consumer's late finish sees the tile */
@@ -1339,11 +1322,11 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
                 cf_mbar_arrive(t.fin_bar + 8);
             }
 #endif
-            CF_TR(w, i >> 1, 13, t.tid);
+            CF_TR(w, i >> 1, CF_TRE_FIN_DONE, t.tid);
         }
         if (t.tid == 0) cf_bulk_wait_read<0>();   /* the buffer is read; the writes need not land before exit */
 #ifdef CF_TRACE
-        for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(2, CF_TRACE_TILES, 3 + c, t.tid, cf_tr_cat[2][c]);
+        for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(2, CF_TRACE_TILES, CF_TRS_CAT0 + c, t.tid, cf_tr_cat[2][c]);
 #endif
 #endif
     } else {
@@ -1368,7 +1351,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         const unsigned a_off = w * CF_BM * 128;
 #endif
 #ifdef CF_TRACE
-        cf_trace_at(w, CF_TRACE_TILES, 0, t.tid, clock64());
+        cf_trace_at(w, CF_TRACE_TILES, CF_TRS_START, t.tid, clock64());
 #endif
 #if CF_LATE_FINISH
         cf_late late;
@@ -1394,18 +1377,18 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
                 next.n0 = tn * CF_BN;
                 cf_epilogue_preload(args, next, pre);
             }
-            CF_TR(w, i / istep, 0, t.tid);
+            CF_TR(w, i / istep, CF_TRE_ORDER, t.tid);
 #if CF_PINGPONG
             if (i >= 2 || w == 1) cf_named_bar_sync(CF_BAR_ORDER0 + w, 256);   /* my turn for the tensor cores */
 #endif
-            CF_TR(w, i / istep, 1, t.tid);
+            CF_TR(w, i / istep, CF_TRE_TURN, t.tid);
             cf_fence_operand<CF_ACC_REGS>(acc);
 #if CF_TRACE_WAITS
             long long tr_data = 0, tr_mma = 0, tr_issue = 0, tr_rest = 0;
 #endif
             /* The k-loop starts.  bar.sync defers its blocking to the next memory instruction,
              * here event 1's store: event 1's clock is read before the turn comes, this one after. */
-            CF_TR(w, i / istep, 9, t.tid);
+            CF_TR(w, i / istep, CF_TRE_KLOOP, t.tid);
 #pragma unroll 1
             for (int kb = 0; kb < nkb; ++kb) {
 #if CF_TRACE_WAITS
@@ -1451,7 +1434,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             }
 #if CF_TRACE_WAITS
             const long long tr_d0 = clock64();
-            CF_TR_V(w, i / istep, 10, t.tid, tr_d0);   /* the k-loop ends */
+            CF_TR_V(w, i / istep, CF_TRE_KLOOP_END, t.tid, tr_d0);   /* the k-loop ends */
 #endif
 #if CF_PINGPONG
             if (i + 1 < my_n) cf_named_bar_arrive(CF_BAR_ORDER0 + (1 - w), 256);   /* other WG's turn */
@@ -1459,13 +1442,13 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             cf_wgmma_wait<0>();
             cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
             cf_fence_operand<CF_ACC_REGS>(acc);
-            CF_TR(w, i / istep, 2, t.tid);
+            CF_TR(w, i / istep, CF_TRE_ACC, t.tid);
 #if CF_TRACE_WAITS
-            CF_TR_V(w, i / istep, 4, t.tid, tr_data);
-            CF_TR_V(w, i / istep, 5, t.tid, tr_mma);
-            CF_TR_V(w, i / istep, 6, t.tid, tr_issue);
-            CF_TR_V(w, i / istep, 7, t.tid, tr_rest);
-            CF_TR_V(w, i / istep, 8, t.tid, clock64() - tr_d0);   /* the last k-block's drain */
+            CF_TR_V(w, i / istep, CF_TRE_WAIT_DATA, t.tid, tr_data);
+            CF_TR_V(w, i / istep, CF_TRE_WAIT_MMA, t.tid, tr_mma);
+            CF_TR_V(w, i / istep, CF_TRE_ISSUE, t.tid, tr_issue);
+            CF_TR_V(w, i / istep, CF_TRE_RELEASE, t.tid, tr_rest);
+            CF_TR_V(w, i / istep, CF_TRE_DRAIN, t.tid, clock64() - tr_d0);   /* the last k-block's drain */
 #endif
 #if CF_XCHG_L2
             if (i == istart) t.epoch = cf_launch_epoch();
@@ -1514,7 +1497,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #else
             cf_epilogue(args, t, acc, pre);
 #endif
-            CF_TR(w, i / istep, 3, t.tid);
+            CF_TR(w, i / istep, CF_TRE_EPI_DONE, t.tid);
         }
 #if CF_LATE_FINISH && !CF_FINISHER && CF_KEEP_LAST
         if (t.kept) {   /* the last tile, in registers; the one before it finished in its epilogue */
@@ -1528,15 +1511,15 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
         if (parked_ok) cf_finish_parked(args, parked, late);
 #endif
 #ifdef CF_TRACE
-        cf_trace_at(w, CF_TRACE_TILES, 19, t.tid, clock64());
+        cf_trace_at(w, CF_TRACE_TILES, CF_TRS_LAST_FINISH, t.tid, clock64());
 #endif
         /* every warp's stores have read the staging buffer: all a CTA must wait for before it exits
          * (the grid completes only once its bulk writes have) */
         if (t.lane == 0) cf_bulk_wait_read<0>();
 #ifdef CF_TRACE
-        cf_trace_at(w, CF_TRACE_TILES, 1, t.tid, clock64());
-        cf_trace_at(w, CF_TRACE_TILES, 2, t.tid, (my_n - w + 1) / 2);
-        for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(w, CF_TRACE_TILES, 3 + c, t.tid, cf_tr_cat[w][c]);
+        cf_trace_at(w, CF_TRACE_TILES, CF_TRS_END, t.tid, clock64());
+        cf_trace_at(w, CF_TRACE_TILES, CF_TRS_TILES, t.tid, (my_n - w + 1) / 2);
+        for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(w, CF_TRACE_TILES, CF_TRS_CAT0 + c, t.tid, cf_tr_cat[w][c]);
 #endif
     }
 #if CF_CLUSTER_N > 1
