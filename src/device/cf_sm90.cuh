@@ -377,7 +377,7 @@ __shared__ long long cf_tr_cat[3][CF_TRC_N];   /* consumer WGs 0, 1; the finishe
 #define CF_TRC_COUNT(t, cat) ((void)0)
 #endif
 
-/* ---- CF_TRACE (diagnostics only: bench/probe.sh) ---------------------------------------
+/* ---- CF_TRACE (diagnostics only: bench/trace.sh) ---------------------------------------
  * Per (CTA, consumer WG, tile) clock64 stamps (WG 2: the finisher's slot CF_TRACE_TILES, its parts): [0] at the order barrier, [1] just after it,
  * [2] accumulator complete, [3] epilogue done, and with CF_TRACE=2 the mainloop's cycles spent
  * [4] waiting for operands (full barriers) and [5] for wgmma groups (wait<1>).  Slot
