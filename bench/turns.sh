@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by bench/ab.sh, bench/opts.sh and bench/diag-exchange.sh: variants of one case timed in turns.
+# Sourced by bench/ab.sh and bench/opts.sh: variants of one case timed in turns.
 #   bench_ratio BIN SPEC SHAPE [options]   fused/cuBLAS of one `comfuse bench` (or "err")
 #   run_turns LABEL NAME...                 AB_REPS turns (default 3) over the variants, variant j's
 #                                           ratio from the caller's `variant_ratio j`; prints one line:

@@ -199,7 +199,8 @@ void cli_note_kernel(const cli_opts *o, const cf_kernel *k)
                 "finisher warpgroup takes tiles that finish late (row reductions through L2 over 2 or more "
                 "CTAs, no --sync-finish, room to park a tile, and at most two reductions or LayerNorm then "
                 "softmax with merged exchanges)\n");
-    /* right answers, 30-60 % slower (perf-notes v15) */
+    /* right answers, 30-60 % slower: easy to miss without a warning (docs/performance.md,
+     * "Serialised wgmma") */
     if (r.wgmma_serialized)
         fprintf(stderr, "comfuse: WARNING: ptxas serialised the wgmma pipeline of this kernel (C7515): every "
                         "wgmma waits for the previous one\n");

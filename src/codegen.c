@@ -101,7 +101,7 @@ static const struct {
     {"op_sigmoid", "static __device__ __forceinline__ float op_sigmoid(float x) { return 1.0f / (1.0f + op_exp(-x)); }"},
     {"op_recip",
      "/* 1 / x within 1 ulp, subnormals and inf/NaN as IEEE; an IEEE division calls a slow path,\n"
-     " * and ptxas spilled the registers live across those calls (perf-notes v19). */\n"
+     " * and ptxas spilled the registers live across those calls. */\n"
      "static __device__ __forceinline__ float op_recip(float x)\n"
      "{\n"
      "    float d;\n"
@@ -327,7 +327,8 @@ static const cf_ir_node *exp_sub_of(const cf_ir_node *n)
  * value b reads it, emit_compute folds the correction into b: fmaf(p, b, corr * b) or
  * p * (corr * b), the products per row once.  Returns that placeholder (b in *by), else NULL.
  * FP32 instructions run on the pipe the tensor cores also need: each one in an epilogue
- * costs the other warpgroup's k-loop ~1.5 cycles (perf-notes v18). */
+ * costs the other warpgroup's k-loop 1-1.5 cycles (docs/performance.md, "Epilogue
+ * instructions"). */
 static const char *slot_ref(cg_ctx *c, const cf_ir_node *n, char *buf, size_t len);
 
 static const cf_ir_node *corrected_scaled(const cg_ctx *c, const cf_ir_node *n, const cf_ir_node **by)
@@ -696,7 +697,7 @@ static void plan_storage(cg_ctx *c, const cf_ir_spec *sp)
 
 /* ---- merged exchanges ------------------------------------------------------
  * Through L2 an exchange costs a round trip that the tile's epilogue waits for
- * (docs/perf-notes.md v8).  A reduction whose PostOp reduces its data shifted
+ * (docs/performance.md, "Merged exchanges").  A reduction whose PostOp reduces its data shifted
  * by its statistic needs no exchange of its own:
  *   mean(x), then sum or mean of (x - mean)^2          (variance)
  *   max(z),  then sum of exp(z - max)                   (softmax)
@@ -748,15 +749,12 @@ static int merge_kind(const cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node **
     const cf_ir_spec *q = sp->post;
     const cf_ir_node *r1 = sp->terminal, *r2 = q ? q->terminal : NULL, *stat = NULL, *d = NULL, *u = NULL;
     /* Merged, each lane loads an 8-byte pair per CTA of the row, 16 at once (rows of up to
-     * 16 CTAs with 128-row tiles).  With the Chan fold chained through every rank (perf-notes
-     * v8) a second round lost to two exchanges; folded in two passes per round and joined (v9,
-     * v10), 16 CTAs won (LN -9 %, softmax -13 % at 4096x2048x512), 32 lost (LN +8 % at
-     * 8192x4096x4096), then in rounds of 8 pairs of 16 bytes; with 8-byte pairs 32 CTAs still
-     * lost (LN+softmax 1.255 -> 1.34, perf-notes v16).  Two rounds' worth are gathered in one
+     * 16 CTAs with 128-row tiles).  A second round of register loads lost to two exchanges
+     * (32 CTAs: LN+softmax 1.255 -> 1.34 of cuBLAS, spills).  Two rounds' worth are gathered in one
      * where a synchronous gather lands them in the warp's staging boxes (cf_gather_stage); that
      * pays with more than two reductions, whose tiles finish at once anyway (LN+softmax at 32
-     * CTAs 1.236 -> 1.196, v17), not with two, whose unmerged last exchange finishes late (LN
-     * 1.134 -> 1.174). */
+     * CTAs 1.236 -> 1.196), not with two, whose unmerged last exchange finishes late (LN
+     * 1.134 -> 1.174).  docs/performance.md, "Merged exchanges". */
     const int rounds = (c->opt->row_ctas * c->opt->bm / 128 + 15) / 16;
     const bool staged = rounds == 2 && c->opt->bm == 128 && c->ir->n_stages[0] - 1 > 2 && staged_gather_fits(c);
     if (!c->opt->red_global || c->opt->row_ctas < 2 || rounds > (staged ? 2 : 1) || !r1 || r1->kind != CF_IR_REDUCE ||
@@ -863,8 +861,8 @@ static const cf_ir_spec *find_late(cg_ctx *c)
     if (!c->opt->red_global || c->opt->row_ctas < 2 || c->opt->sync_finish || !prev || !whole_tile_staging_fits(c))
         return NULL;
     /* Exchanges per tile (a merged pair is one).  Every exchange before the last still waits
-     * for the row's slowest CTA, and the park costs a pipeline stage: measured (perf-notes
-     * v9), LN+Softmax with four exchanges ran 1-5 % slower late, with two 2-8 % faster. */
+     * for the row's slowest CTA, and the park costs a pipeline stage: LN+Softmax with four
+     * exchanges ran 1-5 % slower late, with two 2-8 % faster (docs/performance.md, "Late finish"). */
     int exchanges = 0, merges = 0;
     for (const cf_ir_spec *sp = ir->epi[0]; sp->post; sp = sp->post) {
         exchanges += !(sp->depth > 0 && c->merge_of[sp->depth - 1]);
@@ -984,8 +982,9 @@ static void emit_col_loads(cg_ctx *c, const cf_ir_spec *sp)
  * comes back into pk one 8-register group at a time. */
 static void emit_loop_open(cg_ctx *c, int park_fmt)
 {
-    /* Two groups ahead: LN 2-3 %, LN+softmax 6-7 % faster at K <= 1024 (perf-notes v15); four
-     * spilled.  The finisher's own late finish loads at use: ahead, softmax ran 3 % slower. */
+    /* Two groups ahead hide ldmatrix's wait under the other warpgroup's wgmma: LN 2-3 %,
+     * LN+softmax 6-7 % faster at K <= 1024; three ahead lost, four spilled.  The finisher's own
+     * late finish loads at use: ahead, softmax ran 3 % slower. */
     const int ahead = c->opt->finisher && !c->mid && c->in_late ? 0 : 2;
     if (park_fmt != PARK_NONE)   /* in cf_epilogue_finish: parked, or kept in registers */
         line(c, "cf_unpark_stream<%s, %d%s> unpark%d(t);  /* the parked groups, loaded that many ahead of use%s */",
@@ -1151,7 +1150,8 @@ static bool post_first(const cg_ctx *c)
  * exchange in *block.  One round of loads (at most 16 CTAs a row, 128-row tiles), one late
  * exchange, and a first part that loads no vectors: the words wait in registers beside the
  * accumulator through it (LN's bias made ptxas spill 80-328 bytes and run 3-15 % slower;
- * RMSNorm 2 % faster at 4096x2048x512, unpaired softmax 13 %: perf-notes v21). */
+ * RMSNorm 2 % faster at 4096x2048x512, unpaired softmax 13 %: docs/performance.md,
+ * "Gather early"). */
 static bool gathers_early(const cg_ctx *c, int *block)
 {
     const cf_cg_options *o = c->opt;
@@ -1348,8 +1348,8 @@ static void emit_mid(cg_ctx *c, const cf_ir_spec *s2)
  * elementwise epilogue into registers (cf_pre), so their latency hides under
  * the mainloop; the other [N] and [M] vector inputs, the slices the tile reads,
  * into L1.  Loaded only when the epilogue begins, a vector costs a global-memory
- * latency there (perf-notes v10: ~1.3k cycles of a bias+GELU epilogue; an L1
- * prefetch won back only 0.3k of them).  Epilogues with reductions keep their
+ * latency there (~1.3k cycles of a bias+GELU epilogue; an L1 prefetch won back
+ * only 0.3k of them).  Epilogues with reductions keep their
  * registers for the exchange: 32 more through the mainloop made LN spill. */
 static bool preloaded(const cf_ir *ir, const cf_ir_spec *sp, const cf_ir_node *n)
 {
@@ -1421,8 +1421,8 @@ static void emit_preload(cg_ctx *c)
 
 /* A GELU (tanh form) whose only use is a 16-bit tile store is computed by that
  * store on packed pairs in the output's type (cf_store_tile_bf16_gelu): half
- * the FP32-pipe instructions, which is what a GELU epilogue costs (perf-notes
- * v11).  Single-stage epilogues only: a late finish stores a parked tile. */
+ * the FP32-pipe instructions, which is what a GELU epilogue costs (docs/performance.md,
+ * "GELU at the store").  Single-stage epilogues only: a late finish stores a parked tile. */
 static bool gelu_at_store(const cf_ir *ir, const cf_ir_spec *sp, const cf_ir_node *st)
 {
     const cf_ir_node *y = st->args[0], *user = NULL;
@@ -1768,7 +1768,7 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         if (post_first(c) && !c->in_late && !c->in_mid && !c->prev_finished) {
             /* The tile waits for this exchange: the previous tile finishes meanwhile, between
              * the post and the gather (its partials came during the mainloop; LN+softmax's
-             * first exchange, perf-notes v19). */
+             * first exchange: docs/performance.md, "Post first"). */
             line(c, "cf_row_merge_post<%s, %d, %d>(args, t, raw_%s, red_%s);  /* post (%s) pairs for the row */", kind,
                  c->merge_index, c->n_red, id1, id, what);
             trace_mark(c, "post");

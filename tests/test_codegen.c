@@ -239,13 +239,13 @@ static void test_nvrtc(void)
         CHECK_CONTAINS(ptx, "setmaxnreg");
         CHECK_CONTAINS(ptx, cases[i].ptx_needs);
         /* the consumers' registers: 184 beside a finisher, 240 for four reductions (LN+softmax
-         * spilled 200-240 bytes at 232; perf-notes v26), else 232 */
+         * spilled 200-240 bytes at 232), else 232 */
         const bool finisher = cases[i].opt.schedule == CF_SCHEDULE_FINISHER;
         CHECK_CONTAINS(ptx, finisher ? "setmaxnreg.inc.sync.aligned.u32 184"
                             : strstr(cases[i].spec, "ln_softmax") ? "setmaxnreg.inc.sync.aligned.u32 240"
                                                                  : "setmaxnreg.inc.sync.aligned.u32 232");
         /* through L2 the launch epoch is read as a CTA starts; no fence is left on any CTA's exit
-         * (perf-notes v27) */
+         * (docs/performance.md, "The launch epoch") */
         if (cases[i].opt.reduce_mode == CF_REDUCE_GLOBAL)
             CHECK_CONTAINS(ptx, "ld.acquire.gpu.global.u32");
         CHECK(ptx && !strstr(ptx, "membar.gl"));
@@ -268,7 +268,7 @@ static void test_nvrtc(void)
         CHECK_EQ_INT(cases[i].opt.schedule, r.schedule);
         CHECK(r.smem_bytes > 0 && r.smem_bytes <= 232448);
         CHECK(r.registers > 0);
-        CHECK(!r.wgmma_serialized);   /* ptxas C7515 cost 30-60 % (perf-notes v15) */
+        CHECK(!r.wgmma_serialized);   /* ptxas C7515 cost 30-60 % */
         if (cases[i].no_spill) {
             CHECK_EQ_INT(0, r.spill_bytes);
             CHECK_EQ_INT(0, r.stack_bytes);   /* e.g. an array indexed at run time */
@@ -439,7 +439,7 @@ static void test_late_finish(void)
         {"x = X @ W\noutput Y: bf16 = x * rsqrt(mean(x * x) + 1e-6)\n", "cf_park_tile<CF_PARK_BF16>(t, T0)",
          "cf_row_post<CF_RED_SUM, 0>", 0},
         /* LN then softmax at 8 CTAs a row: PingPong (the finisher's mid part measured slower,
-         * perf-notes v19), the first exchange merged and waited for, the second late */
+         * docs/performance.md, "The finisher"), the first exchange merged and waited for, the second late */
         {"x = X @ W\nd = x - mean(x)\nz = d * rsqrt(mean(d * d) + 1e-5)\ne = exp(z - max(z))\n"
          "output Y: bf16 = e / sum(e)\n",
          "cf_park_tile<CF_PARK_F16>(t, T0)", "cf_row_merge_post<CF_MERGE_SOFTMAX, 2, 3>", 0},
@@ -547,7 +547,7 @@ static void test_default_options(void)
     CHECK_EQ_INT(0, cf_options_for(ln, 4096, 2048, 512).pair_tiles);   /* nor at K = 512 */
     cf_graph *softmax = parse("examples/gemm_softmax.cf");
     CHECK(softmax && cf_options_for(softmax, 16384, 1024, 1024).pair_tiles == 1);
-    /* below K = 1024 an unpaired softmax tile gathers early instead (perf-notes v21) */
+    /* below K = 1024 an unpaired softmax tile gathers early instead ("Gather early") */
     CHECK(softmax && cf_options_for(softmax, 4096, 2048, 512).pair_tiles == 0);
     CHECK(softmax && cf_options_for(softmax, 4096, 2048, 512).cluster_n == 16);
     CHECK(softmax && cf_options_for(softmax, 4096, 4096, 512).pair_tiles == 1);   /* 32 CTAs: two rounds */

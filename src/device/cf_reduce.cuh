@@ -47,7 +47,7 @@ template <int OP> __device__ __forceinline__ float cf_red_combine(float a, float
  * peer can be at most one reduction ahead, since it cannot finish reduction j+1 without our
  * partial, which we send only after reading reduction j's buffer -- in all four lanes of the
  * row's quad, hence the __syncwarp before returning (without it a diverged quad let a peer
- * overwrite a buffer still being read; seen as a fault on the H200, perf-notes v9).  One buffer set serves
+ * overwrite a buffer still being read; seen as a fault on the H200).  One buffer set serves
  * every reduction of every stage (O(1) in the number of reductions). */
 #if CF_ROW_CTAS > 1 && !CF_RED_GLOBAL
 #ifndef CF_RED_LEADER
@@ -335,13 +335,13 @@ template <int WORDS> __device__ __forceinline__ bool cf_xchg_fresh(const cf_tile
 }
 
 /* Ranks a lane gathers: RW rows a warp, LPR lanes a row, PER_LANE ranks a lane, ROUND of them
- * loaded at once.  The loads take an L2 round trip under the mainloop's traffic (1.1-2.6k cycles,
- * perf-notes v10, v14), so as many as registers allow: 16 words of a 16-CTA row (32 registers;
+ * loaded at once.  The loads take an L2 round trip under the mainloop's traffic (1.1-2.6k cycles;
+ * docs/performance.md, "Gathers"), so as many as registers allow: 16 words of a 16-CTA row (32 registers;
  * RMSNorm 1.32 -> 1.29 at 4096x2048x512), else 8 (16 words of a 32-CTA row made LN+softmax
  * spill more, 11 % slower); 16 pairs where the tile is parked, 8 beside the accumulator (16
- * there ran LN+softmax 16 % slower; perf-notes v16).  A staged gather (from shared memory) of
- * more than 16 ranks folds them all at once: in rounds ptxas spilled more (v16: 8 a round 176
- * bytes, 16 a round 420, all at once 88). */
+ * there ran LN+softmax 16 % slower).  A staged gather (from shared memory) of more than 16
+ * ranks folds them all at once: in rounds ptxas spilled more (8 a round 176 bytes, 16 a round
+ * 420, all at once 88). */
 template <int WORDS, bool SYNC, bool STAGED = false> struct cf_gather_shape {
     static constexpr int RW = 16 * (CF_BM / 64);
     static constexpr int LPR = 32 / RW;
@@ -352,7 +352,7 @@ template <int WORDS, bool SYNC, bool STAGED = false> struct cf_gather_shape {
 
 /* A synchronous gather (the tile waits for it) of more ranks than a round holds lands the row's
  * words in this warp's staging boxes with cp.async instead, every rank in one round (LN+softmax
- * at 32 CTAs a row, four synchronous exchanges: 8 % faster, perf-notes v16).  For
+ * at 32 CTAs a row, four synchronous exchanges: 8 % faster; docs/performance.md, "Gathers").  For
  * 128-row tiles (a lane per row) whose warps' boxes hold the row's words, in kernels that finish
  * every tile at once: before a tile parks, the boxes must first wait for the previous tile's
  * store, and its one synchronous exchange (LN+softmax at 16 CTAs) ran no faster. */
@@ -446,7 +446,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
     /* Stale ranks re-polled a round at a time in late gathers: 1-1.5 % faster at K = 512 (RMSNorm,
      * softmax, LN).  Not in synchronous ones, which wait for CTAs still in their mainloop; not
      * with four reductions, where it spilled (LN+softmax 3-10 % slower); not where pairs of CTAs
-     * multicast X (K >= 4096: the mainloop is L2-bound, and LN ran 1.4 % slower; perf-notes v23). */
+     * multicast X (K >= 4096: the mainloop is L2-bound, and LN ran 1.4 % slower). */
     constexpr bool ROUNDS = !SYNC && CF_NUM_RED < 4 && CF_CLUSTER_N == 1;
     static_assert(!ROUNDS || CHUNK <= 32, "a round's stale ranks are a 32-bit mask");
     const int ri = t.lane % RW;

@@ -59,11 +59,11 @@
  * K*2 and N*2 (row pitches) multiples of 16 bytes, i.e. K % 8 == 0 and N % 8 == 0, base pointers
  * 16-byte aligned, output ld*elem_size a multiple of 16. 
  *
- * What the host picks (measured on H200, docs/perf-notes.md v12): pingpong CF_BM=128 CF_BN=128
- * CF_STAGES=6 CF_CLUSTER_N=1; for elementwise epilogues from K = 4096 cooperative CF_PINGPONG=0
- * CF_BM=128 CF_BN=128 CF_STAGES=4 CF_CLUSTER_N=2 (cuBLAS's own shape: a third fewer operand bytes
- * per FLOP, which the card's full clock needs; its epilogue is not overlapped, so at K <= 1024
- * it loses 8-16 % to pingpong).
+ * What the host picks (measured on the H200; docs/performance.md, "The mainloop" and "A bare
+ * GEMM"): pingpong CF_BM=128 CF_BN=128 CF_STAGES=6 CF_CLUSTER_N=1; for a bare GEMM from K = 4096
+ * cooperative CF_PINGPONG=0 CF_BM=128 CF_BN=128 CF_STAGES=4 CF_CLUSTER_N=2 (cuBLAS's own shape:
+ * a third fewer operand bytes per FLOP, which the card's full clock needs; its epilogue is not
+ * overlapped, so with any epilogue work pingpong wins).
  * Epilogue helpers: cf_acc_row/col(_global), cf_*_in_bounds, cf_load_cols + cf_col_slot (batched
  * per-column vector loads: use them, per-register loads serialise), cf_quad_sum/max, cf_fmax/fmin
  * (NaN-propagating), cf_exp/exp2/tanh/rcp/rsqrt/sigmoid/silu/gelu_tanh/gelu_erf, conversions
@@ -160,7 +160,7 @@
 #define CF_KEEP_LAST (CF_NUM_RED < 4)
 #endif
 /* Four reductions (LN+softmax) spill at 232 registers: there the producer keeps 24 (enough for
- * its TMA loop) and the consumers take 240 (perf-notes v26: LN+softmax 3.8 % faster at
+ * its TMA loop) and the consumers take 240 (LN+softmax 3.8 % faster at
  * 4096x2048x512, 0.6 % at 16384x1024x1024; LN, RMSNorm and softmax within 1 %, so they keep
  * 232 / 40). */
 #define CF_REG_WIDE (!CF_FINISHER && CF_NUM_RED >= 4)
@@ -610,7 +610,7 @@ __device__ __forceinline__ unsigned cf_mapa(unsigned addr, unsigned rank) {
     unsigned r; asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank)); return r;
 }
 /* Remote arrive with the default (.release.cta) semantics, as CUTLASS's ClusterBarrier::arrive does:
- * the .release.cluster form costs a cluster-scope fence per call and halved the throughput (v2). */
+ * the .release.cluster form costs a cluster-scope fence per call and halved the throughput. */
 __device__ __forceinline__ void cf_mbar_arrive_cluster(unsigned cluster_addr) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(cluster_addr) : "memory");
 }
@@ -698,7 +698,7 @@ __device__ __forceinline__ void cf_wgmma_tile(float *d, unsigned long long da, u
  * 16 rows x 128 bytes (64 bf16/f16 or 32 f32 columns; tensor map box {128/esize, 16}).  So no
  * warpgroup barrier sits in the store, and a warp's next box is converted while TMA reads its
  * previous one (bias+GELU 1.3-1.5 % faster than two warpgroup-wide passes of 64 columns, and
- * no 40-byte spill once the bias is preloaded; perf-notes v11).
+ * no 40-byte spill once the bias is preloaded; docs/performance.md, "The staged epilogue").
  * A warp owns CF_WARP_SLOTS box slots of the buffer (slot (cc, mt): chunk cc, sub-tile mt, at
  * the box's place in the whole-tile layout); every store issues one bulk group per box, column
  * strip outer, sub-tile inner, even for a box wholly out of bounds (an empty group), so the
@@ -748,7 +748,8 @@ __device__ __forceinline__ void cf_box_store(const cf_gemm_args &args, const cf_
  * A GELU whose only use is a 16-bit tile store runs inside the store on the packed pair, in
  * the output's type: 5 packed FMA-pipe ops per two elements (and, for bf16, a pack of the
  * f32 tanh) instead of 5 per element in f32.  Epilogue FP32-pipe instructions slow the other
- * warpgroup's wgmma about one for one (perf-notes v10), so this is what a GELU epilogue costs.
+ * warpgroup's wgmma about one for one (docs/performance.md, "Epilogue instructions"), so this
+ * is what a GELU epilogue costs.
  * The input is rounded to 16 bits first, as PyTorch's unfused path rounds the GEMM output
  * (bf16: rel. error 2.8e-3 against 1.7e-3 in f32, 2.6e-3 torch.compile, 3.2e-3 eager; see
  * test_codegen).  NaN and +-inf propagate as in f32 (tanh saturates; x^2 overflow gives
@@ -863,7 +864,8 @@ template <int F16> __device__ __forceinline__ void cf_unpack8(const unsigned (&r
                 : "=f"(y[2 * j]), "=f"(y[2 * j + 1]) : "r"(r[j]));
         } else {
             /* prmt and and, not the shift the compiler turns into an IMAD: integer-pipe
-             * instructions leave the other warpgroup's wgmma alone */
+             * instructions leave the other warpgroup's wgmma alone (docs/performance.md,
+             * "Epilogue instructions") */
             unsigned lo;
             asm("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(r[j]));
             y[2 * j] = __uint_as_float(lo);
@@ -1144,7 +1146,7 @@ __device__ __forceinline__ cf_tile cf_wg_tile(const cf_gemm_args &args, int M, i
  * when replayed from a CUDA graph) cannot take a stale slot for its own.  One thread of the
  * producer's idle warps reads it and counts its CTA in; the CTA counted last advances it for the
  * next launch (0 is never used).  Doing this as the kernel starts, not as each CTA ends, keeps an
- * L2 round trip and a fence off every CTA's exit (perf-notes v27: 2-3 % at K = 512). */
+ * L2 round trip and a fence off every CTA's exit (2-3 % faster at K = 512). */
 __shared__ __align__(8) unsigned long long cf_epoch_bar;   /* completes once cf_epoch_word is set */
 __shared__ unsigned cf_epoch_word;
 __device__ __forceinline__ void cf_count_launch(const cf_gemm_args &args) {
@@ -1460,7 +1462,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             t.parks = i / istep;
 #if CF_LATE_FINISH && !CF_FINISHER
             /* A warpgroup's last tile is not parked: it finishes from registers after the loop,
-             * so the tail has no park and unpark (perf-notes v20: LN 1.4 %, softmax 0.6 % faster at
+             * so the tail has no park and unpark (LN 1.4 %, softmax 0.6 % faster at
              * K = 512; LN+softmax spills 44 bytes more with it and ran 0.9 % slower). */
             t.kept = CF_KEEP_LAST && i + istep >= my_n;
 #endif
@@ -1479,11 +1481,11 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
 #elif CF_LATE_FINISH
             /* This tile posts its partials first, then finishes the previous one (its partials
              * arrived during this mainloop), then parks: the last tile's partials travel while
-             * the previous tile finishes (RMSNorm 2-3 %, LN+softmax 2-4 % faster at K <= 1024,
-             * perf-notes v17).  Paired tiles keep the finish first: their park then waits for
-             * the store just issued, and LN and softmax ran 1 % slower. */
+             * the previous tile finishes (RMSNorm 2-3 %, LN+softmax 2-4 % faster at K <= 1024;
+             * docs/performance.md, "Post first").  Paired tiles keep the finish first: their park
+             * then waits for the store just issued, and LN and softmax ran 1 % slower. */
 #if CF_GATHER_EARLY
-            /* the parked tile's words travel while this tile's first part runs (perf-notes v21) */
+            /* the parked tile's words travel while this tile's first part runs ("Gather early") */
             if (parked_ok) cf_gather_early(args, parked);
 #endif
             cf_epilogue(args, t, acc, pre, late, [&] {

@@ -38,7 +38,7 @@ static __device__ __forceinline__ float op_exp_sub_scaled(float a, float b, floa
     return y;
 }
 /* 1 / x within 1 ulp, subnormals and inf/NaN as IEEE; an IEEE division calls a slow path,
- * and ptxas spilled the registers live across those calls (perf-notes v19). */
+ * and ptxas spilled the registers live across those calls. */
 static __device__ __forceinline__ float op_recip(float x)
 {
     float d;

@@ -49,7 +49,9 @@ VARIANTS=(
 "pp128cl2s6_kn_id|-DCF_BM=128 -DCF_BN=128 -DCF_STAGES=6 -DCF_B_NK=0 -DCF_CLUSTER_N=2 -DCF_HARNESS_EPI=0"
 "pp128cl2s6_kn_gelu|-DCF_BM=128 -DCF_BN=128 -DCF_STAGES=6 -DCF_B_NK=0 -DCF_CLUSTER_N=2 -DCF_HARNESS_EPI=1"
 )
-# VARIANTS_SET=probe: the epilogue probes of bench/probe.sh (traced: -DCF_TRACE)
+# VARIANTS_SET=probe: hand-written epilogue probes (traced: -DCF_TRACE), timed beside cuBLASLt by
+#   VARIANTS_SET=probe bash tests/gpu/build_cubins.sh build/probe && bash tests/gpu/build_host.sh &&
+#   build/gpu/gemm_harness build/probe --probe 16384,1024,1024 4096,2048,512
 if [ "${VARIANTS_SET:-}" = probe ]; then
 P="-DCF_BM=128 -DCF_BN=128 -DCF_STAGES=6 -DCF_B_NK=0"
 VARIANTS=(
