@@ -1468,9 +1468,12 @@ static void test_tile_inputs(void)
     src = tin_source(post, 8192, 2048, 512, (cf_options){.sync_finish = 1});
     CHECK_CONTAINS(src, "#define CF_NUM_TIN 1");
     free(src);
-    /* a ring too shallow for the input and two mainloop stages: the element path */
-    src = tin_source(mask, 8192, 2048, 128, (cf_options){.stages = 2});
+    /* a ring too shallow for the input and three mainloop stages: the element path */
+    src = tin_source(mask, 8192, 2048, 128, (cf_options){.stages = 3});
     CHECK(src && !strstr(src, "CF_NUM_TIN"));
+    free(src);
+    src = tin_source(mask, 8192, 2048, 128, (cf_options){.stages = 4});
+    CHECK_CONTAINS(src, "#define CF_NUM_TIN 1");
     free(src);
 }
 

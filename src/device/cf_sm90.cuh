@@ -893,14 +893,15 @@ __device__ __forceinline__ unsigned cf_swz_group(unsigned rows, int lane, int gp
  * arrives while the mainloop runs.  The consumer waits for them before the first stage that reads
  * one, reads them 8 registers at a time (ldmatrix, the unpark order), and releases the stages
  * after the last stage that reads one.  Inputs are read only before a late finish's park, so a
- * warpgroup holds them through no exchange of a later tile: CF_STAGES > CF_TIN_STAGES + 1 leaves
- * the other warpgroup's mainloop a double-buffered ring. */
+ * warpgroup holds them through no exchange of a later tile.  CF_STAGES >= CF_TIN_STAGES + 3: with
+ * only two stages left for the other warpgroup's mainloop, checks at 2048x4096x4096 (bias +
+ * residual, 3 stages) still failed with the proxy fence below, for a reason not yet found. */
 #define CF_TIN_CHUNK_BYTES (CF_TILE_M * 128)
 #define CF_TIN_CHUNKS (CF_NUM_TIN * (CF_BN / 64))
 #define CF_TIN_PER_STAGE (CF_STAGE_BYTES / CF_TIN_CHUNK_BYTES)
 #define CF_TIN_STAGES ((CF_TIN_CHUNKS + CF_TIN_PER_STAGE - 1) / CF_TIN_PER_STAGE)
-#if CF_NUM_TIN && CF_STAGES < CF_TIN_STAGES + 2
-#error "tile inputs need CF_STAGES >= CF_TIN_STAGES + 2"
+#if CF_NUM_TIN && CF_STAGES < CF_TIN_STAGES + 3
+#error "tile inputs need CF_STAGES >= CF_TIN_STAGES + 3"
 #endif
 /* shared address of chunk j (input j / (CF_BN / 64), columns 64 (j % (CF_BN / 64)) ..) of this
  * warpgroup's rows of the tile */
@@ -1094,6 +1095,9 @@ __device__ __forceinline__ void cf_release_stage(unsigned bar, int lane) {
 #endif
 }
 __device__ __forceinline__ void cf_tin_release(const cf_tile &t) {
+    /* the stages were read through the generic proxy and TMA (the async proxy) refills them:
+     * without the fence the refill overwrote reads still in flight */
+    cf_fence_proxy_async();
     __syncwarp();   /* every lane's ldmatrix of the stages is done */
 #pragma unroll
     for (int e = 0; e < CF_TIN_STAGES; ++e)
