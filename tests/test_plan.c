@@ -180,6 +180,10 @@ static void test_overrides(void)
     cf_plan_request c = {.cluster_n = 12};
     CHECK(!plan_of("examples/gemm_rmsnorm.cf", 16384, 1024, 1024, NULL, &c, &p, &err));
     CHECK_CONTAINS(err.msg, "cluster_n 12: a row of N=1024 is 8 column tiles of 128, which 12 CTAs do not divide");
+    /* a DSMEM cluster is a power of two: 8 CTAs for 6 tiles is its only shape */
+    cf_plan_request peer = {.cluster_n = 8, .reduce_mode = CF_REDUCE_PEER};
+    CHECK(plan_of("examples/gemm_rmsnorm.cf", 16384, 768, 1024, NULL, &peer, &p, &err));
+    CHECK(p.row_ctas == 8 && !p.red_global && p.cluster_n == 8);
     c.cluster_n = 8;   /* exactly the row: taken, a CTA per tile */
     CHECK(plan_of("examples/gemm_rmsnorm.cf", 16384, 1024, 1024, NULL, &c, &p, &err));
     CHECK(p.row_ctas == 8 && !p.pair_tiles);
