@@ -394,6 +394,9 @@ const cf_plan *cf_kernel_plan(const cf_kernel *k);
 /* cf_kernel_build from a request at a shape (m, n, k 0 when unknown): what the CLI calls. */
 cf_status cf_kernel_build_req(const cf_graph *g, const cf_plan_request *req, int64_t m, int64_t n, int64_t k,
                               const char *title, cf_kernel **out, cf_error *err);
+/* The cost model's time for a launch at M, N, K, in microseconds: on the device and with the
+ * residency the driver gives once the kernel is loaded, else the H200's estimate. */
+double cf_kernel_predict_us(const cf_kernel *k, int64_t M, int64_t N, int64_t K);
 /* Whether a launch with N columns takes the wide-row path (rows wider than one
  * cluster: GEMM to f32 in device memory, then the row kernel of rows.c). */
 bool cf_kernel_wide(const cf_kernel *k, int64_t n);

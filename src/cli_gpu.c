@@ -922,7 +922,8 @@ int cli_bench(const cf_graph *g, const cli_opts *o)
         }
         printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
         /* the plan's cost model beside the measurement (bench/grid.py: predicted vs measured) */
-        const double pred_ms = k ? cf_kernel_plan(k)->predicted_us / 1e3 : 0;
+        const double pred_ms = k ? cf_kernel_predict_us(k, s.dims[ir->dim_m], s.dims[ir->dim_n],
+                                                        s.dims[ir->dim_k]) / 1e3 : 0;
         char pred_col[32] = "-";
         if (pred_ms > 0) {
             printf("  %-22s %9.4f %9s %9s %10s %10s  (measured/predicted %.3f)\n", "predicted (plan model)",

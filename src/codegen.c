@@ -1679,12 +1679,8 @@ cf_status cf_codegen(const cf_ir *ir, const cf_plan *opt, const char *title, cf_
                          "(carried to a later stage, or stored after their loop); fall back to unfused execution",
                          CG_MAX_ARRAYS);
     }
-    if (opt->pair_tiles && !cf_cg_can_pair(ir, opt)) {
-        plan_free(&e);
-        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
-                         "pair_tiles: needs a late finish through L2 on the consumer warpgroups (pingpong, "
-                         "no --sync-finish, 2 or more CTAs a row) after the epilogue's only exchange");
-    }
+    /* Ψ renders what the plan decided (cf_plan_make asked these same questions) */
+    CF_ASSERT(!e.late == !opt->late_finish && (!opt->pair_tiles || cf_cg_can_pair(ir, opt)));
     const cf_ir_arg *A = &ir->args[0];
     int n_out = 0;
     for (int i = 0; i < ir->n_args; i++)
@@ -1722,13 +1718,13 @@ cf_status cf_codegen(const cf_ir *ir, const cf_plan *opt, const char *title, cf_
     if (post_first(&e))
         line(&c, "#define CF_POST_FIRST 1  /* a tile posts, then the previous one finishes, then it parks */");
     int early_block;
-    if (gathers_early(&e, &early_block))
+    if (opt->gather_early && gathers_early(&e, &early_block))
         line(&c, "#define CF_GATHER_EARLY %d  /* the parked tile's late gather (slot block %d) loads as the next "
                  "mainloop ends */", early_block + 1, early_block);
     if (e.mid)
         line(&c, "#define CF_FINISHER 1  /* a fourth warpgroup runs the middle stages (cf_epilogue_mid) */\n"
                  "#define CF_MID 1  /* ... while the consumer runs its next mainloop, then finishes the tile late */");
-    else if (cf_cg_has_finisher(ir, opt))
+    else if (opt->has_finisher)
         line(&c, "#define CF_FINISHER 1  /* ... by a fourth warpgroup, while the consumer runs that mainloop */");
     if (ir->n_stages[0] > 1) {
         line(&c, "#define CF_HAS_REDUCE 1");

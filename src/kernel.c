@@ -579,6 +579,16 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     return copy_out_padded(k, a, M, N, err);
 }
 
+double cf_kernel_predict_us(const cf_kernel *k, int64_t M, int64_t N, int64_t K)
+{
+    cf_plan at = k->plan;
+    cf_device_facts dev = cf_device_facts_h200();
+    if (k->module)   /* loaded: the driver's device and residency */
+        cf_device_facts_query(&dev, NULL);
+    cf_plan_shape(k->ir, &at, M, N, K, &dev, k->module ? k->max_clusters * k->info[INFO_CLUSTER_N] : 0);
+    return at.predicted_us;
+}
+
 cf_status cf_kernel_global(const cf_kernel *k, const char *name, cf_rt_devptr *p, size_t *bytes, cf_error *err)
 {
     if (!k->module)

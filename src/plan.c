@@ -106,7 +106,9 @@ static bool has_class(const cf_graph *g, cf_op_class cls)
 
 static bool has_reductions(const cf_graph *g) { return has_class(g, CF_OPC_REDUCE); }
 
-static cf_plan_request defaults_of(const cf_graph *g, const cf_ir *ir, int64_t m, int64_t n, int64_t k)
+/* The plan's own choices for a device with smem_limit bytes of shared memory per CTA. */
+static cf_plan_request defaults_of(const cf_graph *g, const cf_ir *ir, int64_t m, int64_t n, int64_t k,
+                                   int smem_limit)
 {
     (void)m;
     /* Measured on the H200 beside cuBLAS (docs/perf-notes.md, bench/sweep.sh):
@@ -142,7 +144,7 @@ static cf_plan_request defaults_of(const cf_graph *g, const cf_ir *ir, int64_t m
          * synchronous exchanges over more than 16 CTAs, which land the row's words in each
          * warp's staging boxes in one round (cf_gather_stage) and need a whole tile's staging. */
         cf_plan cg = {.bm = o.block_m, .bn = o.block_n, .stages = 5, .cluster_n = 1,
-                      .row_ctas = o.cluster_n, .red_global = o.cluster_n > 1};
+                      .row_ctas = o.cluster_n, .red_global = o.cluster_n > 1, .smem_limit = smem_limit};
         if (ir) {
             const bool late = o.cluster_n > 1 && cf_cg_finishes_late(ir, &cg);
             if (late || (o.cluster_n > 16 && o.cluster_n <= 32))
@@ -306,7 +308,7 @@ void cf_plan_fill(cf_plan_request *o, cf_plan_request def)
 
 cf_plan_request cf_plan_defaults(const cf_ir *ir, int64_t m, int64_t n, int64_t k)
 {
-    return defaults_of(ir->graph, ir, m, n, k);
+    return defaults_of(ir->graph, ir, m, n, k, CF_SMEM_OPTIN);
 }
 
 /* ---- the public options ------------------------------------------------------------- */
@@ -323,7 +325,7 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
     /* a graph Φ rejects still gets the GEMM's shape (the unfused path ignores it) */
     if (g && has_reductions(g) && cf_lower(g, &ir, &err) != CF_OK)
         ir = NULL;
-    cf_options o = public_of(defaults_of(g, ir, m, n, k), m > 0 ? m : 0, n > 0 ? n : 0, k > 0 ? k : 0);
+    cf_options o = public_of(defaults_of(g, ir, m, n, k, CF_SMEM_OPTIN), m > 0 ? m : 0, n > 0 ? n : 0, k > 0 ? k : 0);
     cf_ir_free(ir);
     return o;
 }
@@ -469,7 +471,7 @@ cf_status cf_plan_make(const cf_ir *ir, int64_t M, int64_t N, int64_t K, const c
     memset(out, 0, sizeof *out);
     const cf_plan_request given = req ? *req : (cf_plan_request){0};
     cf_plan_request o = given;
-    cf_plan_fill(&o, cf_plan_defaults(ir, M, N, K));
+    cf_plan_fill(&o, defaults_of(ir->graph, ir, M, N, K, dev->smem_per_block));
     const bool reduces = ir->n_stages[0] > 1;
     cf_status st = check_request(&o, reduces, err);
     if (st == CF_OK)
@@ -481,8 +483,13 @@ cf_status cf_plan_make(const cf_ir *ir, int64_t M, int64_t N, int64_t K, const c
         return st;
     o.stages = p.stages;
     p.req = o;
-    if (cf_cg_check(ir, &(cf_error){0}) == CF_OK)
+    if (cf_cg_check(ir, &(cf_error){0}) == CF_OK) {
         derive(ir, &p);
+        if (p.pair_tiles && !cf_cg_can_pair(ir, &p))
+            return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                             "pair_tiles: needs a late finish through L2 on the consumer warpgroups (pingpong, "
+                             "no --sync-finish, 2 or more CTAs a row) after the epilogue's only exchange");
+    }
     cf_plan_shape(ir, &p, M, N, K, dev, 0);
     *out = p;
     return CF_OK;
