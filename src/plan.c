@@ -762,6 +762,11 @@ void cf_plan_format(const cf_plan *p, cf_strbuf *sb)
     cf_sb_printf(sb, "  tile: %dx%d per consumer warpgroup%s\n", p->bm, p->bn,
                  p->cooperative ? " (both on one tile of 2 x block_m rows)" : "");
     cf_sb_printf(sb, "  row group: %d CTAs%s\n", p->row_ctas, p->pair_tiles ? " of two column tiles each" : "");
+    cf_sb_printf(sb, "  tile map: %s\n",
+                 p->cooperative  ? "a CTA's two warpgroups share each tile (2 x block_m rows)"
+                 : p->pair_tiles ? "CTA r of a row group takes column tiles 2r and 2r+1, one per warpgroup"
+                 : p->row_ctas > 1 ? "CTA r of a row group takes column tile r; its warpgroups alternate row blocks"
+                                   : "a CTA's warpgroups alternate tiles");
     cf_sb_printf(sb, "  hardware cluster: %d\n", p->cluster_n);
     cf_sb_printf(sb, "  stages: %d\n", p->stages);
     cf_sb_printf(sb, "  schedule: %s\n", schedule_name(p->schedule));

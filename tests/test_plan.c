@@ -248,7 +248,9 @@ static void test_cli_plan(void)
 {
     static char out[1 << 18];
     CHECK_EQ_INT(0, cli("explain --shape M=8192,N=5120,K=1024 examples/gemm_rmsnorm.cf", out, sizeof out));
-    static const char *const lines[] = {"plan:\n", "  tile: 128x128", "  row group: ", "  hardware cluster: ",
+    static const char *const lines[] = {"plan:\n", "  tile: 128x128", "  row group: ",
+                                        "  tile map: CTA r of a row group takes column tiles 2r and 2r+1",
+                                        "  hardware cluster: ",
                                         "  stages: ", "  schedule: ", "exchange: global (through L2)", "  finish: ",
                                         "  pair tiles: ", "  multicast: ", "  gather early: ",
                                         "  finisher warpgroup: ", "  gelu at store: ", "  threads: ",
