@@ -106,6 +106,90 @@ static bool has_class(const cf_graph *g, cf_op_class cls)
 
 static bool has_reductions(const cf_graph *g) { return has_class(g, CF_OPC_REDUCE); }
 
+/* The schedule for a row group through L2 (o->cluster_n CTAs, cg the candidate plan): the
+ * late finish and its stages, the pair of tiles, the finisher, multicast.  The rules and the
+ * measurements behind them (docs/performance.md). */
+static void schedule_defaults(const cf_ir *ir, cf_plan_request *o, int64_t k, cf_plan cg)
+{
+    const bool late = o->cluster_n > 1 && cf_cg_finishes_late(ir, &cg);
+    if (late || (o->cluster_n > 16 && o->cluster_n <= 32))
+        o->stages = 5;
+    /* Two column tiles per CTA halve the ranks a row gathers, where the late exchange
+     * is the only one.  It pays where a lane would load 32 partials or more (16 CTAs
+     * of pairs, 32 of single partials; perf-notes v14: LN and softmax 5-7 % faster at
+     * 16 CTAs a row, 3-4 % at 32; v16: LN 1.288 -> 1.230 at 16 CTAs), and with K >= 1024
+     * from 8 CTAs a row, where it also beats the finisher (v19, same call: softmax
+     * 1.152 with the finisher, 1.082 paired at 16384x1024x1024; RMSNorm 1.048 -> 1.018
+     * at 16384x2048x1024, 1.073 -> 1.063 at 8 CTAs).  Not at K = 512 with 16 CTAs of
+     * single partials (RMSNorm 1.194 -> 1.22), nor at 4 CTAs (1.15 -> 1.23), nor where
+     * the late stage reads two [N] vectors (LN's gamma and beta: its finish is the
+     * heaviest) unless K >= 1024 and a round is saved (v19: LN unpaired 1.375 -> 1.317
+     * at 4096x2048x512, 1.155 -> 1.147 at 16384x1024x1024; paired 1.158 -> 1.124 at
+     * 16384x2048x1024). */
+    cf_plan pair = cg;
+    pair.row_ctas = (o->cluster_n + 1) / 2;
+    pair.pair_tiles = true;
+    const int vectors = last_stage_vectors(ir);
+    const bool heavy_finish = vectors >= 2, long_k = k >= 1024;
+    const int words = cf_cg_gather_words(ir, &cg);   /* a lane's, over the row's ranks */
+    const bool saves_round = words >= 32;
+    /* Below K = 1024 an unpaired tile whose gather loads as the mainloop ends beats the
+     * pair (v21: softmax 1.259 -> 1.235 at 4096x2048x512; paired still wins at K = 1024,
+     * 1.073 against 1.105), and at K = 1024 where the row is 8 CTAs of single words
+     * (RMSNorm at 16384x1024x1024: 0.4-1 % faster unpaired in five calls, v21-v22; at
+     * 16 CTAs the pair wins, 1.018 against 1.036). */
+    const bool single_words = words == o->cluster_n;   /* 128-row tiles: a lane per row */
+    const bool early = (!long_k || (o->cluster_n <= 8 && single_words)) && cf_cg_gathers_early(ir, &cg);
+    bool paired = o->cluster_n >= 4 && !early && cf_cg_can_pair(ir, &pair) &&
+                  (heavy_finish ? saves_round && long_k : saves_round || (o->cluster_n >= 8 && long_k));
+    /* A finisher warpgroup pays where a consumer's epilogue (first part and late finish,
+     * ~3.2k cycles per reduction + ~2.4k per round of 8 ranks' L2 loads) outlasts the
+     * other warpgroup's mainloop (~8.3 K cycles a tile), and only if the finisher keeps
+     * up: ~3k + 2.4k per round a tile, and ~1.2k per [N] vector its stage reads (with
+     * 120 registers it reloads them).  Fitted to perf-notes v12 §4 (at 16384x1024x1024
+     * softmax 1.27 -> 1.18, RMSNorm (epilogue hidden) and K = 4096 unchanged, N = 2048 at
+     * K <= 1024 (not kept up) 4-14 % slower) and v19 §2: there LN's finisher works 8.8k
+     * a tile (softmax's 6.8k) and LN ran 1.198 with it against 1.141 without.  Not for
+     * more than two reductions (LN+softmax's mid part, CF_MID): since its PingPong kernel
+     * finishes the previous tile inside its first wait, that ran 1.448 against the mid
+     * part's 1.507 at 16384x1024x1024 (v19 §10); --schedule finisher still builds it. */
+    const int rounds = (o->cluster_n + 7) / 8, reductions = ir->n_stages[0] - 1;
+    const double mainloop = 8.3 * (double)k;
+    const double finisher_work = 3000.0 + 2400.0 * rounds + 1200.0 * vectors;
+    cg.finisher = true;
+    if (!paired && reductions <= 2 && o->cluster_n > 1 && cf_cg_has_finisher(ir, &cg) &&
+        finisher_work <= 0.8 * mainloop &&
+        3200.0 * reductions + 2400.0 * rounds > 0.9 * mainloop)
+        o->schedule = CF_SCHEDULE_FINISHER;
+    if (paired) {
+        o->pair_tiles = 1;
+        o->cluster_n = (o->cluster_n + 1) / 2;
+        o->stages = 5;
+    }
+    /* Four or more reductions (LN+softmax) spill ~500 bytes per thread; up to
+     * K = 2048 a stage fewer, 32 KB more L1 for the spills, is faster (perf-notes
+     * v11: 2.61 -> 2.52, 2.22 -> 2.07, 1.99 -> 1.96 of cuBLAS); at K = 4096 not. */
+    if (ir->n_stages[0] - 1 >= 4 && k > 0 && k <= 2048)
+        o->stages--;
+    /* With two tiles a warpgroup (K = 512) a late finish defers three quarters of the
+     * output's stores to the tail, where every CTA writes at once.  LN+softmax's first
+     * exchange waits at once anyway, and finishing every tile at once ran 2.03 -> 1.96 of
+     * cuBLAS at 4096x2048x512 (perf-notes v20; 3-15 % slower at K >= 1024, and RMSNorm,
+     * LN, softmax 11-29 % slower at K = 512). */
+    if (ir->n_stages[0] - 1 >= 4 && k > 0 && k <= 512) {
+        o->sync_finish = 1;
+        o->stages = 6;
+    }
+    /* At K = 4096 the 128x128 mainloop is L2-bound (perf-notes v21 §7: back to back the
+     * fused kernels ran 1.08-1.20 of cuBLAS while its cluster-2 GEMM ran 1.01); pairs of
+     * CTAs multicasting their X rows ran 0.90-0.94 of that with W as [N,K], 0.98-1.01
+     * as [K,N], and 1-4.5 % slower at K <= 1024 (v22 §1). */
+    if (k >= 4096 && o->cluster_n > 1 && o->cluster_n % 2 && o->cluster_n < 64)
+        o->cluster_n++;   /* multicast pairs: an odd row group gets one idle CTA */
+    if (k >= 4096 && o->cluster_n % 2 == 0)
+        o->multicast = 1;
+}
+
 /* The plan's own choices for a device with smem_limit bytes of shared memory per CTA. */
 static cf_plan_request defaults_of(const cf_graph *g, const cf_ir *ir, int64_t m, int64_t n, int64_t k,
                                    int smem_limit)
@@ -116,7 +200,7 @@ static cf_plan_request defaults_of(const cf_graph *g, const cf_ir *ir, int64_t m
      * multicast measured slower in the same run (1.106 vs 1.050 of cuBLAS at
      * 8192x4096x4096). */
     cf_plan_request o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 6, .cluster_n = 1,
-                    .schedule = CF_SCHEDULE_PINGPONG};
+                         .schedule = CF_SCHEDULE_PINGPONG};
     /* reductions the IR keeps (a graph's dead ones need no row group) */
     const bool reduces = ir ? ir->n_stages[0] > 1 : g && has_reductions(g);
     if (g && !reduces && !has_class(g, CF_OPC_UNARY) && !has_class(g, CF_OPC_BINARY) && k >= 4096) {
@@ -145,85 +229,8 @@ static cf_plan_request defaults_of(const cf_graph *g, const cf_ir *ir, int64_t m
          * warp's staging boxes in one round (cf_gather_stage) and need a whole tile's staging. */
         cf_plan cg = {.bm = o.block_m, .bn = o.block_n, .stages = 5, .cluster_n = 1,
                       .row_ctas = o.cluster_n, .red_global = o.cluster_n > 1, .smem_limit = smem_limit};
-        if (ir) {
-            const bool late = o.cluster_n > 1 && cf_cg_finishes_late(ir, &cg);
-            if (late || (o.cluster_n > 16 && o.cluster_n <= 32))
-                o.stages = 5;
-            /* Two column tiles per CTA halve the ranks a row gathers, where the late exchange
-             * is the only one.  It pays where a lane would load 32 partials or more (16 CTAs
-             * of pairs, 32 of single partials; perf-notes v14: LN and softmax 5-7 % faster at
-             * 16 CTAs a row, 3-4 % at 32; v16: LN 1.288 -> 1.230 at 16 CTAs), and with K >= 1024
-             * from 8 CTAs a row, where it also beats the finisher (v19, same call: softmax
-             * 1.152 with the finisher, 1.082 paired at 16384x1024x1024; RMSNorm 1.048 -> 1.018
-             * at 16384x2048x1024, 1.073 -> 1.063 at 8 CTAs).  Not at K = 512 with 16 CTAs of
-             * single partials (RMSNorm 1.194 -> 1.22), nor at 4 CTAs (1.15 -> 1.23), nor where
-             * the late stage reads two [N] vectors (LN's gamma and beta: its finish is the
-             * heaviest) unless K >= 1024 and a round is saved (v19: LN unpaired 1.375 -> 1.317
-             * at 4096x2048x512, 1.155 -> 1.147 at 16384x1024x1024; paired 1.158 -> 1.124 at
-             * 16384x2048x1024). */
-            cf_plan pair = cg;
-            pair.row_ctas = (o.cluster_n + 1) / 2;
-            pair.pair_tiles = true;
-            const int vectors = last_stage_vectors(ir);
-            const bool heavy_finish = vectors >= 2, long_k = k >= 1024;
-            const int words = cf_cg_gather_words(ir, &cg);   /* a lane's, over the row's ranks */
-            const bool saves_round = words >= 32;
-            /* Below K = 1024 an unpaired tile whose gather loads as the mainloop ends beats the
-             * pair (v21: softmax 1.259 -> 1.235 at 4096x2048x512; paired still wins at K = 1024,
-             * 1.073 against 1.105), and at K = 1024 where the row is 8 CTAs of single words
-             * (RMSNorm at 16384x1024x1024: 0.4-1 % faster unpaired in five calls, v21-v22; at
-             * 16 CTAs the pair wins, 1.018 against 1.036). */
-            const bool single_words = words == o.cluster_n;   /* 128-row tiles: a lane per row */
-            const bool early = (!long_k || (o.cluster_n <= 8 && single_words)) && cf_cg_gathers_early(ir, &cg);
-            bool paired = o.cluster_n >= 4 && !early && cf_cg_can_pair(ir, &pair) &&
-                          (heavy_finish ? saves_round && long_k : saves_round || (o.cluster_n >= 8 && long_k));
-            /* A finisher warpgroup pays where a consumer's epilogue (first part and late finish,
-             * ~3.2k cycles per reduction + ~2.4k per round of 8 ranks' L2 loads) outlasts the
-             * other warpgroup's mainloop (~8.3 K cycles a tile), and only if the finisher keeps
-             * up: ~3k + 2.4k per round a tile, and ~1.2k per [N] vector its stage reads (with
-             * 120 registers it reloads them).  Fitted to perf-notes v12 §4 (at 16384x1024x1024
-             * softmax 1.27 -> 1.18, RMSNorm (epilogue hidden) and K = 4096 unchanged, N = 2048 at
-             * K <= 1024 (not kept up) 4-14 % slower) and v19 §2: there LN's finisher works 8.8k
-             * a tile (softmax's 6.8k) and LN ran 1.198 with it against 1.141 without.  Not for
-             * more than two reductions (LN+softmax's mid part, CF_MID): since its PingPong kernel
-             * finishes the previous tile inside its first wait, that ran 1.448 against the mid
-             * part's 1.507 at 16384x1024x1024 (v19 §10); --schedule finisher still builds it. */
-            const int rounds = (o.cluster_n + 7) / 8, reductions = ir->n_stages[0] - 1;
-            const double mainloop = 8.3 * (double)k;
-            const double finisher_work = 3000.0 + 2400.0 * rounds + 1200.0 * vectors;
-            cg.finisher = true;
-            if (!paired && reductions <= 2 && o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) &&
-                finisher_work <= 0.8 * mainloop &&
-                3200.0 * reductions + 2400.0 * rounds > 0.9 * mainloop)
-                o.schedule = CF_SCHEDULE_FINISHER;
-            if (paired) {
-                o.pair_tiles = 1;
-                o.cluster_n = (o.cluster_n + 1) / 2;
-                o.stages = 5;
-            }
-            /* Four or more reductions (LN+softmax) spill ~500 bytes per thread; up to
-             * K = 2048 a stage fewer, 32 KB more L1 for the spills, is faster (perf-notes
-             * v11: 2.61 -> 2.52, 2.22 -> 2.07, 1.99 -> 1.96 of cuBLAS); at K = 4096 not. */
-            if (ir->n_stages[0] - 1 >= 4 && k > 0 && k <= 2048)
-                o.stages--;
-            /* With two tiles a warpgroup (K = 512) a late finish defers three quarters of the
-             * output's stores to the tail, where every CTA writes at once.  LN+softmax's first
-             * exchange waits at once anyway, and finishing every tile at once ran 2.03 -> 1.96 of
-             * cuBLAS at 4096x2048x512 (perf-notes v20; 3-15 % slower at K >= 1024, and RMSNorm,
-             * LN, softmax 11-29 % slower at K = 512). */
-            if (ir->n_stages[0] - 1 >= 4 && k > 0 && k <= 512) {
-                o.sync_finish = 1;
-                o.stages = 6;
-            }
-            /* At K = 4096 the 128x128 mainloop is L2-bound (perf-notes v21 §7: back to back the
-             * fused kernels ran 1.08-1.20 of cuBLAS while its cluster-2 GEMM ran 1.01); pairs of
-             * CTAs multicasting their X rows ran 0.90-0.94 of that with W as [N,K], 0.98-1.01
-             * as [K,N], and 1-4.5 % slower at K <= 1024 (v22 §1). */
-            if (k >= 4096 && o.cluster_n > 1 && o.cluster_n % 2 && o.cluster_n < 64)
-                o.cluster_n++;   /* multicast pairs: an odd row group gets one idle CTA */
-            if (k >= 4096 && o.cluster_n % 2 == 0)
-                o.multicast = 1;
-        }
+        if (ir)
+            schedule_defaults(ir, &o, k, cg);
     } else {
         o.reduce_mode = CF_REDUCE_PEER; /* unused without reductions */
     }
@@ -297,7 +304,7 @@ void cf_plan_fill(cf_plan_request *o, cf_plan_request def)
     if (!o->block_n)
         o->block_n = def.block_n;
     if (!o->stages)
-        o->stages = def.stages; /* cf_kernel_build lowers it until the plan fits shared memory */
+        o->stages = def.stages; /* cf_plan_make lowers it until the plan fits shared memory */
     if (o->multicast == 1 && def.cluster_n > 1 && def.cluster_n % 2 && def.cluster_n < 64)
         def.cluster_n++;   /* multicast pairs: an odd row group gets one idle CTA */
     if (!o->cluster_n)
