@@ -85,7 +85,8 @@ def time_ms(fn):
     return sorted(times)[len(times) // 2]
 
 
-BENCH_FIELDS = ("fused_ms", "cublaslt_ms", "floor_ms", "unfused_ms", "fused_over_cublaslt", "unfused_over_cublaslt")
+BENCH_FIELDS = ("fused_ms", "cublaslt_ms", "floor_ms", "unfused_ms", "fused_over_cublaslt", "unfused_over_cublaslt",
+                "predicted_ms")
 
 
 def parse_bench(stdout):

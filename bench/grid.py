@@ -26,9 +26,8 @@ Per cell it prints (the table also to DIR/grid.txt), and writes to DIR/grid.json
   ratios        fused/cuBLAS, compile/cuBLAS, eager/cuBLAS, unfused/cuBLAS, fused/compile
   bound         the issue's bound on fused/cuBLAS for the cell: 1.15; 1.35 for chained
                 reductions (LN + softmax); 1.3 for M <= 128 and rows wider than 16384
-  predicted_ms  the cost model's prediction.  There is no cost model yet (the planner
-                of issue 29 is later work): the field is in the JSON schema, always null,
-                and neither printed nor plotted until a planner fills it.
+  predicted_ms  the plan's cost model (src/plan.c), as `comfuse bench` prints it beside the
+                measurement; ratios["fused/predicted"] is measured over predicted
   and spill_bytes, plan, wide_row_path (from `comfuse compile`), compile_s (torch.compile's
   first call), status and notes (what failed or was skipped).
 
@@ -263,7 +262,7 @@ def new_record(i, c):
         "K": c["K"], "m_desc": c["m_desc"], "bound": b, "bound_kind": why, "main_set": in_main_set(c),
         "fused_ms": None, "cublas_ms": None, "compile_ms": None, "eager_ms": None, "unfused_ms": None,
         "floor_ms": None, "cublaslt_ms": None, "fused_over_cublaslt": None,
-        "predicted_ms": None,  # no cost model yet (issue 29's planner): always null for now
+        "predicted_ms": None,  # the plan's cost model (`comfuse bench`'s BENCH line)
         "compile_s": None, "status": "not run", "notes": [],
     }
 
@@ -276,7 +275,7 @@ def finish_record(r):
         "eager/cublas": ratio(r["eager_ms"], r["cublas_ms"]),
         "unfused/cublas": ratio(r["unfused_ms"], r["cublas_ms"]),
         "fused/compile": ratio(r["fused_ms"], r["compile_ms"]),
-        "predicted/fused": ratio(r["predicted_ms"], r["fused_ms"]),
+        "fused/predicted": ratio(r["fused_ms"], r["predicted_ms"]),
     }
     f = r["ratios"]["fused/cublas"]
     r["within_bound"] = None if f is None else f <= r["bound"]
@@ -295,6 +294,8 @@ def summarize(records):
         "main_cells": len(main),
         "geomean_fused_over_cublas_all": geomean([r["ratios"]["fused/cublas"] for r in done]),
         "geomean_compile_over_cublas_all": geomean([r["ratios"]["compile/cublas"] for r in done]),
+        "geomean_fused_over_predicted_all": geomean([r["ratios"]["fused/predicted"] for r in done
+                                                     if r["ratios"]["fused/predicted"] is not None]),
         "within_bound": sum(1 for r in done if r["within_bound"]),
         "faster_than_compile": sum(1 for r in done if r["faster_than_compile"]),
         "compared_with_compile": sum(1 for r in done if r["faster_than_compile"] is not None),
@@ -317,7 +318,7 @@ def fmt(v, w=8, p=4):
 
 
 HEADER = (f"{'#':>3} {'cell':<40} {'M':>5} {'N':>6} {'K':>5} {'fused':>8} {'cuBLAS':>8} {'compile':>8} "
-          f"{'eager':>8} {'unfused':>8} {'f/cuB':>6} {'c/cuB':>6} {'bound':>5}")
+          f"{'eager':>8} {'unfused':>8} {'pred':>8} {'f/cuB':>6} {'c/cuB':>6} {'f/pred':>6} {'bound':>5}")
 
 
 def row_line(r):
@@ -328,16 +329,17 @@ def row_line(r):
     label = r["label"].rsplit("  ", 1)[0]  # model and short layer name; the shape has columns
     return (f"{r['id']:>3} {label:<40} {r['M']:>5} {r['N']:>6} {r['K']:>5} {fmt(r['fused_ms'])} "
             f"{fmt(r['cublas_ms'])} {fmt(r['compile_ms'])} {fmt(r['eager_ms'])} {fmt(r['unfused_ms'])} "
-            f"{fmt(rt.get('fused/cublas'), 6, 3)} {fmt(rt.get('compile/cublas'), 6, 3)} {r['bound']:>5.2f}{flag}")
+            f"{fmt(r['predicted_ms'])} {fmt(rt.get('fused/cublas'), 6, 3)} {fmt(rt.get('compile/cublas'), 6, 3)} "
+            f"{fmt(rt.get('fused/predicted'), 6, 3)} {r['bound']:>5.2f}{flag}")
 
 
 def print_table(records, summary, out=None):
     out = out or sys.stdout
     print("\ntimes in ms (median); fused = comfuse's kernel, cuBLAS = torch x @ w alone, compile = torch.compile,",
           file=out)
-    print("unfused = comfuse's cuBLASLt GEMM + row kernel; f/cuB, c/cuB: fused and compile over cuBLAS;", file=out)
-    print("OVER: fused/cuBLAS above the cell's bound; >compile: slower than torch.compile.  (No model", file=out)
-    print("prediction column: there is no cost model yet.)\n", file=out)
+    print("unfused = comfuse's cuBLASLt GEMM + row kernel; pred = the plan's cost model (src/plan.c);", file=out)
+    print("f/cuB, c/cuB: fused and compile over cuBLAS; f/pred: fused measured over predicted;", file=out)
+    print("OVER: fused/cuBLAS above the cell's bound; >compile: slower than torch.compile.\n", file=out)
     print(HEADER, file=out)
     for r in records:
         print(row_line(r), file=out)
@@ -348,7 +350,8 @@ def print_table(records, summary, out=None):
           f"{fmt(s['geomean_fused_over_cublas_all'], 0, 3).strip()}; torch.compile/cuBLAS over all: "
           f"{fmt(s['geomean_compile_over_cublas_all'], 0, 3).strip()}", file=out)
     print(f"within their bound: {s['within_bound']}/{s['measured']}; faster than torch.compile: "
-          f"{s['faster_than_compile']}/{s['compared_with_compile']}", file=out)
+          f"{s['faster_than_compile']}/{s['compared_with_compile']}; geomean measured/predicted: "
+          f"{fmt(s['geomean_fused_over_predicted_all'], 0, 3).strip()}", file=out)
 
 
 CLIP = (0.5, 5.0)  # the plot's x range; bars beyond it are clipped and labelled with their value
@@ -574,7 +577,7 @@ def gpu_run(args, cells, binary, out_dir):
     meta = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": torch.cuda.get_device_name(), "torch": torch.__version__, "comfuse": binary,
             "git": git_rev(), "bench_iters": args.iters, "bench_args": args.bench_args,
-            "predicted_ms": "no cost model yet: null in every cell"}
+            "predicted_ms": "the plan's cost model (src/plan.c, `comfuse bench`)"}
     records = [finish_record(new_record(i, c)) for i, c in enumerate(cells)]
 
     # NVRTC for every cell in the background, torch.compile meanwhile.
@@ -631,7 +634,7 @@ def gpu_run(args, cells, binary, out_dir):
         if vals is None:
             r["notes"].append("comfuse bench failed: " + log.strip()[-400:])
         else:
-            for key in ("fused_ms", "unfused_ms", "floor_ms", "cublaslt_ms", "fused_over_cublaslt"):
+            for key in ("fused_ms", "unfused_ms", "floor_ms", "cublaslt_ms", "fused_over_cublaslt", "predicted_ms"):
                 r[key] = vals[key]
         r["status"] = "measured"
         finish_record(r)

@@ -237,10 +237,12 @@ CF_API cf_status cf_ir_interpret(const cf_ir *ir, const cf_bindings *b, double *
 
 /* ---- fused kernels -------------------------------------------------------- */
 
-/* Kernel shape; 0 in a field lets comfuse choose (cf_options_for). */
+/* What a user chooses of the kernel; 0 in a field lets comfuse choose.  The rest of the
+ * launch (how the schedule finishes tiles, pairs them, multicasts operands, lays out shared
+ * memory) is planned inside the library for the GEMM size m, n, k given here. */
 typedef struct cf_options {
     int block_m;         /* rows of a consumer warpgroup's tile: 64 or 128     */
-    int block_n;         /* columns of a tile: a multiple of 16, at most 256   */
+    int block_n;         /* columns of a tile: 64, 128, 192 or 256             */
     int stages;          /* shared-memory pipeline depth: the deepest wanted; a
                             kernel is built with the deepest that fits in shared
                             memory (cf_resources.stages says which)            */
@@ -259,33 +261,19 @@ typedef struct cf_options {
                             CF_SCHEDULE_FINISHER (PingPong, and a fourth
                             warpgroup finishes the tiles that finish late;
                             PingPong where no tile finishes late)              */
-    int sync_finish;     /* 0 auto, 1 yes, -1 no.  With CF_REDUCE_GLOBAL a tile
-                            posts its row partials, parks in shared memory and
-                            is finished after the next mainloop (a late finish,
-                            where the epilogue allows it and the stages leave
-                            room); 1: every tile waits for its row at once
-                            (the default for four reductions at K <= 512)    */
-    int pair_tiles;      /* 0 auto, 1 yes, -1 no.  With a late finish through L2 after the epilogue's only
-                            exchange: each CTA takes two adjacent column tiles of a
-                            row block (one per warpgroup) and posts their combined
-                            row partials, so a row has half the ranks to gather;
-                            cluster_n then counts CTAs of two tiles each       */
-    int multicast;       /* 0 auto, 1 yes, -1 no.  With CF_REDUCE_GLOBAL: adjacent
-                            CTAs of a row group run as hardware clusters of 2
-                            and multicast the X rows they share, halving X's
-                            L2 reads (the default from K = 4096, where the
-                            mainloop is L2-bound)                              */
+    int64_t m, n, k;     /* the GEMM size the kernel is planned for (launches may
+                            use others); 0 when not known                      */
 } cf_options;
 
 enum { CF_REDUCE_AUTO = 0, CF_REDUCE_PEER = 1, CF_REDUCE_LEADER = 2, CF_REDUCE_GLOBAL = 3 };
 enum { CF_SCHEDULE_AUTO = 0, CF_SCHEDULE_PINGPONG = 1, CF_SCHEDULE_COOPERATIVE = 2, CF_SCHEDULE_FINISHER = 3 };
 
-/* A good kernel shape for g at this GEMM size (all fields filled); n <= 0
- * when the size is not known yet.  Graphs with row reductions need all of a
- * row's column tiles resident at once, so N picks cluster_n. */
+/* The plan's choices for g at this GEMM size (every field filled, m, n, k set; n <= 0 when
+ * the size is not known yet).  Graphs with row reductions need all of a row's column tiles
+ * resident at once, so N picks cluster_n.  Passed to cf_kernel_build as it is, or with some
+ * fields changed, it plans the kernel the CLI plans for the same choices; a field equal to
+ * the plan's own choice counts as not chosen. */
 CF_API cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k);
-/* Sets the 0 fields of o from def. */
-CF_API void cf_options_fill(cf_options *o, cf_options def);
 
 typedef struct cf_kernel cf_kernel;
 

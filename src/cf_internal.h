@@ -275,19 +275,47 @@ size_t cf_ir_param_bytes(const cf_ir *ir, int *tile_outputs);
 /* Deterministic text form (used by cf_ir_print and tests). */
 void cf_ir_format(const cf_ir *ir, cf_strbuf *sb);
 
-/* ---- kernel.c ----------------------------------------------------------- */
+/* ---- plan.c: every launch decision, between Φ and Ψ ------------------------ */
 
-const cf_ir *cf_kernel_ir(const cf_kernel *k);
-/* The options the kernel was built with, every field chosen (stages as it fits). */
-const cf_options *cf_kernel_options(const cf_kernel *k);
-/* Whether a launch with N columns takes the wide-row path (rows wider than one
- * cluster: GEMM to f32 in device memory, then the row kernel of rows.c). */
-bool cf_kernel_wide(const cf_kernel *k, int64_t n);
+/* What the plan needs to know of the GPU.  cf_device_facts_h200() when no driver is asked
+ * (kernels are planned, and their source generated, without a GPU); cf_device_facts_query
+ * reads the current device's. */
+typedef struct cf_device_facts {
+    int sm_count;          /* 132 on the H200                                       */
+    int smem_per_block;    /* dynamic + static shared memory a CTA may opt in to     */
+    int smem_per_sm;
+    int regs_per_sm;
+} cf_device_facts;
 
-/* ---- codegen.c: Ψ ----------------------------------------------------- */
+/* Shared memory per CTA on sm_90 with the opt-in attribute. */
+#define CF_SMEM_OPTIN 232448
 
-/* Kernel shape chosen by the host (see the device header for the meaning). */
-typedef struct cf_cg_options {
+cf_device_facts cf_device_facts_h200(void);
+cf_status cf_device_facts_query(cf_device_facts *dev, cf_error *err);
+
+/* What a caller asks of a plan: the public cf_options and the schedule internals the CLI's
+ * flags and --plan reach.  0 in a field: the plan chooses. */
+typedef struct cf_plan_request {
+    int block_m, block_n, stages, cluster_n, reduce_mode, schedule;
+    int sync_finish;     /* 1 every tile finishes at once, -1 late (when it can)        */
+    int pair_tiles;      /* 1 two column tiles per CTA, -1 one                          */
+    int multicast;       /* 1 pairs of a row group's CTAs multicast X, -1 not           */
+} cf_plan_request;
+
+/* A plan's shared memory: the static part (the DSMEM exchange's buffers), the dynamic part
+ * (operand ring, staging, barriers; what the launch passes) with the staging chunks chosen,
+ * and whether both fit the device's limit.  The one formula: Ψ emits its choices and the
+ * device header checks that its layout adds up to the same bytes. */
+typedef struct cf_plan_smem {
+    int static_bytes;
+    long dynamic_bytes;
+    int stg_chunks;
+    bool fits;
+} cf_plan_smem;
+
+/* The whole launch.  The first block is what Ψ renders (see the device header for the
+ * meaning); cf_plan_make fills the rest from it, the IR, the shape and the device. */
+typedef struct cf_plan {
     int bm, bn;          /* rows / columns of one consumer warpgroup's tile    */
     int stages;          /* shared-memory pipeline depth                        */
     int cluster_n;       /* CTAs per hardware cluster along N                   */
@@ -300,44 +328,107 @@ typedef struct cf_cg_options {
     bool finisher;       /* a fourth warpgroup finishes late tiles (when they are) */
     bool pair_tiles;     /* each CTA takes two adjacent column tiles of a row block, one per
                             warpgroup, and posts their combined partials (cf_cg_can_pair) */
-} cf_cg_options;
+    int smem_limit;      /* the device's shared memory per CTA (0: CF_SMEM_OPTIN) */
+    /* derived by cf_plan_make */
+    cf_plan_request req; /* the request with every field chosen                */
+    int schedule;        /* CF_SCHEDULE_* the kernel runs                       */
+    int reduce_mode;     /* CF_REDUCE_*, 0 without row reductions              */
+    int reductions;      /* row reductions of the epilogue                      */
+    bool multicast;      /* pairs of a row group's CTAs multicast X (cluster of 2) */
+    bool late_finish;    /* tiles finish after the next mainloop                */
+    bool gather_early;   /* a parked tile's late gather loads as the next mainloop ends */
+    bool has_finisher;   /* the fourth warpgroup is there (finisher and late tiles) */
+    int gelu_at_store;   /* 16-bit outputs whose GELU the store computes        */
+    int threads;         /* per CTA                                             */
+    cf_plan_smem smem;
+    /* with a shape (m > 0) */
+    int64_t m, n, k;
+    int64_t tiles_m, tiles_n, group_tiles;  /* row tiles, column tiles, row-group tiles */
+    int resident_ctas;   /* CTAs the device holds at once (the model's estimate)  */
+    int64_t grid_ctas;   /* the persistent grid                                  */
+    double waves;        /* row-group tiles per co-resident row group              */
+    bool wide;           /* rows wider than the row group: the wide-row path       */
+    char fallback[160];  /* why a launch leaves the fused kernel, or ""           */
+    double predicted_us; /* the cost model's time (cf_plan_predict)              */
+} cf_plan;
+
+/* The plan's own choices at this GEMM size (m, n, k 0 when unknown): cf_options_for, with
+ * the schedule internals. */
+cf_plan_request cf_plan_defaults(const cf_ir *ir, int64_t m, int64_t n, int64_t k);
+/* Sets the 0 fields of r from def, keeping what was given consistent (a schedule given
+ * against the default takes its own cluster, a tile given turns the pair off, ...). */
+void cf_plan_fill(cf_plan_request *r, cf_plan_request def);
+/* The request a public cf_options makes: a field equal to the plan's own choice at opt's
+ * shape counts as not given, so cf_options_for's result plans what the CLI plans. */
+cf_plan_request cf_plan_request_of(const cf_ir *ir, const cf_options *opt);
+/* Plans the kernel for ir at M, N, K (0: unknown) on dev (NULL: the H200) from req (NULL:
+ * all chosen).  CF_ERR_INVALID_ARG naming the field for a request the kernel cannot take. */
+cf_status cf_plan_make(const cf_ir *ir, int64_t M, int64_t N, int64_t K, const cf_device_facts *dev,
+                       const cf_plan_request *req, cf_plan *out, cf_error *err);
+/* Fills the shape-dependent part of p (tiles, grid, waves, wide, fallback, predicted_us)
+ * for M, N, K with resident_ctas CTAs held at once (0: the model's estimate). */
+void cf_plan_shape(const cf_ir *ir, cf_plan *p, int64_t M, int64_t N, int64_t K, const cf_device_facts *dev,
+                   int resident_ctas);
+/* The cost model: predicted microseconds of p at its shape on the H200 (0 without one). */
+double cf_plan_predict(const cf_ir *ir, const cf_plan *p, const cf_device_facts *dev);
+/* The shared memory of p (the one formula; see cf_plan_smem). */
+cf_plan_smem cf_plan_smem_of(const cf_ir *ir, const cf_plan *p);
+/* Overrides one field of r from "key=value" (the CLI's --plan); CF_ERR_INVALID_ARG naming
+ * the key and what it takes. */
+cf_status cf_plan_override(cf_plan_request *r, const char *key, const char *value, cf_error *err);
+/* The candidate the cost model ranks first among tile shapes (and, with reductions, one or
+ * two tiles per CTA), the rest chosen by the plan: printed beside the plan for A/B runs,
+ * not taken (the plan's choices are still the measured rules).  CF_ERR_INVALID_ARG when no
+ * candidate fits in one row group. */
+cf_status cf_plan_model_choice(const cf_ir *ir, int64_t M, int64_t N, int64_t K, const cf_device_facts *dev,
+                               cf_plan *best, cf_error *err);
+/* Every field of p, one "name: value" line each, then "predicted: X us". */
+void cf_plan_format(const cf_plan *p, cf_strbuf *sb);
+
+/* ---- kernel.c ----------------------------------------------------------- */
+
+const cf_ir *cf_kernel_ir(const cf_kernel *k);
+/* The request the kernel was planned from, every field chosen (stages as it fits). */
+const cf_plan_request *cf_kernel_options(const cf_kernel *k);
+const cf_plan *cf_kernel_plan(const cf_kernel *k);
+/* cf_kernel_build from a request at a shape (m, n, k 0 when unknown): what the CLI calls. */
+cf_status cf_kernel_build_req(const cf_graph *g, const cf_plan_request *req, int64_t m, int64_t n, int64_t k,
+                              const char *title, cf_kernel **out, cf_error *err);
+/* The cost model's time for a launch at M, N, K, in microseconds: on the device and with the
+ * residency the driver gives once the kernel is loaded, else the H200's estimate. */
+double cf_kernel_predict_us(const cf_kernel *k, int64_t M, int64_t N, int64_t K);
+/* Whether a launch with N columns takes the wide-row path (rows wider than one
+ * cluster: GEMM to f32 in device memory, then the row kernel of rows.c). */
+bool cf_kernel_wide(const cf_kernel *k, int64_t n);
+
+/* ---- codegen.c: Ψ ----------------------------------------------------- */
+
+/* Ψ renders a cf_plan; the predicates below say what it can render for a candidate plan
+ * (structural questions about the epilogue), which cf_plan_make asks. */
 
 /* CF_ERR_UNSUPPORTED when the IR uses what the code generator cannot emit yet. */
 cf_status cf_cg_check(const cf_ir *ir, cf_error *err);
 /* Offsets (indexed like ir->args; 0 for args not in the struct), size and
  * alignment of the generated cf_epi_params, for packing it on the host. */
 void cf_cg_epi_layout(const cf_ir *ir, size_t *offsets, size_t *size, size_t *align);
-/* Whether Ψ finishes the tiles of this IR late with these options (the park
+/* Whether Ψ finishes the tiles of this IR late with this plan (the park
  * fits, the last stage qualifies, few enough exchanges; docs/design.md). */
-bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt);
+bool cf_cg_finishes_late(const cf_ir *ir, const cf_plan *opt);
 /* Whether the pair of column tiles per CTA (opt->pair_tiles) applies: tiles finish late on
  * their own consumer (no finisher), through L2, after the epilogue's only exchange. */
-bool cf_cg_can_pair(const cf_ir *ir, const cf_cg_options *opt);
+bool cf_cg_can_pair(const cf_ir *ir, const cf_plan *opt);
 /* Partials a lane of a tile's gathers loads over all its exchanges through L2 (a merged
  * exchange's pair is two). */
-int cf_cg_gather_words(const cf_ir *ir, const cf_cg_options *opt);
+int cf_cg_gather_words(const cf_ir *ir, const cf_plan *opt);
 /* Whether a parked tile's late gather loads its words as the next mainloop ends (one round,
  * one late exchange, a first part without vectors; CF_GATHER_EARLY). */
-bool cf_cg_gathers_early(const cf_ir *ir, const cf_cg_options *opt);
+bool cf_cg_gathers_early(const cf_ir *ir, const cf_plan *opt);
 /* Whether the kernel has a finisher warpgroup (opt->finisher, and tiles finish late). */
-bool cf_cg_has_finisher(const cf_ir *ir, const cf_cg_options *opt);
-/* Shared memory per CTA on sm_90 with the opt-in attribute. */
-#define CF_SMEM_OPTIN 232448
-/* A plan's shared memory: the static part (the DSMEM exchange's buffers), the dynamic part
- * (operand ring, staging, barriers; what the launch passes) with the staging chunks chosen,
- * and whether both fit CF_SMEM_OPTIN.  The one formula: Ψ emits its choices and the device
- * header checks that its layout adds up to the same bytes. */
-typedef struct cf_cg_smem {
-    int static_bytes;
-    long dynamic_bytes;
-    int stg_chunks;
-    bool fits;
-} cf_cg_smem;
-cf_cg_smem cf_cg_plan_smem(const cf_ir *ir, const cf_cg_options *opt);
+bool cf_cg_has_finisher(const cf_ir *ir, const cf_plan *opt);
 /* Tile outputs whose GELU their 16-bit store computes in packed 16-bit math. */
 int cf_cg_gelu_stores(const cf_ir *ir);
 /* Appends the CUDA source of the fused kernel to out; title names the spec. */
-cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *title, cf_strbuf *out,
+cf_status cf_codegen(const cf_ir *ir, const cf_plan *opt, const char *title, cf_strbuf *out,
                      cf_error *err);
 
 /* ---- the runtime: rt_nvrtc.c over cache.c / sha256.c ---------------------- */

@@ -13,7 +13,8 @@ static const char usage[] =
     "reductions such as LayerNorm, RMSNorm, Softmax) into one Hopper kernel.\n"
     "\n"
     "commands:\n"
-    "  explain SPEC          print the Fusion Spec IR: stages, nodes, edges, bypasses\n"
+    "  explain SPEC          print the Fusion Spec IR (stages, nodes, edges, bypasses)\n"
+    "                        and the kernel's plan with its predicted time\n"
     "  emit SPEC             print the generated CUDA source of the fused kernel\n"
     "                        (--unfused: of the unfused path's row kernel)\n"
     "  compile SPEC          compile the kernel (NVRTC, sm_90a) into the cache; no GPU needed\n"
@@ -33,9 +34,11 @@ static const char explain_usage[] =
     "row reduction, nested as the reduction's PostOp), each node with its\n"
     "category (accumulator, broadcast, compute, reduction, placeholder, store,\n"
     "matmul), shape, operands and edges, and the values carried from one stage\n"
-    "to the next (bypass).  Then the fused kernel's resources: registers,\n"
-    "spills, shared memory, cluster shape (compiled with NVRTC for the kernel\n"
-    "options below, chosen from --shape when given).  Needs no GPU.\n\n";
+    "to the next (bypass).  Then the plan (src/plan.c): every launch decision,\n"
+    "one a line, and with --shape the grid and the cost model's predicted time;\n"
+    "then the fused kernel's resources: registers, spills, shared memory, cluster\n"
+    "shape (compiled with NVRTC for the kernel options below, chosen from --shape\n"
+    "when given).  Needs no GPU.\n\n";
 
 static const char emit_usage[] =
     "usage: comfuse emit [kernel options] [--unfused] SPEC.cf\n"
@@ -95,9 +98,23 @@ static const char bench_usage[] =
 
 /* Builds the kernel, and with compile also compiles what a launch at the shape runs; frees it
  * on failure. */
+/* The kernel the plan makes of o's request at o's shape. */
+static cf_status build_planned(const cli_opts *o, const cf_graph *g, cf_kernel **k, cf_error *err)
+{
+    int64_t mnk[3] = {0, 0, 0};
+    cf_ir *ir = NULL;
+    if (o->have_shape && cf_lower(g, &ir, err) == CF_OK) {
+        const cf_dim d[3] = {ir->dim_m, ir->dim_n, ir->dim_k};
+        for (int i = 0; i < 3; i++)
+            mnk[i] = d[i] >= 0 ? o->dims[d[i]] : 0;
+    }
+    cf_ir_free(ir);
+    return cf_kernel_build_req(g, &o->kopt, mnk[0], mnk[1], mnk[2], o->spec, k, err);
+}
+
 cf_status cli_build_kernel(const cli_opts *o, const cf_graph *g, bool compile, cf_kernel **k, cf_error *err)
 {
-    cf_status st = cf_kernel_build(g, &o->kopt, o->spec, k, err);
+    cf_status st = build_planned(o, g, k, err);
     if (st == CF_OK && o->stages_asked && cf_kernel_options(*k)->stages != o->stages_asked)
         st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
                        "--stages %d: this plan fits at most %d stages in shared memory", o->stages_asked,
@@ -212,9 +229,20 @@ static void print_resources(const cli_opts *o, const cf_graph *g)
     cf_kernel *k = NULL;
     cf_error err;
     cf_resources r;
-    cf_status st = cf_kernel_build(g, &o->kopt, o->spec, &k, &err);
-    if (st == CF_OK)
+    cf_status st = build_planned(o, g, &k, &err);
+    if (st == CF_OK) {
+        cf_strbuf sb = {0};
+        const cf_plan *p = cf_kernel_plan(k);
+        cf_plan_format(p, &sb);
+        fputs(sb.data ? sb.data : "", stdout);
+        cf_sb_free(&sb);
+        cf_plan best;
+        if (p->m && cf_plan_model_choice(cf_kernel_ir(k), p->m, p->n, p->k, NULL, &best, &err) == CF_OK)
+            printf("model's choice (not taken): tile %dx%d, row group %d CTAs%s: predicted %.1f us\n", best.bm,
+                   best.bn, best.row_ctas, best.pair_tiles ? " of two tiles" : "", best.predicted_us);
+        fflush(stdout);
         st = cf_kernel_compile(k, &err);
+    }
     if (st == CF_OK)
         st = cf_kernel_resources(k, &r, &err);
     if (st == CF_OK)

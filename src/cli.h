@@ -13,7 +13,7 @@ typedef struct cli_opts {
     bool *params_set;            /* spec has; cli_opts_free)                      */
     const char **param_text;     /* the --param values as given                   */
     int n_param_text;
-    cf_options kopt;             /* 0 fields: chosen from the shape               */
+    cf_plan_request kopt;        /* 0 fields: the plan chooses (from the shape)  */
     int stages_asked;            /* --stages, which must fit as asked (0: none)   */
     int schedule_asked;          /* --schedule as given (0: none)                 */
     bool check;

@@ -863,6 +863,16 @@ static void bench_report(bench *b, const cli_opts *o)
         printf("  %-22s not available (%s)\n", "unfused: cuBLAS + rows", b->no_unfused.text);
     }
     printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
+    /* the plan's cost model beside the measurement (bench/grid.py: predicted vs measured) */
+    const cf_ir *ir = b->ir;
+    const double pred_ms = b->k ? cf_kernel_predict_us(b->k, b->s.dims[ir->dim_m], b->s.dims[ir->dim_n],
+                                                       b->s.dims[ir->dim_k]) / 1e3 : 0;
+    char pred_col[32] = "-";
+    if (pred_ms > 0) {
+        printf("  %-22s %9.4f %9s %9s %10s %10s  (measured/predicted %.3f)\n", "predicted (plan model)", pred_ms,
+               "", "", "", "", b->fused.median_ms / pred_ms);
+        snprintf(pred_col, sizeof pred_col, "%.5f", pred_ms);
+    }
     if (have_r && getenv("CF_TRACE")) {
         /* the trace reads a CTA's tiles as alternating warpgroups' (with a finisher too) */
         fused_ctx f = {b->k, &b->s};
@@ -872,9 +882,10 @@ static void bench_report(bench *b, const cli_opts *o)
             printf("  trace: pingpong kernels only (this one is cooperative; --schedule pingpong)\n");
     }
     /* columns: spec shape fused cublas floor unfused (ms), then fused/cuBLAS and unfused/cuBLAS
-     * (medians of per-turn ratios); "-" for a path not available */
-    printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\t%s\t%s\n", o->spec, o->shape_text, fused_col, t_cublas,
-           floor_ms, unfused_col, fused_r, unfused_r);
+     * (medians of per-turn ratios), then the plan's predicted fused time (ms); "-" for a path
+     * not available */
+    printf("BENCH\t%s\t%s\t%s\t%.5f\t%.5f\t%s\t%s\t%s\t%s\n", o->spec, o->shape_text, fused_col, t_cublas,
+           floor_ms, unfused_col, fused_r, unfused_r, pred_col);
 }
 
 int cli_bench(const cf_graph *g, const cli_opts *o)

@@ -42,7 +42,13 @@ const char cli_kernel_opts_usage[] =
     "                      it applies and no tile shape is given)\n"
     "  --multicast on|off  through L2, pairs of adjacent CTAs of a row group run as\n"
     "                      hardware clusters of 2 and multicast the X rows they\n"
-    "                      share (default: on from K = 4096)\n";
+    "                      share (default: on from K = 4096)\n"
+    "  --plan key=value[,key=value]\n"
+    "                      override fields of the plan (`explain --shape` prints\n"
+    "                      it): block_m, block_n, stages, cluster, reduce\n"
+    "                      (peer|leader|global), schedule, finish (sync|late),\n"
+    "                      pair (on|off), multicast (on|off); the flags above set\n"
+    "                      the same fields\n";
 
 /* CF_ERR_INVALID_ARG: options the library refuses (a tile too large for the registers, a
  * cluster a reduce mode cannot take) are bad usage too */
@@ -218,6 +224,37 @@ static bool set_tile_option(cli_opts *o, const char *flag, const char *v)
 /* "on" 1, "off" -1 (cf_options' forced settings), anything else 0 */
 static int on_off(const char *v) { return strcmp(v, "on") == 0 ? 1 : strcmp(v, "off") == 0 ? -1 : 0; }
 
+/* --plan key=value[,key=value]: fields of the plan's request, as the flags set them. */
+static bool set_plan(cli_opts *o, const char *text)
+{
+    char *buf = strdup(text);
+    bool ok = buf != NULL;
+    if (!ok)
+        fprintf(stderr, "comfuse: out of memory\n");
+    char *save = NULL;
+    for (char *tok = ok ? strtok_r(buf, ",", &save) : NULL; tok && ok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        cf_error err;
+        if (!eq) {
+            fprintf(stderr, "comfuse: --plan: expected key=value, got '%s'\n", tok);
+            ok = false;
+            break;
+        }
+        *eq = 0;
+        const int stages = o->kopt.stages, schedule = o->kopt.schedule;
+        if (cf_plan_override(&o->kopt, tok, eq + 1, &err) != CF_OK) {
+            fprintf(stderr, "comfuse: %s\n", err.msg);
+            ok = false;
+        }
+        if (o->kopt.stages != stages)
+            o->stages_asked = o->kopt.stages;   /* must fit as asked, as --stages */
+        if (o->kopt.schedule != schedule)
+            o->schedule_asked = o->kopt.schedule;
+    }
+    free(buf);
+    return ok;
+}
+
 /* Parses the options shared by emit/compile/run/bench.  Returns 0 on success,
  * else the exit code. */
 int cli_parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_graph **g, bool *want_ptx)
@@ -283,6 +320,9 @@ int cli_parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_grap
                                : strcmp(v, "cooperative") == 0 ? CF_SCHEDULE_COOPERATIVE
                                                                : CF_SCHEDULE_FINISHER;
             o->schedule_asked = o->kopt.schedule;
+        } else if (strcmp(a, "--plan") == 0) {
+            if (!set_plan(o, v))
+                return 2;
         } else if (strcmp(a, "--pair-tiles") == 0 && on_off(v)) {
             o->kopt.pair_tiles = on_off(v);
         } else if (strcmp(a, "--multicast") == 0 && on_off(v)) {
@@ -311,15 +351,6 @@ int cli_parse_opts(int argc, char **argv, const char *help, cli_opts *o, cf_grap
         return 2;
     if ((rc = set_params(*g, o)) != 0)
         return rc;
-    if (o->have_shape) {
-        /* Fill what the user left open from the GEMM's size. */
-        cf_ir *ir = NULL;
-        cf_error err;
-        if (cf_lower(*g, &ir, &err) == CF_OK) {
-            cf_options d = cf_options_for(*g, o->dims[ir->dim_m], o->dims[ir->dim_n], o->dims[ir->dim_k]);
-            cf_options_fill(&o->kopt, d);
-        }
-        cf_ir_free(ir);
-    }
+    /* what the user left open the plan chooses from the shape (cli_build_kernel) */
     return 0;
 }

@@ -163,7 +163,7 @@ enum { CLS_TILE, CLS_ROW, CLS_SCALAR };
 
 typedef struct cg_ctx {
     const cf_ir *ir;
-    const cf_cg_options *opt;
+    const cf_plan *opt;
     cf_strbuf *sb;
     int indent;
     int *arr;            /* by node id: its array, or -1 when it needs none    */
@@ -730,7 +730,7 @@ static bool is_square_of(const cf_ir_node *a, const cf_ir_node *d)
  * gather lands the row's words there). */
 static bool whole_tile_staging_fits(const cg_ctx *c)
 {
-    cf_cg_smem m = cf_cg_plan_smem(c->ir, c->opt);
+    cf_plan_smem m = cf_plan_smem_of(c->ir, c->opt);
     return m.fits && m.stg_chunks == c->opt->bn / 64;
 }
 
@@ -738,7 +738,7 @@ static bool whole_tile_staging_fits(const cg_ctx *c)
  * staging boxes (bn/64 x bm/64 box slots of 2 KB a warp, with whole-tile staging). */
 static bool staged_gather_fits(const cg_ctx *c)
 {
-    const cf_cg_options *o = c->opt;
+    const cf_plan *o = c->opt;
     return whole_tile_staging_fits(c) && o->row_ctas * 32 * 8 <= (o->bn / 64) * (o->bm / 64) * 2048;
 }
 
@@ -795,47 +795,6 @@ static void emit_mean_scale(cg_ctx *c, const cf_ir_node *red, const char *id, bo
         line(c, "    red_%s[s] = red_%s[s] / (float)t.N;", id, id);
     else
         line(c, "    red_%s[s] *= cf_rcp((float)t.N);", id);
-}
-
-/* The DSMEM exchange's static buffers (cf_reduce.cuh): partials [2 wg][2 buf][cluster][rows],
- * the leader's results, barriers and sequence counters; 128 bytes of alignment slack with any
- * reduction. */
-static int static_smem_bytes(const cf_ir *ir, const cf_cg_options *o)
-{
-    if (ir->n_stages[0] < 2)
-        return 0;
-    const bool dsmem = o->row_ctas > 1 && !o->red_global;
-    const int red = dsmem ? 2 * 2 * o->cluster_n * o->bm * 4 + (o->red_leader ? 2 * 2 * o->bm * 4 + 32 : 0) + 32 +
-                                2 * 128 * 4
-                          : 0;
-    return red + 128;
-}
-
-/* cf_sm90.cuh's CF_SMEM_BYTES, the one formula of the dynamic shared memory: 1024 bytes of
- * alignment slack, two mbarriers a stage and 96 bytes of others (+ the pair's handoff: two
- * mbarriers and 8 bytes a row), the operand ring, and both warpgroups' staging buffers
- * (stg_chunks 64-column chunks of bm rows at 128 bytes a row). */
-static long dynamic_smem_bytes(const cf_cg_options *o, int stg_chunks)
-{
-    const long tile_m = o->cooperative ? 2L * o->bm : o->bm;
-    return 1024 + 16L * o->stages + 96 + (o->pair_tiles ? 16 + 8L * o->bm : 0) + o->stages * (tile_m + o->bn) * 128L +
-           2L * stg_chunks * o->bm * 128;
-}
-
-cf_cg_smem cf_cg_plan_smem(const cf_ir *ir, const cf_cg_options *o)
-{
-    cf_cg_smem m = {.static_bytes = static_smem_bytes(ir, o)};
-    const long limit = CF_SMEM_OPTIN - m.static_bytes;
-    /* staging: the whole tile where it fits (a late finish parks it there), else half, else one chunk */
-    const int whole = o->bn / 64, choices[3] = {whole, (whole + 1) / 2, 1};
-    for (int i = 0; i < 3; i++) {
-        m.stg_chunks = choices[i];
-        m.dynamic_bytes = dynamic_smem_bytes(o, m.stg_chunks);
-        if (m.dynamic_bytes <= limit)
-            break;
-    }
-    m.fits = m.dynamic_bytes <= limit;
-    return m;
 }
 
 /* ---- late finish -----------------------------------------------------------
@@ -1154,7 +1113,7 @@ static bool post_first(const cg_ctx *c)
  * "Gather early"). */
 static bool gathers_early(const cg_ctx *c, int *block)
 {
-    const cf_cg_options *o = c->opt;
+    const cf_plan *o = c->opt;
     const int reductions = c->ir->n_stages[0] - 1;
     if (!post_first(c) || !o->red_global || o->row_ctas < 2 || o->row_ctas > 16 || o->bm != 128 ||
         reductions > 2 || c->mid)
@@ -1468,7 +1427,7 @@ static const cf_ir_node *tile_input_read(const cf_ir *ir, const cf_ir_spec *sp, 
 static bool plan_tile_inputs(cg_ctx *e)
 {
     const cf_ir *ir = e->ir;
-    const cf_cg_options *o = e->opt;
+    const cf_plan *o = e->opt;
     e->tin = malloc((size_t)(ir->n_args ? ir->n_args : 1) * sizeof *e->tin);
     if (!e->tin) {
         plan_free(e);
@@ -1551,7 +1510,7 @@ int cf_cg_gelu_stores(const cf_ir *ir)
 
 /* A finisher warpgroup takes the late finishes when asked for and when there are any; its
  * consumers get 192 registers, which epilogues with more than two reductions outgrow. */
-bool cf_cg_has_finisher(const cf_ir *ir, const cf_cg_options *opt)
+bool cf_cg_has_finisher(const cf_ir *ir, const cf_plan *opt)
 {
     if (!opt->finisher || cf_cg_check(ir, &(cf_error){0}) != CF_OK)
         return false;
@@ -1561,9 +1520,9 @@ bool cf_cg_has_finisher(const cf_ir *ir, const cf_cg_options *opt)
     return fin;
 }
 
-bool cf_cg_can_pair(const cf_ir *ir, const cf_cg_options *opt)
+bool cf_cg_can_pair(const cf_ir *ir, const cf_plan *opt)
 {
-    cf_cg_options o = *opt;
+    cf_plan o = *opt;
     o.pair_tiles = true;
     if (o.finisher || o.cooperative || !o.red_global || cf_cg_check(ir, &(cf_error){0}) != CF_OK)
         return false;
@@ -1575,7 +1534,7 @@ bool cf_cg_can_pair(const cf_ir *ir, const cf_cg_options *opt)
     return pair;
 }
 
-int cf_cg_gather_words(const cf_ir *ir, const cf_cg_options *opt)
+int cf_cg_gather_words(const cf_ir *ir, const cf_plan *opt)
 {
     if (!opt->red_global || opt->row_ctas < 2 || cf_cg_check(ir, &(cf_error){0}) != CF_OK)
         return 0;
@@ -1594,7 +1553,7 @@ int cf_cg_gather_words(const cf_ir *ir, const cf_cg_options *opt)
     return words;
 }
 
-bool cf_cg_gathers_early(const cf_ir *ir, const cf_cg_options *opt)
+bool cf_cg_gathers_early(const cf_ir *ir, const cf_plan *opt)
 {
     if (cf_cg_check(ir, &(cf_error){0}) != CF_OK)
         return false;
@@ -1605,7 +1564,7 @@ bool cf_cg_gathers_early(const cf_ir *ir, const cf_cg_options *opt)
     return early;
 }
 
-bool cf_cg_finishes_late(const cf_ir *ir, const cf_cg_options *opt)
+bool cf_cg_finishes_late(const cf_ir *ir, const cf_plan *opt)
 {
     cf_error err;
     if (cf_cg_check(ir, &err) != CF_OK)
@@ -1817,7 +1776,7 @@ cf_status cf_cg_check(const cf_ir *ir, cf_error *err)
     return CF_OK;
 }
 
-cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *title, cf_strbuf *out,
+cf_status cf_codegen(const cf_ir *ir, const cf_plan *opt, const char *title, cf_strbuf *out,
                      cf_error *err)
 {
     cf_status st = cf_cg_check(ir, err);
@@ -1838,12 +1797,8 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
                          "(carried to a later stage, or stored after their loop); fall back to unfused execution",
                          CG_MAX_ARRAYS);
     }
-    if (opt->pair_tiles && !cf_cg_can_pair(ir, opt)) {
-        plan_free(&e);
-        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
-                         "pair_tiles: needs a late finish through L2 on the consumer warpgroups (pingpong, "
-                         "no --sync-finish, 2 or more CTAs a row) after the epilogue's only exchange");
-    }
+    /* Ψ renders what the plan decided (cf_plan_make asked these same questions) */
+    CF_ASSERT(!e.late == !opt->late_finish && (!opt->pair_tiles || cf_cg_can_pair(ir, opt)));
     const cf_ir_arg *A = &ir->args[0];
     int n_out = 0;
     for (int i = 0; i < ir->n_args; i++)
@@ -1866,7 +1821,7 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     line(&c, "#define CF_B_NK %d", ir->args[1].b_is_nk ? 1 : 0);
     line(&c, "#define CF_IN_F16 %d", A->dtype == CF_F16 ? 1 : 0);
     line(&c, "#define CF_NUM_OUT %d%s", n_out ? n_out : 1, n_out ? "" : "  /* no tile output: one unused slot */");
-    const cf_cg_smem smem = cf_cg_plan_smem(ir, opt);
+    const cf_plan_smem smem = cf_plan_smem_of(ir, opt);
     line(&c, "#define CF_STG_CHUNKS %d  /* 64-column staging chunks per warpgroup */", smem.stg_chunks);
     line(&c, "#define CF_SMEM_PLAN %ld  /* dynamic shared memory of the plan (cf_cg_plan_smem) */",
          smem.dynamic_bytes);
@@ -1882,18 +1837,18 @@ cf_status cf_codegen(const cf_ir *ir, const cf_cg_options *opt, const char *titl
     if (post_first(&e))
         line(&c, "#define CF_POST_FIRST 1  /* a tile posts, then the previous one finishes, then it parks */");
     int early_block;
-    if (gathers_early(&e, &early_block))
+    if (opt->gather_early && gathers_early(&e, &early_block))
         line(&c, "#define CF_GATHER_EARLY %d  /* the parked tile's late gather (slot block %d) loads as the next "
                  "mainloop ends */", early_block + 1, early_block);
     if (e.mid)
         line(&c, "#define CF_FINISHER 1  /* a fourth warpgroup runs the middle stages (cf_epilogue_mid) */\n"
                  "#define CF_MID 1  /* ... while the consumer runs its next mainloop, then finishes the tile late */");
-    else if (cf_cg_has_finisher(ir, opt))
+    else if (opt->has_finisher)
         line(&c, "#define CF_FINISHER 1  /* ... by a fourth warpgroup, while the consumer runs that mainloop */");
     if (ir->n_stages[0] > 1) {
         line(&c, "#define CF_HAS_REDUCE 1");
         line(&c, "#define CF_NUM_RED %d", ir->n_stages[0] - 1);
-        line(&c, "#define CF_STATIC_SMEM %d", static_smem_bytes(ir, opt));
+        line(&c, "#define CF_STATIC_SMEM %d", smem.static_bytes);
         if (opt->red_global)
             line(&c, "#define CF_RED_GLOBAL 1  /* row partials through L2 (cooperative launch) */");
         else

@@ -24,9 +24,8 @@ enum {
 struct cf_kernel {
     const cf_graph *graph;
     cf_ir *ir;
-    cf_options opt;
+    cf_plan plan;        /* every launch decision (plan.c); Psi rendered it */
     cf_strbuf src;
-    bool gather_early;   /* Psi loads a parked tile's late gather as the next mainloop ends */
     cf_rt_cubin cubin;
     bool compiled;
     int info[INFO_COUNT];
@@ -54,228 +53,6 @@ struct cf_kernel {
     } wide;
 };
 
-/* [N] vectors (LN's gamma and beta) the epilogue's last stage reads: what a finisher does a
- * tile grows with them. */
-static int last_stage_vectors(const cf_ir *ir)
-{
-    const cf_ir_spec *sp = ir->epi[0];
-    while (sp && sp->post)
-        sp = sp->post;
-    int n = 0;
-    for (int i = 0; sp && i < sp->n_nodes; i++)
-        n += sp->nodes[i]->kind == CF_IR_BCAST && sp->nodes[i]->shape == CF_SHAPE_VEC_N;
-    return n;
-}
-
-static bool has_class(const cf_graph *g, cf_op_class cls)
-{
-    for (int i = 0; i < g->n_nodes; i++)
-        if (cf_op_class_of(g->nodes[i].op) == cls)
-            return true;
-    return false;
-}
-
-static bool has_reductions(const cf_graph *g) { return has_class(g, CF_OPC_REDUCE); }
-
-cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
-{
-    (void)m;
-    /* 128x128 PingPong tiles, 6 stages, no cluster: PingPong hides one warpgroup's
-     * epilogue under the other's mainloop, and a 2-CTA cluster couples the two CTAs'
-     * rings (6 % slower with multicast at 8192x4096x4096; docs/performance.md, "The
-     * mainloop"). */
-    cf_options o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 6, .cluster_n = 1,
-                    .schedule = CF_SCHEDULE_PINGPONG};
-    if (g && !has_reductions(g) && !has_class(g, CF_OPC_UNARY) && !has_class(g, CF_OPC_BINARY) && k >= 4096) {
-        /* A bare GEMM has no epilogue to hide, and from K = 4096 cuBLAS's own shape, both
-         * warpgroups on one 256x128 tile with X multicast over a 2-CTA cluster, moves a third
-         * fewer operand bytes per FLOP than a PingPong tile (1.026-1.029 of cuBLAS at full
-         * clock against PingPong's 1.044-1.065; a wash under the power cap).  With elementwise
-         * work PingPong hides it: bias+GELU at 8192x4096x4096 ran 0.99 against cooperative's
-         * 1.036 under the power cap, in every one of ten turns, and lost ~1 % at full clock
-         * (docs/performance.md, "A bare GEMM").  The ring then holds 4 stages of 48 KB. */
-        o.schedule = CF_SCHEDULE_COOPERATIVE;
-        o.cluster_n = 2;
-    }
-    if (g && has_reductions(g)) {
-        /* A row block's column tiles run at once on cluster_n CTAs that exchange
-         * row partials through L2 (docs/performance.md, "Row exchanges": a hardware cluster of
-         * 4 or more CTAs keeps only 120 of 132 SMs busy and couples the CTAs'
-         * pipelines, +25-30 % before any epilogue work); rows up to 64 x 128.  A row group is
-         * exactly the row's column tiles (any count, no idle padding CTAs): through L2 it needs
-         * no power of two. */
-        int64_t tiles = n > 0 ? (n + o.block_n - 1) / o.block_n : 1;
-        o.cluster_n = (int)(tiles < 64 ? tiles : 64);
-        o.reduce_mode = CF_REDUCE_GLOBAL;
-        /* Tiles that finish late park in shared memory, which takes the sixth stage; so do
-         * synchronous exchanges over more than 16 CTAs, which land the row's words in each
-         * warp's staging boxes in one round (cf_gather_stage) and need a whole tile's staging. */
-        cf_ir *ir = NULL;
-        cf_error err;
-        cf_cg_options cg = {.bm = o.block_m, .bn = o.block_n, .stages = 5, .cluster_n = 1,
-                            .row_ctas = o.cluster_n, .red_global = o.cluster_n > 1};
-        if (cf_lower(g, &ir, &err) == CF_OK) {
-            const bool late = o.cluster_n > 1 && cf_cg_finishes_late(ir, &cg);
-            if (late || (o.cluster_n > 16 && o.cluster_n <= 32))
-                o.stages = 5;
-            /* Two column tiles per CTA halve the ranks a row gathers, where the late exchange
-             * is the only one.  It pays where a lane would load 32 partials or more (16 CTAs
-             * of pairs, 32 of single partials: LN and softmax 5-7 % faster at 16 CTAs a row,
-             * 3-4 % at 32; LN 1.288 -> 1.230 at 16 CTAs), and with K >= 1024 from 8 CTAs a
-             * row, where it also beats the finisher (docs/performance.md, "Pair tiles": softmax
-             * 1.152 with the finisher, 1.082 paired at 16384x1024x1024; RMSNorm 1.048 -> 1.018
-             * at 16384x2048x1024, 1.073 -> 1.063 at 8 CTAs).  Not at K = 512 with 16 CTAs of
-             * single partials (RMSNorm 1.194 -> 1.22), nor at 4 CTAs (1.15 -> 1.23), nor where
-             * the late stage reads two [N] vectors (LN's gamma and beta: its finish is the
-             * heaviest) unless K >= 1024 and a round is saved (LN unpaired 1.375 -> 1.317
-             * at 4096x2048x512, 1.155 -> 1.147 at 16384x1024x1024; paired 1.158 -> 1.124 at
-             * 16384x2048x1024). */
-            cf_cg_options pair = cg;
-            pair.row_ctas = (o.cluster_n + 1) / 2;
-            pair.pair_tiles = true;
-            const int vectors = last_stage_vectors(ir);
-            const bool heavy_finish = vectors >= 2, long_k = k >= 1024;
-            const int words = cf_cg_gather_words(ir, &cg);   /* a lane's, over the row's ranks */
-            const bool saves_round = words >= 32;
-            /* Below K = 1024 an unpaired tile whose gather loads as the mainloop ends beats the
-             * pair (softmax 1.259 -> 1.235 at 4096x2048x512; paired still wins at K = 1024,
-             * 1.073 against 1.105), and at K = 1024 where the row is 8 CTAs of single words
-             * (RMSNorm at 16384x1024x1024: 0.4-1 % faster unpaired in five calls; at
-             * 16 CTAs the pair wins, 1.018 against 1.036). */
-            const bool single_words = words == o.cluster_n;   /* 128-row tiles: a lane per row */
-            const bool early = (!long_k || (o.cluster_n <= 8 && single_words)) && cf_cg_gathers_early(ir, &cg);
-            bool paired = o.cluster_n >= 4 && !early && cf_cg_can_pair(ir, &pair) &&
-                          (heavy_finish ? saves_round && long_k : saves_round || (o.cluster_n >= 8 && long_k));
-            /* A finisher warpgroup pays where a consumer's epilogue (first part and late finish,
-             * ~3.2k cycles per reduction + ~2.4k per round of 8 ranks' L2 loads) outlasts the
-             * other warpgroup's mainloop (~8.3 K cycles a tile), and only if the finisher keeps
-             * up: ~3k + 2.4k per round a tile, and ~1.2k per [N] vector its stage reads (with
-             * 120 registers it reloads them).  Fitted to same-call A/Bs (docs/performance.md,
-             * "The finisher"): at 16384x1024x1024 softmax 1.27 -> 1.18, RMSNorm (epilogue hidden)
-             * and K = 4096 unchanged, N = 2048 at K <= 1024 (not kept up) 4-14 % slower; LN's
-             * finisher works 8.8k a tile (softmax's 6.8k) and LN ran 1.198 with it against 1.141
-             * without.  Not for more than two reductions (LN+softmax's mid part, CF_MID): since
-             * its PingPong kernel finishes the previous tile inside its first wait, that ran 1.448
-             * against the mid part's 1.507 at 16384x1024x1024; --schedule finisher still builds it. */
-            const int rounds = (o.cluster_n + 7) / 8, reductions = ir->n_stages[0] - 1;
-            const double mainloop = 8.3 * (double)k;
-            const double finisher_work = 3000.0 + 2400.0 * rounds + 1200.0 * vectors;
-            cg.finisher = true;
-            if (!paired && reductions <= 2 && o.cluster_n > 1 && cf_cg_has_finisher(ir, &cg) &&
-                finisher_work <= 0.8 * mainloop &&
-                3200.0 * reductions + 2400.0 * rounds > 0.9 * mainloop)
-                o.schedule = CF_SCHEDULE_FINISHER;
-            if (paired) {
-                o.pair_tiles = 1;
-                o.cluster_n = (o.cluster_n + 1) / 2;
-                o.stages = 5;
-            }
-            /* Four or more reductions (LN+softmax) spill ~500 bytes per thread; up to
-             * K = 2048 a stage fewer, 32 KB more L1 for the spills, is faster (2.61 -> 2.52,
-             * 2.22 -> 2.07, 1.99 -> 1.96 of cuBLAS); at K = 4096 not (docs/performance.md, "LN+softmax"). */
-            if (ir->n_stages[0] - 1 >= 4 && k > 0 && k <= 2048)
-                o.stages--;
-            /* With two tiles a warpgroup (K = 512) a late finish defers three quarters of the
-             * output's stores to the tail, where every CTA writes at once.  LN+softmax's first
-             * exchange waits at once anyway, and finishing every tile at once ran 2.03 -> 1.96 of
-             * cuBLAS at 4096x2048x512 (3-15 % slower at K >= 1024, and RMSNorm, LN, softmax
-             * 11-29 % slower at K = 512; docs/performance.md, "LN+softmax"). */
-            if (ir->n_stages[0] - 1 >= 4 && k > 0 && k <= 512) {
-                o.sync_finish = 1;
-                o.stages = 6;
-            }
-            /* At K = 4096 the 128x128 mainloop is L2-bound (back to back the fused kernels ran
-             * 1.08-1.20 of cuBLAS while its cluster-2 GEMM ran 1.01); pairs of CTAs multicasting
-             * their X rows ran 0.90-0.94 of that with W as [N,K], 0.98-1.01 as [K,N], and 1-4.5 %
-             * slower at K <= 1024 (docs/performance.md, "X multicast"). */
-            if (k >= 4096 && o.cluster_n > 1 && o.cluster_n % 2 && o.cluster_n < 64)
-                o.cluster_n++;   /* multicast pairs: an odd row group gets one idle CTA */
-            if (k >= 4096 && o.cluster_n % 2 == 0)
-                o.multicast = 1;
-        }
-        cf_ir_free(ir);
-    } else {
-        o.reduce_mode = CF_REDUCE_PEER; /* unused without reductions */
-    }
-    return o;
-}
-
-static int pow2_at_least(int c)
-{
-    int p = 1;
-    while (p < c)
-        p *= 2;
-    return p;
-}
-
-void cf_options_fill(cf_options *o, cf_options def)
-{
-    if (!o->reduce_mode)
-        o->reduce_mode = def.reduce_mode;
-    if (!o->sync_finish)
-        o->sync_finish = def.sync_finish ? def.sync_finish : -1;
-    /* a schedule given against the default's takes that schedule's own cluster */
-    if (o->schedule && o->schedule != def.schedule && def.reduce_mode != CF_REDUCE_GLOBAL)
-        def.cluster_n = o->schedule == CF_SCHEDULE_COOPERATIVE ? 2 : 1;
-    /* the finisher was chosen for the default late finish and its stages */
-    const bool shape_given = o->stages || o->block_m || o->block_n || o->cluster_n;
-    if (def.schedule == CF_SCHEDULE_FINISHER &&
-        (o->sync_finish == 1 || shape_given || (o->reduce_mode && o->reduce_mode != CF_REDUCE_GLOBAL)))
-        def.schedule = CF_SCHEDULE_PINGPONG;
-    /* the pair was chosen for the default's late finish, row group and schedule */
-    if (!o->pair_tiles)
-        o->pair_tiles = def.pair_tiles == 1 && o->sync_finish != 1 && !shape_given &&
-                                (!o->reduce_mode || o->reduce_mode == CF_REDUCE_GLOBAL) &&
-                                (!o->schedule || o->schedule == CF_SCHEDULE_PINGPONG)
-                            ? 1
-                            : -1;
-    if (def.pair_tiles == 1 && o->pair_tiles != 1 && def.cluster_n < 64)
-        def.cluster_n *= 2;   /* a CTA per tile again */
-    else if (def.pair_tiles != 1 && o->pair_tiles == 1 && def.cluster_n > 1) {
-        def.cluster_n = (def.cluster_n + 1) / 2;
-        if (def.schedule == CF_SCHEDULE_FINISHER)
-            def.schedule = CF_SCHEDULE_PINGPONG;   /* the pair's warpgroups finish their own tiles */
-    }
-    if (!o->schedule)
-        o->schedule = def.schedule;
-    /* def is for a graph with reductions when its mode is global.  The DSMEM
-     * modes hold a row in one hardware cluster (at most 16 CTAs: 64x256 tiles
-     * past 2048 columns), and their static buffers take two stages' room. */
-    if (def.reduce_mode == CF_REDUCE_GLOBAL && o->reduce_mode == CF_REDUCE_GLOBAL && o->sync_finish == 1)
-        def.stages = 6; /* nothing parked in shared memory */
-    else if (def.sync_finish == 1)
-        def.stages = 4; /* the late finish's depth there: a stage parks, one more for the spills */
-    if (def.reduce_mode == CF_REDUCE_GLOBAL && o->reduce_mode != CF_REDUCE_GLOBAL) {
-        def.stages = 4;
-        def.cluster_n = pow2_at_least(def.cluster_n);   /* a hardware cluster */
-        if (def.cluster_n > 16 && !o->block_m && !o->block_n && !o->cluster_n) {
-            def.block_m = 64;
-            def.block_n = 256;
-            def.cluster_n /= 2;
-        }
-        if (def.cluster_n > 16)
-            def.cluster_n = 16;   /* the largest cluster: wider rows take the wide-row path */
-    }
-    /* a row group covers N: wider tiles given without a row-group size need fewer CTAs
-     * (64x256 tiles over the default 8 CTAs of N = 1024 ran half the grid on empty tiles) */
-    if (o->block_n && !o->cluster_n && def.cluster_n > 1 && o->block_n != def.block_n) {
-        int c = (int)(((int64_t)def.cluster_n * def.block_n + o->block_n - 1) / o->block_n);
-        def.cluster_n = c < 1 ? 1 : o->reduce_mode == CF_REDUCE_GLOBAL ? c : pow2_at_least(c);
-    }
-    if (!o->block_m)
-        o->block_m = def.block_m;
-    if (!o->block_n)
-        o->block_n = def.block_n;
-    if (!o->stages)
-        o->stages = def.stages; /* cf_kernel_build lowers it until the plan fits shared memory */
-    if (o->multicast == 1 && def.cluster_n > 1 && def.cluster_n % 2 && def.cluster_n < 64)
-        def.cluster_n++;   /* multicast pairs: an odd row group gets one idle CTA */
-    if (!o->cluster_n)
-        o->cluster_n = def.cluster_n;
-    if (!o->multicast)
-        o->multicast = def.multicast == 1 && o->reduce_mode == CF_REDUCE_GLOBAL && o->cluster_n % 2 == 0 ? 1 : -1;
-}
-
 void cf_kernel_free(cf_kernel *k)
 {
     if (!k)
@@ -301,27 +78,9 @@ void cf_kernel_free(cf_kernel *k)
     free(k);
 }
 
-/* Every plan is checked against shared memory before code is generated: the depth is lowered
- * until it fits (cf_options.stages is the deepest wanted), and a tile that fits at no depth is
- * refused. */
-static cf_status check_smem(const cf_ir *ir, cf_cg_options *cg, cf_error *err)
-{
-    cf_cg_smem m = cf_cg_plan_smem(ir, cg);
-    while (!m.fits && cg->stages > 2) {
-        cg->stages--;
-        m = cf_cg_plan_smem(ir, cg);
-    }
-    if (m.fits)
-        return CF_OK;
-    return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
-                     "shared memory: %d stages of a %dx%d tile need %ld bytes dynamic + %d static, over the "
-                     "%d-byte limit per CTA; use a narrower tile (--block-n) or another schedule",
-                     cg->stages, cg->cooperative ? 2 * cg->bm : cg->bm, cg->bn, m.dynamic_bytes, m.static_bytes,
-                     CF_SMEM_OPTIN);
-}
-
-cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *title, cf_kernel **out,
-                          cf_error *err)
+/* Lowers g, plans the kernel at M, N, K (0: unknown) from req, and renders the plan. */
+cf_status cf_kernel_build_req(const cf_graph *g, const cf_plan_request *req, int64_t M, int64_t N, int64_t K,
+                              const char *title, cf_kernel **out, cf_error *err)
 {
     cf_error_clear(err);
     if (!g || !out)
@@ -331,68 +90,11 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     if (!k)
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     k->graph = g;
-    k->opt = opt ? *opt : (cf_options){0};
-    cf_options_fill(&k->opt, cf_options_for(g, 0, 0, 0));
-    cf_status st;
-    const cf_options *o = &k->opt;
-    /* A row inside one tile needs no exchange at all, so no L2 slots either. */
-    const bool reduces = has_reductions(g);
-    const bool global = o->reduce_mode == CF_REDUCE_GLOBAL && reduces && o->cluster_n > 1;
-    if (o->block_m != 64 && o->block_m != 128)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "block_m %d: must be 64 or 128", o->block_m);
-    else if (o->block_n != 64 && o->block_n != 128 && o->block_n != 192 && o->block_n != 256)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "block_n %d: must be 64, 128, 192 or 256",
-                       o->block_n);
-    else if (o->block_m * o->block_n > 16384)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
-                       "block_m x block_n = %d x %d: more than 128 accumulator registers per thread",
-                       o->block_m, o->block_n);
-    else if (o->stages < 2 || o->stages > 12)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "stages %d: must be 2..12", o->stages);
-    else if (o->schedule < CF_SCHEDULE_AUTO || o->schedule > CF_SCHEDULE_FINISHER)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "schedule %d: unknown", o->schedule);
-    else if (o->schedule == CF_SCHEDULE_COOPERATIVE && reduces)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
-                       "schedule cooperative: epilogues with row reductions need the pingpong schedule "
-                       "(each warpgroup finishes its own tile while the other runs its mainloop)");
-    else if (o->reduce_mode < CF_REDUCE_AUTO || o->reduce_mode > CF_REDUCE_GLOBAL)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "reduce_mode %d: unknown", o->reduce_mode);
-    else if (o->pair_tiles < -1 || o->pair_tiles > 1)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "pair_tiles %d: must be 0 (auto), 1 or -1",
-                       o->pair_tiles);
-    else if (o->sync_finish < -1 || o->sync_finish > 1)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "sync_finish %d: must be 0 (auto), 1 or -1",
-                       o->sync_finish);
-    else if (o->cluster_n < 1 || o->cluster_n > (global ? 64 : 16) || (!global && (o->cluster_n & (o->cluster_n - 1))))
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cluster_n %d: must be 1, 2, 4, 8 or 16%s",
-                       o->cluster_n, reduces ? " (any count up to 64 with reduce mode global)" : "");
-    else if (global && o->multicast == 1 && o->cluster_n % 2)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
-                       "multicast: a row group of %d CTAs cannot be split into the multicast's pairs",
-                       o->cluster_n);
-    else if (o->multicast < -1 || o->multicast > 1)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "multicast %d: must be 0 (auto), 1 or -1",
-                       o->multicast);
-    else if (o->multicast == 1 && !global)
-        st = cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
-                       "multicast: needs row reductions through L2 (reduce mode global) over 2 or more CTAs; "
-                       "the DSMEM modes' cluster already multicasts X");
-    else
-        st = cf_lower(g, &k->ir, err);
-    if (st == CF_OK) {
-        /* Through L2 the row's CTAs need no hardware cluster but the multicast's pairs. */
-        cf_cg_options cg = {.bm = o->block_m, .bn = o->block_n, .stages = o->stages,
-                            .cluster_n = !global ? o->cluster_n : o->multicast == 1 ? 2 : 1, .row_ctas = o->cluster_n,
-                            .red_leader = o->reduce_mode == CF_REDUCE_LEADER, .red_global = global,
-                            .sync_finish = o->sync_finish == 1, .pair_tiles = o->pair_tiles == 1,
-                            .cooperative = o->schedule == CF_SCHEDULE_COOPERATIVE,
-                            .finisher = o->schedule == CF_SCHEDULE_FINISHER};
-        st = check_smem(k->ir, &cg, err);
-        k->opt.stages = cg.stages;
-        if (st == CF_OK)
-            st = cf_codegen(k->ir, &cg, title, &k->src, err);
-        k->gather_early = st == CF_OK && cf_cg_gathers_early(k->ir, &cg);
-    }
+    cf_status st = cf_lower(g, &k->ir, err);
+    if (st == CF_OK)
+        st = cf_plan_make(k->ir, M, N, K, NULL, req, &k->plan, err);
+    if (st == CF_OK)
+        st = cf_codegen(k->ir, &k->plan, title, &k->src, err);
     if (st == CF_OK && !(k->padded = calloc((size_t)k->ir->n_args, sizeof *k->padded)))
         st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     if (st != CF_OK) {
@@ -403,8 +105,25 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     return CF_OK;
 }
 
+cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *title, cf_kernel **out,
+                          cf_error *err)
+{
+    cf_error_clear(err);
+    if (!g || !out)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_build: NULL argument");
+    /* the request the options make needs the IR (the plan's own choices at their shape) */
+    cf_ir *ir = NULL;
+    cf_status st = cf_lower(g, &ir, err);
+    if (st != CF_OK)
+        return st;
+    const cf_plan_request req = cf_plan_request_of(ir, opt);
+    cf_ir_free(ir);
+    return cf_kernel_build_req(g, &req, opt ? opt->m : 0, opt ? opt->n : 0, opt ? opt->k : 0, title, out, err);
+}
+
 const cf_ir *cf_kernel_ir(const cf_kernel *k) { return k ? k->ir : NULL; }
-const cf_options *cf_kernel_options(const cf_kernel *k) { return k ? &k->opt : NULL; }
+const cf_plan_request *cf_kernel_options(const cf_kernel *k) { return k ? &k->plan.req : NULL; }
+const cf_plan *cf_kernel_plan(const cf_kernel *k) { return k ? &k->plan : NULL; }
 const char *cf_kernel_source(const cf_kernel *k) { return k ? k->src.data : NULL; }
 const char *cf_kernel_ptx(const cf_kernel *k) { return k && k->compiled ? k->cubin.ptx : NULL; }
 
@@ -432,7 +151,7 @@ static cf_status parse_info(cf_kernel *k, cf_error *err)
     }
     for (int i = 0; i < INFO_COUNT; i++)
         k->info[i] = bytes[4 * i] | bytes[4 * i + 1] << 8 | bytes[4 * i + 2] << 16 | bytes[4 * i + 3] << 24;
-    if (k->info[INFO_VERSION] != DEVICE_HEADER_VERSION || k->info[INFO_BM] != k->opt.block_m || k->info[INFO_BN] != k->opt.block_n)
+    if (k->info[INFO_VERSION] != DEVICE_HEADER_VERSION || k->info[INFO_BM] != k->plan.bm || k->info[INFO_BN] != k->plan.bn)
         return cf_errorf(err, CF_ERR_INTERNAL, (cf_loc){0},
                          "kernel configuration mismatch (header version %d, BM %d, BN %d)", k->info[INFO_VERSION],
                          k->info[INFO_BM], k->info[INFO_BN]);
@@ -484,12 +203,12 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
                   : k->info[INFO_THREADS] > 384 ? CF_SCHEDULE_FINISHER
                                                 : CF_SCHEDULE_PINGPONG;
     r->reduce_mode = !k->info[INFO_NUM_RED] ? 0 : k->info[INFO_RED_GLOBAL] ? CF_REDUCE_GLOBAL
-                                                                          : k->opt.reduce_mode;
+                                                                          : k->plan.reduce_mode;
     r->late_finish = k->info[INFO_LATE_FINISH] != 0;
-    r->pair_tiles = k->opt.pair_tiles == 1;
-    r->gather_early = k->gather_early;
+    r->pair_tiles = k->plan.pair_tiles;
+    r->gather_early = k->plan.gather_early;
     r->wgmma_serialized = k->cubin.wgmma_serialized;
-    r->gelu_at_store = cf_cg_gelu_stores(k->ir);
+    r->gelu_at_store = k->plan.gelu_at_store;
     r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;
     r->compile_ms = k->cubin.compile_ms;
     snprintf(r->cache_path, sizeof r->cache_path, "%s", k->cubin.stored ? k->cubin.cache_path : "");
@@ -623,7 +342,7 @@ static int64_t dim_of(const cf_launch_args *a, cf_dim d) { return d >= 0 ? a->di
 /* Column tiles of a row group: a tile per CTA, or two with pair_tiles. */
 static int64_t row_group_tiles(const cf_kernel *k)
 {
-    return (int64_t)k->info[INFO_ROW_CTAS] * (k->opt.pair_tiles == 1 ? 2 : 1);
+    return (int64_t)k->info[INFO_ROW_CTAS] * (k->plan.pair_tiles ? 2 : 1);
 }
 
 bool cf_kernel_wide(const cf_kernel *k, int64_t n)
@@ -652,8 +371,7 @@ static cf_status build_wide(cf_kernel *k, int64_t M, int64_t N, int64_t K, cf_er
             *err = *cf_graph_error(g);
         return cf_graph_error(g)->status;
     }
-    cf_options o = cf_options_for(g, M, N, K);
-    cf_status st = cf_kernel_build(g, &o, "wide-row GEMM", &k->wide.gemm, err);
+    cf_status st = cf_kernel_build_req(g, NULL, M, N, K, "wide-row GEMM", &k->wide.gemm, err);
     if (st == CF_OK)
         st = cf_kernel_compile(k->wide.gemm, err);
     if (st == CF_OK)
@@ -826,7 +544,6 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
                          l.size);
     memset(block, 0, l.size);
     const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
-    int bn = k->info[INFO_BN];
     cf_dtype in_t = A->dtype;
     uint64_t pa = a->inputs[A->index], pb = a->inputs[B->index], lda, ldb;
     const uint64_t b_rows = B->b_is_nk ? (uint64_t)N : (uint64_t)K, b_cols = B->b_is_nk ? (uint64_t)K : (uint64_t)N;
@@ -868,27 +585,23 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
         return st;
     if (!k->module && (st = load_module(k, err)) != CF_OK)
         return st;
-    /* Persistent grid: as many row groups (of row_ctas CTAs, whole clusters) as
-     * fit at once, no more than there are row-group tiles. */
+    /* Persistent grid: as many row groups (of row_ctas CTAs, whole clusters) as fit at once,
+     * no more than there are row-group tiles (the plan's grid, with the driver's residency). */
     int cl = k->info[INFO_CLUSTER_N], rc = k->info[INFO_ROW_CTAS];
-    int64_t tiles_m = (M + k->info[INFO_TILE_M] - 1) / k->info[INFO_TILE_M];
-    int64_t tiles_n = (N + bn - 1) / bn;
-    const int64_t per_group = row_group_tiles(k);
-    int64_t group_tiles = tiles_m * ((tiles_n + per_group - 1) / per_group);
-    int64_t groups = (int64_t)k->max_clusters * cl / rc;
-    if (groups < 1)
+    cf_plan at = k->plan;
+    cf_plan_shape(ir, &at, M, N, K, NULL, k->max_clusters * cl);
+    if (at.grid_ctas < 1)
         return cf_errorf(err, CF_ERR_CUDA, (cf_loc){0},
                          "a row group of %d CTAs does not fit on this GPU at once (%d resident)", rc,
                          k->max_clusters * cl);
-    if (groups > group_tiles)
-        groups = group_tiles;
+    const int64_t tiles_m = at.tiles_m;
     bool global = k->info[INFO_RED_GLOBAL]; /* emitted only for row groups of 2 or more */
     if (global && (st = prepare_exchange(k, tiles_m, a->stream, err)) != CF_OK)
         return st;
     uint64_t xptr[2] = {global ? k->xchg : 0, global ? k->xsync : 0};
     memcpy(block + l.xchg, xptr, sizeof xptr);
     cf_rt_launch_cfg cfg = {
-        .grid = {(unsigned)(groups * rc), 1, 1},
+        .grid = {(unsigned)at.grid_ctas, 1, 1},
         .block = {(unsigned)k->info[INFO_THREADS], 1, 1},
         .cluster = {(unsigned)cl, 1, 1},
         .dyn_smem = (unsigned)k->info[INFO_SMEM],
@@ -899,6 +612,16 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     if ((st = cf_rt_launch(k->func, &cfg, params, err)) != CF_OK)
         return st;
     return copy_out_padded(k, a, M, N, err);
+}
+
+double cf_kernel_predict_us(const cf_kernel *k, int64_t M, int64_t N, int64_t K)
+{
+    cf_plan at = k->plan;
+    cf_device_facts dev = cf_device_facts_h200();
+    if (k->module)   /* loaded: the driver's device and residency */
+        cf_device_facts_query(&dev, NULL);
+    cf_plan_shape(k->ir, &at, M, N, K, &dev, k->module ? k->max_clusters * k->info[INFO_CLUSTER_N] : 0);
+    return at.predicted_us;
 }
 
 cf_status cf_kernel_global(const cf_kernel *k, const char *name, cf_rt_devptr *p, size_t *bytes, cf_error *err)

@@ -6,6 +6,24 @@
 
 #include <unistd.h>
 
+/* These tests drive the plan's request, every field (the schedule internals included), as
+ * the CLI's flags do: req_for is the plan's own choice at a GEMM size. */
+static cf_plan_request req_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
+{
+    cf_ir *ir = NULL;
+    cf_plan_request r = {0};
+    if (g && cf_lower(g, &ir, &(cf_error){0}) == CF_OK)
+        r = cf_plan_defaults(ir, m, n, k);
+    cf_ir_free(ir);
+    return r;
+}
+
+static cf_status build_req(const cf_graph *g, const cf_plan_request *r, const char *title, cf_kernel **k,
+                           cf_error *err)
+{
+    return cf_kernel_build_req(g, r, 0, 0, 0, title, k, err);
+}
+
 static int count_of(const char *text, const char *what)
 {
     int n = 0;
@@ -60,9 +78,9 @@ static void test_golden_sources(void)
         cf_kernel *k = NULL, *k2 = NULL;
         cf_error err;
         /* reductions: LayerNorm and Softmax through DSMEM, RMSNorm and LN+Softmax through L2 */
-        cf_options opt = {.block_m = i < 2 ? 128 : 64, .block_n = 128, .stages = 5, .cluster_n = i < 2 ? 1 : 8, .reduce_mode = i < 2 || i % 2 == 0 ? CF_REDUCE_PEER : CF_REDUCE_GLOBAL};
-        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k, &err));
-        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, spec, &k2, &err));
+        cf_plan_request opt = {.block_m = i < 2 ? 128 : 64, .block_n = 128, .stages = 5, .cluster_n = i < 2 ? 1 : 8, .reduce_mode = i < 2 || i % 2 == 0 ? CF_REDUCE_PEER : CF_REDUCE_GLOBAL};
+        CHECK_EQ_INT(CF_OK, build_req(g, &opt, spec, &k, &err));
+        CHECK_EQ_INT(CF_OK, build_req(g, &opt, spec, &k2, &err));
         if (!k || !k2)
             goto next;
         CHECK(strcmp(cf_kernel_source(k), cf_kernel_source(k2)) == 0); /* deterministic */
@@ -100,7 +118,7 @@ static void test_source_shape(void)
         return;
     cf_kernel *k = NULL;
     cf_error err;
-    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, NULL, "all", &k, &err));
+    CHECK_EQ_INT(CF_OK, build_req(g, NULL, "all", &k, &err));
     const char *src = k ? cf_kernel_source(k) : NULL;
     CHECK_CONTAINS(src, "float alpha;  /* a");          /* runtime scalar in the param struct */
     CHECK_CONTAINS(src, "const float *b32;");
@@ -136,7 +154,7 @@ static void test_source_shape(void)
 
     g = parse("examples/gemm_bias_gelu.cf");
     k = NULL;
-    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, NULL, "gelu", &k, &err));
+    CHECK_EQ_INT(CF_OK, build_req(g, NULL, "gelu", &k, &err));
     src = k ? cf_kernel_source(k) : NULL;
     CHECK(src && !strstr(src, "op_silu"));
     cf_kernel_free(k);
@@ -148,11 +166,11 @@ static void test_rejections(void)
     cf_graph *g = parse("examples/gemm_bias_ln.cf");
     cf_kernel *k = NULL;
     cf_error err;
-    cf_options bad = {.block_m = 96, .block_n = 128, .stages = 5, .cluster_n = 1, .reduce_mode = 0};
-    CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(g, &bad, "x", &k, &err));
+    cf_plan_request bad = {.block_m = 96, .block_n = 128, .stages = 5, .cluster_n = 1, .reduce_mode = 0};
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, build_req(g, &bad, "x", &k, &err));
     CHECK_CONTAINS(err.msg, "block_m 96");
-    cf_options big = {.block_m = 128, .block_n = 256, .stages = 5, .cluster_n = 1, .reduce_mode = 0};
-    CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(g, &big, "x", &k, &err));
+    cf_plan_request big = {.block_m = 128, .block_n = 256, .stages = 5, .cluster_n = 1, .reduce_mode = 0};
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, build_req(g, &big, "x", &k, &err));
     CHECK_CONTAINS(err.msg, "more than 128 accumulator registers");
     cf_graph_free(g);
 }
@@ -168,7 +186,7 @@ static void test_nvrtc(void)
     static const struct {
         const char *spec;
         bool no_spill;
-        cf_options opt;
+        cf_plan_request opt;
         const char *ptx_needs; /* an instruction this configuration must use */
     } cases[] = {
         {"examples/gemm.cf", true, {128, 128, 6, 2, 0, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "multicast::cluster"},
@@ -227,8 +245,8 @@ static void test_nvrtc(void)
         cf_graph *g = parse(cases[i].spec);
         cf_kernel *k = NULL;
         cf_error err;
-        cf_options opt = cases[i].opt;
-        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, cases[i].spec, &k, &err));
+        cf_plan_request opt = cases[i].opt;
+        CHECK_EQ_INT(CF_OK, build_req(g, &opt, cases[i].spec, &k, &err));
         cf_status st = k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL;
         if (st != CF_OK)
             fprintf(stderr, "%s: %s\n", cases[i].spec, err.msg);
@@ -277,7 +295,7 @@ static void test_nvrtc(void)
         cf_kernel_free(k);
         /* the second build of the same kernel is a cache hit */
         k = NULL;
-        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, cases[i].spec, &k, &err));
+        CHECK_EQ_INT(CF_OK, build_req(g, &opt, cases[i].spec, &k, &err));
         CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
         CHECK(k && cf_kernel_resources(k, &r, &err) == CF_OK && r.cache_hit);
         if (!r.cache_hit || (cases[i].no_spill && r.spill_bytes))
@@ -290,9 +308,9 @@ static void test_nvrtc(void)
         cf_graph *g = parse("examples/gemm_bias_ln.cf");
         cf_kernel *k = NULL;
         cf_error err;
-        cf_options opt = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0};
+        cf_plan_request opt = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0};
         setenv("CF_TRACE", "1", 1);
-        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "traced", &k, &err));
+        CHECK_EQ_INT(CF_OK, build_req(g, &opt, "traced", &k, &err));
         CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
         unsetenv("CF_TRACE");
         const char *ptx = cf_kernel_ptx(k);
@@ -310,14 +328,14 @@ static void test_nvrtc(void)
         /* CF_TRACE=2 also times the mainloop's waits: two more clock reads around each */
         k = NULL;
         setenv("CF_TRACE", "2", 1);
-        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "traced2", &k, &err));
+        CHECK_EQ_INT(CF_OK, build_req(g, &opt, "traced2", &k, &err));
         CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
         unsetenv("CF_TRACE");
         ptx = cf_kernel_ptx(k);
         CHECK(ptx && count_of(ptx, "%clock64") >= clocks1 + 4);
         cf_kernel_free(k);
         k = NULL;
-        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "untraced", &k, &err));
+        CHECK_EQ_INT(CF_OK, build_req(g, &opt, "untraced", &k, &err));
         CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
         ptx = cf_kernel_ptx(k);
         CHECK(ptx && !strstr(ptx, "cf_trace"));
@@ -337,8 +355,8 @@ static void test_single_tile_rows(void)
     cf_error err;
     for (int c = 1; c <= 2; c++) {
         cf_kernel *k = NULL;
-        cf_options opt = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = c, .reduce_mode = CF_REDUCE_GLOBAL};
-        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "rms", &k, &err));
+        cf_plan_request opt = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = c, .reduce_mode = CF_REDUCE_GLOBAL};
+        CHECK_EQ_INT(CF_OK, build_req(g, &opt, "rms", &k, &err));
         const char *src = k ? cf_kernel_source(k) : "";
         CHECK_EQ_INT(c > 1, strstr(src, "#define CF_RED_GLOBAL 1") != NULL);
         CHECK_EQ_INT(c > 1, strstr(src, "#define CF_ROW_CTAS 2") != NULL);
@@ -378,8 +396,8 @@ static void test_merged_exchanges(void)
         CHECK_EQ_INT(CF_OK, cf_spec_parse(ln, strlen(ln), "ln.cf", &g, &err));
         for (int v = 8; v <= 32 && g; v *= 2) {
             cf_kernel *k = NULL;
-            cf_options opt = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = v, .reduce_mode = CF_REDUCE_GLOBAL};
-            CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "ln", &k, &err));
+            cf_plan_request opt = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = v, .reduce_mode = CF_REDUCE_GLOBAL};
+            CHECK_EQ_INT(CF_OK, build_req(g, &opt, "ln", &k, &err));
             CHECK_EQ_INT(v <= 16, k && strstr(cf_kernel_source(k), "cf_row_merge<") != NULL);
             cf_kernel_free(k);
         }
@@ -393,8 +411,8 @@ static void test_merged_exchanges(void)
         CHECK_EQ_INT(CF_OK, cf_spec_parse(src, strlen(src), "merge.cf", &g, &err));
         for (int mode = CF_REDUCE_PEER; mode <= CF_REDUCE_GLOBAL && g; mode += CF_REDUCE_GLOBAL - CF_REDUCE_PEER) {
             cf_kernel *k = NULL;
-            cf_options opt = {.block_m = 128, .block_n = 128, .stages = mode == CF_REDUCE_GLOBAL ? 6 : 4, .cluster_n = 8, .reduce_mode = mode};
-            CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "merge", &k, &err));
+            cf_plan_request opt = {.block_m = 128, .block_n = 128, .stages = mode == CF_REDUCE_GLOBAL ? 6 : 4, .cluster_n = 8, .reduce_mode = mode};
+            CHECK_EQ_INT(CF_OK, build_req(g, &opt, "merge", &k, &err));
             const char *text = k ? cf_kernel_source(k) : "";
             int merges = 0, reduces = 0;
             for (const char *q = text; (q = strstr(q, "cf_row_merge<")) != NULL; q++)
@@ -470,13 +488,13 @@ static void test_late_finish(void)
         CHECK_EQ_INT(CF_OK, cf_spec_parse(src, strlen(src), "late.cf", &g, &err));
         if (!g)
             continue;
-        cf_options opt = cf_options_for(g, 16384, cases[i].n ? cases[i].n : 1024, 1024);
+        cf_plan_request opt = req_for(g, 16384, cases[i].n ? cases[i].n : 1024, 1024);
         cf_ir *ir = NULL;
         CHECK_EQ_INT(CF_OK, cf_lower(g, &ir, &err));
         const int fewer = ir && ir->n_stages[0] - 1 >= 4;   /* four reductions at K <= 2048: a stage less */
         cf_ir_free(ir);
         cf_kernel *k = NULL;
-        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "late", &k, &err));
+        CHECK_EQ_INT(CF_OK, build_req(g, &opt, "late", &k, &err));
         const char *text = k ? cf_kernel_source(k) : "";
         bool late = strstr(text, "#define CF_LATE_FINISH 1") != NULL;
         if (late != (cases[i].park != NULL))
@@ -514,11 +532,11 @@ static void test_late_finish(void)
         cf_kernel_free(k);
         /* the same graph finishing every tile at once, or with no room to park (as the CLI
          * fills them in: a CTA per column tile again, since pairs need the late finish) */
-        cf_options sync = {.sync_finish = 1}, full = {.stages = 6};
-        cf_options_fill(&sync, opt);
-        cf_options_fill(&full, opt);
+        cf_plan_request sync = {.sync_finish = 1}, full = {.stages = 6};
+        cf_plan_fill(&sync, opt);
+        cf_plan_fill(&full, opt);
         for (int j = 0; j < 2; j++) {
-            CHECK_EQ_INT(CF_OK, cf_kernel_build(g, j ? &full : &sync, "late", &k, &err));
+            CHECK_EQ_INT(CF_OK, build_req(g, j ? &full : &sync, "late", &k, &err));
             CHECK(k && !strstr(cf_kernel_source(k), "CF_LATE_FINISH") && !strstr(cf_kernel_source(k), "cf_park_tile"));
             cf_kernel_free(k);
         }
@@ -534,84 +552,84 @@ static void test_default_options(void)
     cf_graph *ln = parse("examples/gemm_bias_ln.cf"), *gelu = parse("examples/gemm_bias_gelu.cf");
     if (!ln || !gelu)
         goto done;
-    cf_options o = cf_options_for(ln, 16384, 1024, 1024);
+    cf_plan_request o = req_for(ln, 16384, 1024, 1024);
     CHECK_EQ_INT(CF_REDUCE_GLOBAL, o.reduce_mode);
     CHECK_EQ_INT(8, o.cluster_n);
     CHECK_EQ_INT(5, o.stages); /* the sixth stage's room parks tiles for their late finish */
     CHECK_EQ_INT(128, o.block_n);
-    cf_options sync = {.sync_finish = 1};
-    cf_options_fill(&sync, cf_options_for(ln, 16384, 1024, 1024));
+    cf_plan_request sync = {.sync_finish = 1};
+    cf_plan_fill(&sync, req_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(6, sync.stages);
     CHECK_EQ_INT(0, o.pair_tiles); /* LN's finish reads gamma and beta: no pairs at 8 CTAs, */
     CHECK_EQ_INT(CF_SCHEDULE_PINGPONG, o.schedule); /* nor a finisher, which would reload them */
-    CHECK_EQ_INT(0, cf_options_for(ln, 4096, 2048, 512).pair_tiles);   /* nor at K = 512 */
+    CHECK_EQ_INT(0, req_for(ln, 4096, 2048, 512).pair_tiles);   /* nor at K = 512 */
     cf_graph *softmax = parse("examples/gemm_softmax.cf");
-    CHECK(softmax && cf_options_for(softmax, 16384, 1024, 1024).pair_tiles == 1);
+    CHECK(softmax && req_for(softmax, 16384, 1024, 1024).pair_tiles == 1);
     /* below K = 1024 an unpaired softmax tile gathers early instead ("Gather early") */
-    CHECK(softmax && cf_options_for(softmax, 4096, 2048, 512).pair_tiles == 0);
-    CHECK(softmax && cf_options_for(softmax, 4096, 2048, 512).cluster_n == 16);
-    CHECK(softmax && cf_options_for(softmax, 4096, 4096, 512).pair_tiles == 1);   /* 32 CTAs: two rounds */
-    CHECK(softmax && cf_options_for(softmax, 16384, 512, 1024).schedule == CF_SCHEDULE_FINISHER);   /* 4 CTAs */
+    CHECK(softmax && req_for(softmax, 4096, 2048, 512).pair_tiles == 0);
+    CHECK(softmax && req_for(softmax, 4096, 2048, 512).cluster_n == 16);
+    CHECK(softmax && req_for(softmax, 4096, 4096, 512).pair_tiles == 1);   /* 32 CTAs: two rounds */
+    CHECK(softmax && req_for(softmax, 16384, 512, 1024).schedule == CF_SCHEDULE_FINISHER);   /* 4 CTAs */
     cf_graph_free(softmax);
     /* two column tiles per CTA where a lane would gather 32 partials or more (16 CTAs of pairs,
      * 32 of single partials), or from 8 CTAs a row with K >= 1024; not at K = 512 with 16 CTAs
      * of single partials (RMSNorm), nor at 4 CTAs */
-    o = cf_options_for(ln, 16384, 2048, 1024);
+    o = req_for(ln, 16384, 2048, 1024);
     CHECK_EQ_INT(1, o.pair_tiles);
     CHECK_EQ_INT(8, o.cluster_n);
-    cf_options unpaired = {.pair_tiles = -1};
-    cf_options_fill(&unpaired, o);
+    cf_plan_request unpaired = {.pair_tiles = -1};
+    cf_plan_fill(&unpaired, o);
     CHECK_EQ_INT(16, unpaired.cluster_n);
-    cf_options given = {.cluster_n = 16};   /* a row group given: a CTA per tile, as asked */
-    cf_options_fill(&given, o);
+    cf_plan_request given = {.cluster_n = 16};   /* a row group given: a CTA per tile, as asked */
+    cf_plan_fill(&given, o);
     CHECK_EQ_INT(-1, given.pair_tiles);
-    CHECK_EQ_INT(16, cf_options_for(ln, 8192, 4096, 4096).cluster_n);
-    CHECK_EQ_INT(1, cf_options_for(ln, 8192, 4096, 4096).pair_tiles);
+    CHECK_EQ_INT(16, req_for(ln, 8192, 4096, 4096).cluster_n);
+    CHECK_EQ_INT(1, req_for(ln, 8192, 4096, 4096).pair_tiles);
     cf_graph *rms = parse("examples/gemm_rmsnorm.cf");
-    CHECK_EQ_INT(1, rms ? cf_options_for(rms, 8192, 4096, 4096).pair_tiles : 0);
-    CHECK_EQ_INT(1, rms ? cf_options_for(rms, 16384, 2048, 1024).pair_tiles : 0);
-    CHECK_EQ_INT(0, rms ? cf_options_for(rms, 4096, 2048, 512).pair_tiles : 1);
-    CHECK_EQ_INT(0, rms ? cf_options_for(rms, 16384, 512, 1024).pair_tiles : 1);
+    CHECK_EQ_INT(1, rms ? req_for(rms, 8192, 4096, 4096).pair_tiles : 0);
+    CHECK_EQ_INT(1, rms ? req_for(rms, 16384, 2048, 1024).pair_tiles : 0);
+    CHECK_EQ_INT(0, rms ? req_for(rms, 4096, 2048, 512).pair_tiles : 1);
+    CHECK_EQ_INT(0, rms ? req_for(rms, 16384, 512, 1024).pair_tiles : 1);
     /* 8 CTAs of single words at K = 1024: the unpaired tile's early gather beats the pair */
-    CHECK_EQ_INT(0, rms ? cf_options_for(rms, 16384, 1024, 1024).pair_tiles : 1);
-    CHECK_EQ_INT(8, rms ? cf_options_for(rms, 16384, 1024, 1024).cluster_n : 0);
+    CHECK_EQ_INT(0, rms ? req_for(rms, 16384, 1024, 1024).pair_tiles : 1);
+    CHECK_EQ_INT(8, rms ? req_for(rms, 16384, 1024, 1024).cluster_n : 0);
     cf_graph_free(rms);
     /* pairs of a row group's CTAs multicast X from K = 4096 (L2-bound there), not below; asked
      * for, only through L2 */
-    CHECK_EQ_INT(1, cf_options_for(ln, 8192, 4096, 4096).multicast);
-    CHECK_EQ_INT(0, cf_options_for(ln, 16384, 2048, 1024).multicast);
-    CHECK_EQ_INT(0, cf_options_for(gelu, 8192, 4096, 4096).multicast);
-    cf_options dsmem = {.reduce_mode = CF_REDUCE_PEER};
-    cf_options_fill(&dsmem, cf_options_for(ln, 8192, 4096, 4096));
+    CHECK_EQ_INT(1, req_for(ln, 8192, 4096, 4096).multicast);
+    CHECK_EQ_INT(0, req_for(ln, 16384, 2048, 1024).multicast);
+    CHECK_EQ_INT(0, req_for(gelu, 8192, 4096, 4096).multicast);
+    cf_plan_request dsmem = {.reduce_mode = CF_REDUCE_PEER};
+    cf_plan_fill(&dsmem, req_for(ln, 8192, 4096, 4096));
     CHECK_EQ_INT(-1, dsmem.multicast);
-    cf_options on = {.multicast = 1};
-    cf_options_fill(&on, cf_options_for(ln, 16384, 1024, 1024));
+    cf_plan_request on = {.multicast = 1};
+    cf_plan_fill(&on, req_for(ln, 16384, 1024, 1024));
     cf_kernel *mk = NULL;
     cf_error merr;
-    CHECK_EQ_INT(CF_OK, cf_kernel_build(ln, &on, "multicast", &mk, &merr));
+    CHECK_EQ_INT(CF_OK, build_req(ln, &on, "multicast", &mk, &merr));
     CHECK_CONTAINS(mk ? cf_kernel_source(mk) : NULL, "#define CF_CLUSTER_N 2");
     CHECK_CONTAINS(mk ? cf_kernel_source(mk) : NULL, "#define CF_ROW_CTAS 8");
     cf_kernel_free(mk);
     mk = NULL;
     dsmem.multicast = 1;
-    CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(ln, &dsmem, "multicast", &mk, &merr));
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, build_req(ln, &dsmem, "multicast", &mk, &merr));
     CHECK_CONTAINS(merr.msg, "multicast: needs row reductions through L2");
     CHECK(mk == NULL);
-    CHECK_EQ_INT(64, cf_options_for(ln, 64, 30000, 256).cluster_n); /* wider rows: the wide path */
-    CHECK_EQ_INT(1, cf_options_for(gelu, 16384, 1024, 1024).cluster_n);
+    CHECK_EQ_INT(64, req_for(ln, 64, 30000, 256).cluster_n); /* wider rows: the wide path */
+    CHECK_EQ_INT(1, req_for(gelu, 16384, 1024, 1024).cluster_n);
     cf_graph *lns = parse("examples/gemm_ln_softmax.cf");   /* 4 reductions: a stage fewer up to K = 2048 */
-    CHECK_EQ_INT(4, lns ? cf_options_for(lns, 16384, 1024, 1024).stages : 0);
-    CHECK_EQ_INT(5, lns ? cf_options_for(lns, 8192, 4096, 4096).stages : 0);   /* the staged gather's room */
+    CHECK_EQ_INT(4, lns ? req_for(lns, 16384, 1024, 1024).stages : 0);
+    CHECK_EQ_INT(5, lns ? req_for(lns, 8192, 4096, 4096).stages : 0);   /* the staged gather's room */
     /* ... and every tile finishes at once at K = 512 (two tiles a warpgroup), in 6 stages;
      * --late-finish there gets the late finish's 4 */
     if (lns) {
-        CHECK_EQ_INT(0, cf_options_for(lns, 16384, 1024, 1024).sync_finish);
-        o = cf_options_for(lns, 4096, 2048, 512);
+        CHECK_EQ_INT(0, req_for(lns, 16384, 1024, 1024).sync_finish);
+        o = req_for(lns, 4096, 2048, 512);
         CHECK_EQ_INT(1, o.sync_finish);
         CHECK_EQ_INT(6, o.stages);
-        cf_options late = {.sync_finish = -1}, dflt = {0};
-        cf_options_fill(&late, o);
-        cf_options_fill(&dflt, o);
+        cf_plan_request late = {.sync_finish = -1}, dflt = {0};
+        cf_plan_fill(&late, o);
+        cf_plan_fill(&dflt, o);
         CHECK_EQ_INT(4, late.stages);
         CHECK_EQ_INT(-1, late.sync_finish);
         CHECK_EQ_INT(6, dflt.stages);
@@ -619,42 +637,42 @@ static void test_default_options(void)
         cf_kernel *k = NULL;
         cf_error err;
         for (int j = 0; j < 2; j++) {
-            CHECK_EQ_INT(CF_OK, cf_kernel_build(lns, j ? &late : &dflt, "lns", &k, &err));
+            CHECK_EQ_INT(CF_OK, build_req(lns, j ? &late : &dflt, "lns", &k, &err));
             CHECK_EQ_INT(j, k && strstr(cf_kernel_source(k), "#define CF_LATE_FINISH 1") != NULL);
             cf_kernel_free(k);
         }
     }
     cf_graph_free(lns);
 
-    cf_options peer = {.reduce_mode = CF_REDUCE_PEER};
-    cf_options_fill(&peer, cf_options_for(ln, 16384, 1024, 1024));
+    cf_plan_request peer = {.reduce_mode = CF_REDUCE_PEER};
+    cf_plan_fill(&peer, req_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(4, peer.stages);
     CHECK_EQ_INT(8, peer.cluster_n);
     CHECK_EQ_INT(128, peer.block_n);
-    cf_options leader = {.reduce_mode = CF_REDUCE_LEADER};
-    cf_options_fill(&leader, cf_options_for(ln, 8192, 4096, 4096));
+    cf_plan_request leader = {.reduce_mode = CF_REDUCE_LEADER};
+    cf_plan_fill(&leader, req_for(ln, 8192, 4096, 4096));
     CHECK_EQ_INT(16, leader.cluster_n); /* 64x256 tiles: 16 x 256 columns */
     CHECK_EQ_INT(256, leader.block_n);
     CHECK_EQ_INT(64, leader.block_m);
-    cf_options wide = {.block_m = 64, .block_n = 256};   /* wider tiles: a row group of fewer CTAs */
-    cf_options_fill(&wide, cf_options_for(ln, 16384, 1024, 1024));
+    cf_plan_request wide = {.block_m = 64, .block_n = 256};   /* wider tiles: a row group of fewer CTAs */
+    cf_plan_fill(&wide, req_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(4, wide.cluster_n);
     CHECK_EQ_INT(5, wide.stages);   /* 40 KB a stage: the default six do not fit */
-    cf_options narrow = {.block_n = 64};
-    cf_options_fill(&narrow, cf_options_for(ln, 16384, 1024, 1024));
+    cf_plan_request narrow = {.block_n = 64};
+    cf_plan_fill(&narrow, req_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(16, narrow.cluster_n);
-    cf_options mine = {.block_m = 128, .block_n = 128, .stages = 5, .reduce_mode = CF_REDUCE_PEER};
-    cf_options_fill(&mine, cf_options_for(ln, 16384, 1024, 1024));
+    cf_plan_request mine = {.block_m = 128, .block_n = 128, .stages = 5, .reduce_mode = CF_REDUCE_PEER};
+    cf_plan_fill(&mine, req_for(ln, 16384, 1024, 1024));
     CHECK_EQ_INT(5, mine.stages); /* what the caller set stays */
 
     /* a DSMEM cluster of 32 does not exist; through L2 a row group of 32 does */
     cf_kernel *k = NULL;
     cf_error err;
-    cf_options bad = {.block_m = 128, .block_n = 128, .stages = 4, .cluster_n = 32, .reduce_mode = CF_REDUCE_PEER};
-    CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_build(ln, &bad, "ln", &k, &err));
+    cf_plan_request bad = {.block_m = 128, .block_n = 128, .stages = 4, .cluster_n = 32, .reduce_mode = CF_REDUCE_PEER};
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, build_req(ln, &bad, "ln", &k, &err));
     CHECK_CONTAINS(err.msg, "cluster_n 32");
-    cf_options good = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = 32, .reduce_mode = CF_REDUCE_GLOBAL};
-    CHECK_EQ_INT(CF_OK, cf_kernel_build(ln, &good, "ln", &k, &err));
+    cf_plan_request good = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = 32, .reduce_mode = CF_REDUCE_GLOBAL};
+    CHECK_EQ_INT(CF_OK, build_req(ln, &good, "ln", &k, &err));
     cf_kernel_free(k);
 done:
     cf_graph_free(ln);
@@ -667,8 +685,8 @@ static void test_wide_rows(void)
     cf_graph *g = parse("examples/gemm_bias_ln.cf");
     cf_kernel *k = NULL;
     cf_error err;
-    cf_options opt = {.block_m = 128, .block_n = 128, .stages = 4, .cluster_n = 8, .reduce_mode = CF_REDUCE_PEER};
-    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "ln", &k, &err));
+    cf_plan_request opt = {.block_m = 128, .block_n = 128, .stages = 4, .cluster_n = 8, .reduce_mode = CF_REDUCE_PEER};
+    CHECK_EQ_INT(CF_OK, build_req(g, &opt, "ln", &k, &err));
     CHECK(!cf_kernel_wide(k, 1024)); /* not compiled yet: nothing is decided */
     CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
     CHECK(!cf_kernel_wide(k, 1024)); /* 8 CTAs x 128 columns */
@@ -678,7 +696,7 @@ static void test_wide_rows(void)
     k = NULL;
     cf_graph_free(g);
     g = parse("examples/gemm_bias_gelu.cf");
-    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, NULL, "gelu", &k, &err));
+    CHECK_EQ_INT(CF_OK, build_req(g, NULL, "gelu", &k, &err));
     CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
     CHECK(!cf_kernel_wide(k, 1 << 20)); /* no reduction: any width streams */
     cf_kernel_free(k);
@@ -692,7 +710,7 @@ static char *source_of(const char *spec)
     cf_kernel *k = NULL;
     char *src = NULL;
     if (cf_spec_parse(spec, strlen(spec), "inline.cf", &g, &err) == CF_OK &&
-        cf_kernel_build(g, NULL, "inline", &k, &err) == CF_OK)
+        build_req(g, NULL, "inline", &k, &err) == CF_OK)
         src = strdup(cf_kernel_source(k));
     else
         fprintf(stderr, "%s\n", err.msg);
@@ -800,7 +818,7 @@ static void test_gather_early(void)
 {
     const struct {
         const char *spec;
-        cf_options o;
+        cf_plan_request o;
         const char *want; /* NULL: no CF_GATHER_EARLY */
     } cases[] = {
         {"examples/gemm_rmsnorm.cf", {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0},
@@ -818,7 +836,7 @@ static void test_gather_early(void)
         cf_graph *g = parse(cases[i].spec);
         cf_error err;
         cf_kernel *k = NULL;
-        CHECK_EQ_INT(CF_OK, g ? cf_kernel_build(g, &cases[i].o, "early", &k, &err) : CF_ERR_INTERNAL);
+        CHECK_EQ_INT(CF_OK, g ? build_req(g, &cases[i].o, "early", &k, &err) : CF_ERR_INTERNAL);
         const char *text = k ? cf_kernel_source(k) : "";
         if (cases[i].want) {
             CHECK_CONTAINS(text, cases[i].want);
@@ -835,7 +853,7 @@ static void test_gather_early(void)
     cf_ir *ir = NULL;
     cf_error err;
     CHECK_EQ_INT(CF_OK, rms ? cf_lower(rms, &ir, &err) : CF_ERR_INTERNAL);
-    cf_cg_options cg = {.bm = 128, .bn = 128, .stages = 5, .cluster_n = 1, .row_ctas = 16, .red_global = true};
+    cf_plan cg = {.bm = 128, .bn = 128, .stages = 5, .cluster_n = 1, .row_ctas = 16, .red_global = true};
     CHECK(ir && cf_cg_gathers_early(ir, &cg));
     cg.sync_finish = true;
     CHECK(ir && !cf_cg_gathers_early(ir, &cg));
@@ -850,15 +868,15 @@ static void test_pair_tiles(void)
     cf_graph *ln = parse("examples/gemm_bias_ln.cf"), *lns = parse("examples/gemm_ln_softmax.cf");
     cf_error err;
     cf_kernel *k = NULL;
-    cf_options o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0};
-    CHECK_EQ_INT(CF_OK, ln ? cf_kernel_build(ln, &o, "pair", &k, &err) : CF_ERR_INTERNAL);
+    cf_plan_request o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0};
+    CHECK_EQ_INT(CF_OK, ln ? build_req(ln, &o, "pair", &k, &err) : CF_ERR_INTERNAL);
     const char *text = k ? cf_kernel_source(k) : NULL;
     CHECK_CONTAINS(text, "#define CF_PAIR_TILES 1");
     CHECK_CONTAINS(text, "#define CF_ROW_CTAS 8");
     cf_kernel_free(k);
     const struct {
         cf_graph *g;
-        cf_options o;
+        cf_plan_request o;
     } bad[] = {
         {ln, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 1, 0}},   /* the finisher finishes */
         {ln, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, true, 1, 0}},    /* nothing finishes late */
@@ -866,17 +884,17 @@ static void test_pair_tiles(void)
     };
     for (int i = 0; i < CF_ARRAY_LEN(bad); i++) {
         k = NULL;
-        CHECK_EQ_INT(CF_ERR_INVALID_ARG, bad[i].g ? cf_kernel_build(bad[i].g, &bad[i].o, "bad", &k, &err) : CF_ERR_INTERNAL);
+        CHECK_EQ_INT(CF_ERR_INVALID_ARG, bad[i].g ? build_req(bad[i].g, &bad[i].o, "bad", &k, &err) : CF_ERR_INTERNAL);
         CHECK_CONTAINS(err.msg, "pair_tiles: needs a late finish");
         CHECK(k == NULL);
     }
-    cf_options odd = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 2, 0};
+    cf_plan_request odd = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 2, 0};
     k = NULL;
-    CHECK_EQ_INT(CF_ERR_INVALID_ARG, ln ? cf_kernel_build(ln, &odd, "odd", &k, &err) : CF_ERR_INTERNAL);
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, ln ? build_req(ln, &odd, "odd", &k, &err) : CF_ERR_INTERNAL);
     CHECK_CONTAINS(err.msg, "pair_tiles 2: must be 0 (auto), 1 or -1");
-    cf_options odd_finish = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 3, -1, 0};
+    cf_plan_request odd_finish = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 3, -1, 0};
     k = NULL;
-    CHECK_EQ_INT(CF_ERR_INVALID_ARG, ln ? cf_kernel_build(ln, &odd_finish, "odd", &k, &err) : CF_ERR_INTERNAL);
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, ln ? build_req(ln, &odd_finish, "odd", &k, &err) : CF_ERR_INTERNAL);
     CHECK_CONTAINS(err.msg, "sync_finish 3: must be 0 (auto), 1 or -1");
     /* a consumer's late finish reads its parked groups two ahead; the finisher's, at use */
     const struct {
@@ -885,9 +903,9 @@ static void test_pair_tiles(void)
     } reads[] = {{CF_SCHEDULE_PINGPONG, "cf_unpark_stream<CF_PARK_BF16, 2, KEPT> unpark0(t);"},
                  {CF_SCHEDULE_FINISHER, "cf_unpark_stream<CF_PARK_BF16, 0, KEPT> unpark0(t);"}};
     for (int i = 0; i < CF_ARRAY_LEN(reads); i++) {
-        cf_options ro = {128, 128, 5, 8, CF_REDUCE_GLOBAL, reads[i].schedule, false, -1, 0};
+        cf_plan_request ro = {128, 128, 5, 8, CF_REDUCE_GLOBAL, reads[i].schedule, false, -1, 0};
         k = NULL;
-        CHECK_EQ_INT(CF_OK, ln ? cf_kernel_build(ln, &ro, "reads", &k, &err) : CF_ERR_INTERNAL);
+        CHECK_EQ_INT(CF_OK, ln ? build_req(ln, &ro, "reads", &k, &err) : CF_ERR_INTERNAL);
         CHECK_CONTAINS(k ? cf_kernel_source(k) : NULL, reads[i].stream);
         cf_kernel_free(k);
     }
@@ -902,9 +920,9 @@ static void test_mid_part(void)
     cf_graph *g = NULL;
     cf_error err;
     CHECK_EQ_INT(CF_OK, cf_spec_parse(lnsm, strlen(lnsm), "mid.cf", &g, &err));
-    cf_options fin = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0};
+    cf_plan_request fin = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0};
     cf_kernel *k = NULL;
-    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &fin, "mid", &k, &err));
+    CHECK_EQ_INT(CF_OK, build_req(g, &fin, "mid", &k, &err));
     const char *text = k ? cf_kernel_source(k) : NULL;
     /* in order: the consumer's post and park, the mid part, the late finish */
     const char *p = after(text, "#define CF_MID 1");
@@ -931,10 +949,10 @@ static void test_mid_part(void)
     cf_kernel_free(k);
     /* PingPong: the first exchange is waited for in the first part, and the previous tile
      * finishes between its post and its gather */
-    cf_options pp = fin;
+    cf_plan_request pp = fin;
     pp.schedule = CF_SCHEDULE_PINGPONG;
     k = NULL;
-    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &pp, "pingpong", &k, &err));
+    CHECK_EQ_INT(CF_OK, build_req(g, &pp, "pingpong", &k, &err));
     text = k ? cf_kernel_source(k) : NULL;
     p = after(text, "cf_row_merge_post<CF_MERGE_VAR, 0, 1>(args, t, raw_");
     p = after(p, "finish_prev();");
@@ -948,10 +966,10 @@ static void test_mid_part(void)
     cf_kernel_free(k);
     /* 32 CTAs a row: both exchanges merged, their pairs gathered staged (synchronous), so no
      * late finish and no finisher either; a merged fold scales its mean by the reciprocal */
-    cf_options wide = fin;
+    cf_plan_request wide = fin;
     wide.cluster_n = 32;
     k = NULL;
-    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &wide, "wide", &k, &err));
+    CHECK_EQ_INT(CF_OK, build_req(g, &wide, "wide", &k, &err));
     text = k ? cf_kernel_source(k) : NULL;
     CHECK(text && !strstr(text, "CF_FINISHER") && !strstr(text, "CF_LATE_FINISH"));
     CHECK_CONTAINS(text, "cf_row_merge<CF_MERGE_VAR, 0, 1>");
@@ -963,7 +981,7 @@ static void test_mid_part(void)
      * made ptxas spill more here) */
     wide.stages = 6;
     k = NULL;
-    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &wide, "wide6", &k, &err));
+    CHECK_EQ_INT(CF_OK, build_req(g, &wide, "wide6", &k, &err));
     text = k ? cf_kernel_source(k) : NULL;
     CHECK(text && !strstr(text, "cf_row_merge<") && !strstr(text, "CF_LATE_FINISH"));
     CHECK_CONTAINS(text, "[s] / (float)t.N;");
@@ -975,9 +993,9 @@ static void test_mid_part(void)
     static const char *lnsrc = "input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\nd = x - mean(x)\n"
                                "output Y: bf16 = d * rsqrt(mean(d * d) + 1e-5)\n";
     CHECK_EQ_INT(CF_OK, cf_spec_parse(lnsrc, strlen(lnsrc), "ln32.cf", &ln2, &err));
-    cf_options ln32 = {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, -1, 0};
+    cf_plan_request ln32 = {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, -1, 0};
     k = NULL;
-    CHECK_EQ_INT(CF_OK, ln2 ? cf_kernel_build(ln2, &ln32, "ln32", &k, &err) : CF_ERR_INTERNAL);
+    CHECK_EQ_INT(CF_OK, ln2 ? build_req(ln2, &ln32, "ln32", &k, &err) : CF_ERR_INTERNAL);
     text = k ? cf_kernel_source(k) : NULL;
     CHECK(text && !strstr(text, "cf_row_merge"));
     CHECK_CONTAINS(text, "CF_LATE_FINISH 1");
@@ -992,7 +1010,7 @@ static void test_mid_part(void)
     g = NULL;
     CHECK_EQ_INT(CF_OK, cf_spec_parse(two, strlen(two), "two.cf", &g, &err));
     k = NULL;
-    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &fin, "two", &k, &err));
+    CHECK_EQ_INT(CF_OK, build_req(g, &fin, "two", &k, &err));
     text = k ? cf_kernel_source(k) : NULL;
     CHECK(text && !strstr(text, "CF_MID") && !strstr(text, "CF_FINISHER"));
     cf_kernel_free(k);
@@ -1006,7 +1024,7 @@ static void test_post_first(void)
 {
     cf_graph *rms = parse("examples/gemm_rmsnorm.cf");
     const struct {
-        cf_options o;
+        cf_plan_request o;
         bool post_first;
     } cases[] = {
         {{128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, -1, 0}, true},
@@ -1016,7 +1034,7 @@ static void test_post_first(void)
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         cf_kernel *k = NULL;
         cf_error err;
-        CHECK_EQ_INT(CF_OK, rms ? cf_kernel_build(rms, &cases[i].o, "post-first", &k, &err) : CF_ERR_INTERNAL);
+        CHECK_EQ_INT(CF_OK, rms ? build_req(rms, &cases[i].o, "post-first", &k, &err) : CF_ERR_INTERNAL);
         const char *text = k ? cf_kernel_source(k) : NULL;
         CHECK_CONTAINS(text, "#define CF_LATE_FINISH 1");
         CHECK_EQ_INT(cases[i].post_first, text && strstr(text, "#define CF_POST_FIRST 1") != NULL);
@@ -1039,7 +1057,7 @@ static void test_corrected_scale(void)
 {
     const struct {
         const char *spec;
-        int sync_finish;   /* cf_options.sync_finish: 1 at once, -1 late */
+        int sync_finish;   /* cf_plan_request.sync_finish: 1 at once, -1 late */
         const char *folded, *unfolded;
     } cases[] = {
         {"examples/gemm_bias_ln.cf", -1, "const float v16 = fmaf(pk[r % 8], v15, corr_mu_5[cf_acc_slot(r)] * v15);",
@@ -1051,10 +1069,10 @@ static void test_corrected_scale(void)
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         cf_graph *g = parse(cases[i].spec);
-        cf_options o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, cases[i].sync_finish, -1, 0};
+        cf_plan_request o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, cases[i].sync_finish, -1, 0};
         cf_kernel *k = NULL;
         cf_error err;
-        CHECK_EQ_INT(CF_OK, g ? cf_kernel_build(g, &o, "corrected-scale", &k, &err) : CF_ERR_INTERNAL);
+        CHECK_EQ_INT(CF_OK, g ? build_req(g, &o, "corrected-scale", &k, &err) : CF_ERR_INTERNAL);
         const char *text = k ? cf_kernel_source(k) : NULL;
         CHECK_CONTAINS(text, cases[i].sync_finish == 1 ? "cf_row_merge<" : "cf_row_merge_finish<");
         CHECK_CONTAINS(text, cases[i].folded);
@@ -1091,9 +1109,9 @@ static void test_scale_into_exp(void)
         CHECK_EQ_INT(CF_OK, cf_spec_parse(src, strlen(src), "scaled.cf", &g, &err));
         if (!g)
             continue;
-        cf_options opt = cf_options_for(g, 16384, 2048, 1024);
+        cf_plan_request opt = req_for(g, 16384, 2048, 1024);
         cf_kernel *k = NULL;
-        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "scaled", &k, &err));
+        CHECK_EQ_INT(CF_OK, build_req(g, &opt, "scaled", &k, &err));
         const char *text = k ? cf_kernel_source(k) : NULL;
         CHECK_EQ_INT(cases[i].folded, text && strstr(text, "op_exp_sub_scaled(") != NULL);
         if (cases[i].folded) {
@@ -1112,10 +1130,10 @@ static void test_scale_into_exp(void)
     }
     /* the finisher's mid part too: its two passes over the parked tile read v */
     cf_graph *lnsm = parse("examples/gemm_ln_softmax.cf");
-    cf_options opt = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0};
+    cf_plan_request opt = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0};
     cf_kernel *k = NULL;
     cf_error err;
-    CHECK_EQ_INT(CF_OK, lnsm ? cf_kernel_build(lnsm, &opt, "scaled-mid", &k, &err) : CF_ERR_INTERNAL);
+    CHECK_EQ_INT(CF_OK, lnsm ? build_req(lnsm, &opt, "scaled-mid", &k, &err) : CF_ERR_INTERNAL);
     const char *text = k ? cf_kernel_source(k) : NULL;
     CHECK_CONTAINS(text, "#define CF_MID 1");
     const char *mid = text ? strstr(text, "void cf_epilogue_mid(") : NULL;
@@ -1187,18 +1205,18 @@ static void test_row_outputs(void)
                                   "tests/specs/regress/g880346466_6.cf", "tests/specs/regress/g834101238_64.cf"};
     static const int64_t shapes[][3] = {{4096, 2048, 512}, {16384, 1024, 1024}, {8192, 4096, 4096}, {92, 848, 1536},
                                         {129, 72, 136}, {300, 8200, 136}, {64, 32768, 256}};
-    static const cf_options forced[] = {{0}, {.sync_finish = 1}, {.schedule = CF_SCHEDULE_FINISHER},
+    static const cf_plan_request forced[] = {{0}, {.sync_finish = 1}, {.schedule = CF_SCHEDULE_FINISHER},
                                         {.pair_tiles = 1}, {.reduce_mode = CF_REDUCE_PEER}};
     for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
         cf_graph *g = parse(specs[i]);
         CHECK(g != NULL);
         for (size_t s = 0; g && s < sizeof shapes / sizeof *shapes; s++)
             for (size_t f = 0; f < sizeof forced / sizeof *forced; f++) {
-                cf_options opt = forced[f];
-                cf_options_fill(&opt, cf_options_for(g, shapes[s][0], shapes[s][1], shapes[s][2]));
+                cf_plan_request opt = forced[f];
+                cf_plan_fill(&opt, req_for(g, shapes[s][0], shapes[s][1], shapes[s][2]));
                 cf_kernel *k = NULL;
                 cf_error err;
-                if (cf_kernel_build(g, &opt, "out", &k, &err) != CF_OK)
+                if (build_req(g, &opt, "out", &k, &err) != CF_OK)
                     continue; /* e.g. rows wider than a cluster: the wide-row path */
                 const char *src = cf_kernel_source(k);
                 bool ok = row_arrays_written(src) && !row_array_shared_in_loop(src);
@@ -1226,10 +1244,10 @@ static void test_row_outputs(void)
 static void test_carried_correction(void)
 {
     cf_graph *g = parse("tests/specs/regress/g834101238_64.cf");
-    cf_options o = g ? cf_options_for(g, 92, 848, 1536) : (cf_options){0};
+    cf_plan_request o = g ? req_for(g, 92, 848, 1536) : (cf_plan_request){0};
     cf_kernel *k = NULL;
     cf_error err;
-    CHECK_EQ_INT(CF_OK, g ? cf_kernel_build(g, &o, "corr", &k, &err) : CF_ERR_INTERNAL);
+    CHECK_EQ_INT(CF_OK, g ? build_req(g, &o, "corr", &k, &err) : CF_ERR_INTERNAL);
     const char *src = k ? cf_kernel_source(k) : "";
     CHECK_CONTAINS(src, "cf_row_merge<CF_MERGE_SOFTMAX");
     CHECK_CONTAINS(src, "* corr_v11_1[cf_acc_slot(r)];  /* bypass: v13_5, corrected to the row's max */");
@@ -1265,7 +1283,7 @@ static void test_f32_constants(void)
                 held = g->nodes[n].cval == (double)(float)cases[i].held;
         CHECK(held);
         cf_kernel *k = NULL;
-        CHECK_EQ_INT(CF_OK, g ? cf_kernel_build(g, NULL, "const", &k, &err) : CF_ERR_INTERNAL);
+        CHECK_EQ_INT(CF_OK, g ? build_req(g, NULL, "const", &k, &err) : CF_ERR_INTERNAL);
         if (k) {
             CHECK_CONTAINS(cf_kernel_source(k), cases[i].lit);
             cf_status st = cf_kernel_compile(k, &err);
@@ -1286,8 +1304,8 @@ static void test_smem_plan(void)
     cf_error err;
     cf_kernel *k = NULL;
     /* DSMEM: the exchange's static buffers count too (they were left out, and NVRTC hit #error) */
-    cf_options peer = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = 16, .reduce_mode = CF_REDUCE_PEER};
-    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &peer, "peer", &k, &err));
+    cf_plan_request peer = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = 16, .reduce_mode = CF_REDUCE_PEER};
+    CHECK_EQ_INT(CF_OK, build_req(g, &peer, "peer", &k, &err));
     CHECK(k && cf_kernel_options(k)->stages < 6);
     const char *src = k ? cf_kernel_source(k) : "";
     CHECK_CONTAINS(src, "#define CF_SMEM_PLAN ");
@@ -1320,9 +1338,9 @@ static void test_prepare_cached(void)
     for (int pass = 0; g && pass < 2; pass++) {
         if (pass == 1)
             setenv("CF_ASSERT_CACHED", "1", 1);
-        cf_options opt = cf_options_for(g, 2048, 32000, 4096);
+        cf_plan_request opt = req_for(g, 2048, 32000, 4096);
         cf_kernel *k = NULL;
-        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &opt, "lse", &k, &err));
+        CHECK_EQ_INT(CF_OK, build_req(g, &opt, "lse", &k, &err));
         cf_status st = k ? cf_kernel_prepare(k, dims, &err) : CF_ERR_INTERNAL;
         if (st != CF_OK)
             fprintf(stderr, "prepare (pass %d): %s\n", pass, err.msg);
@@ -1352,23 +1370,23 @@ static void test_row_group_sizes(void)
     static const int64_t ns[] = {768, 1600, 2560, 5120, 3960, 520};
     for (size_t i = 0; g && i < sizeof ns / sizeof *ns; i++) {
         const int64_t tiles = (ns[i] + 127) / 128;
-        cf_options o = cf_options_for(g, 2048, ns[i], 1024);
+        cf_plan_request o = req_for(g, 2048, ns[i], 1024);
         const int64_t covered = (int64_t)o.cluster_n * (o.pair_tiles == 1 ? 2 : 1);
         CHECK(covered >= tiles && covered <= tiles + 1);
-        cf_options k4 = cf_options_for(g, 8192, ns[i], 4096);
+        cf_plan_request k4 = req_for(g, 8192, ns[i], 4096);
         CHECK(k4.multicast != 1 || k4.cluster_n % 2 == 0);
-        cf_options peer = {.reduce_mode = CF_REDUCE_PEER};
-        cf_options_fill(&peer, o);
+        cf_plan_request peer = {.reduce_mode = CF_REDUCE_PEER};
+        cf_plan_fill(&peer, o);
         CHECK_EQ_INT(0, peer.cluster_n & (peer.cluster_n - 1));
         cf_kernel *k = NULL;
         cf_error err;
-        CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &o, "rows", &k, &err));
+        CHECK_EQ_INT(CF_OK, build_req(g, &o, "rows", &k, &err));
         cf_kernel_free(k);
     }
-    cf_options odd = {.block_m = 128, .block_n = 128, .cluster_n = 5, .reduce_mode = CF_REDUCE_PEER};
+    cf_plan_request odd = {.block_m = 128, .block_n = 128, .cluster_n = 5, .reduce_mode = CF_REDUCE_PEER};
     cf_kernel *k = NULL;
     cf_error err;
-    CHECK_EQ_INT(CF_ERR_INVALID_ARG, g ? cf_kernel_build(g, &odd, "odd", &k, &err) : CF_ERR_INVALID_ARG);
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, g ? build_req(g, &odd, "odd", &k, &err) : CF_ERR_INVALID_ARG);
     cf_graph_free(g);
 }
 
@@ -1394,7 +1412,7 @@ static void test_live_arrays(void)
         cf_kernel *k = NULL;
         cf_error err;
         CHECK_EQ_INT(CF_OK, cf_spec_parse(spec, strlen(spec), "live.cf", &g, &err));
-        cf_status st = g ? cf_kernel_build(g, NULL, "live", &k, &err) : CF_ERR_INTERNAL;
+        cf_status st = g ? build_req(g, NULL, "live", &k, &err) : CF_ERR_INTERNAL;
         if (n == 32) {   /* 31 carried values and the accumulator: T1..T31, each written once */
             CHECK_EQ_INT(CF_OK, st);
             const char *src = k ? cf_kernel_source(k) : "";
@@ -1414,17 +1432,17 @@ static void test_live_arrays(void)
     }
 }
 
-/* Source of spec text built with the options cf_options_for picks at M x N x K. */
-static char *tin_source(const char *spec, int64_t m, int64_t n, int64_t k, cf_options forced)
+/* Source of spec text planned at M x N x K, with the fields of forced given. */
+static char *tin_source(const char *spec, int64_t m, int64_t n, int64_t k, cf_plan_request forced)
 {
     cf_graph *g = NULL;
     cf_error err;
     char *out = NULL;
     if (cf_spec_parse(spec, strlen(spec), "tin.cf", &g, &err) != CF_OK)
         return NULL;
-    cf_options_fill(&forced, cf_options_for(g, m, n, k));
+    cf_plan_fill(&forced, req_for(g, m, n, k));
     cf_kernel *kn = NULL;
-    if (cf_kernel_build(g, &forced, "tin", &kn, &err) == CF_OK)
+    if (build_req(g, &forced, "tin", &kn, &err) == CF_OK)
         out = strdup(cf_kernel_source(kn));
     cf_kernel_free(kn);
     cf_graph_free(g);
@@ -1439,7 +1457,7 @@ static void test_tile_inputs(void)
 {
     static const char mask[] = "input X: bf16[M, K]\ninput W: bf16[K, N]\ninput mask: bf16[M, N]\n"
                                "s = X @ W + mask\ne = exp(s - max(s))\noutput Y: bf16 = e / sum(e)\n";
-    char *src = tin_source(mask, 8192, 2048, 128, (cf_options){0});
+    char *src = tin_source(mask, 8192, 2048, 128, (cf_plan_request){0});
     CHECK_CONTAINS(src, "#define CF_NUM_TIN 1  /* [M,N] inputs fetched through the operand ring: mask */");
     CHECK_CONTAINS(src, "#define CF_TIN_ARGS 0x4u");
     const char *wait = src ? strstr(src, "cf_tin_wait(t);") : NULL, *loop = wait ? strstr(wait, "for (int r") : NULL;
@@ -1452,27 +1470,27 @@ static void test_tile_inputs(void)
     /* two inputs, and one of them f32: only the 16-bit one through the ring */
     static const char two[] = "input X: bf16[M, K]\ninput W: bf16[K, N]\ninput R: bf16[M, N]\ninput Q: f32[M, N]\n"
                               "output Y: bf16 = X @ W + R * Q\n";
-    src = tin_source(two, 4096, 4096, 1024, (cf_options){0});
+    src = tin_source(two, 4096, 4096, 1024, (cf_plan_request){0});
     CHECK_CONTAINS(src, "#define CF_NUM_TIN 1  /* [M,N] inputs fetched through the operand ring: R */");
     CHECK_CONTAINS(src, "load_f32(p.Q, (long long)row * t.N + col)");
     free(src);
     /* read after the exchange by a late finish: the element path */
     static const char post[] = "input X: bf16[M, K]\ninput W: bf16[K, N]\ninput R: bf16[M, N]\n"
                                "h = X @ W\nd = h - mean(h)\noutput Y: bf16 = d * rsqrt(mean(square(d)) + 1e-5) + R\n";
-    src = tin_source(post, 8192, 2048, 512, (cf_options){0});
+    src = tin_source(post, 8192, 2048, 512, (cf_plan_request){0});
     CHECK_CONTAINS(src, "#define CF_LATE_FINISH 1");
     CHECK(src && !strstr(src, "CF_NUM_TIN"));
     CHECK_CONTAINS(src, "load_bf16(p.R, (long long)row * t.N + col)");
     free(src);
     /* ... and through the ring when every tile finishes at once */
-    src = tin_source(post, 8192, 2048, 512, (cf_options){.sync_finish = 1});
+    src = tin_source(post, 8192, 2048, 512, (cf_plan_request){.sync_finish = 1});
     CHECK_CONTAINS(src, "#define CF_NUM_TIN 1");
     free(src);
     /* a ring too shallow for the input and three mainloop stages: the element path */
-    src = tin_source(mask, 8192, 2048, 128, (cf_options){.stages = 3});
+    src = tin_source(mask, 8192, 2048, 128, (cf_plan_request){.stages = 3});
     CHECK(src && !strstr(src, "CF_NUM_TIN"));
     free(src);
-    src = tin_source(mask, 8192, 2048, 128, (cf_options){.stages = 4});
+    src = tin_source(mask, 8192, 2048, 128, (cf_plan_request){.stages = 4});
     CHECK_CONTAINS(src, "#define CF_NUM_TIN 1");
     free(src);
 }

@@ -93,7 +93,7 @@ def fake_records():
     return recs
 
 
-def test_json_has_every_column_and_a_null_prediction(tmp_path):
+def test_json_has_every_column_and_the_prediction(tmp_path):
     recs = fake_records()
     path = str(tmp_path / "grid.json")
     grid.write_json(path, {"device": "test"}, recs)
@@ -104,8 +104,11 @@ def test_json_has_every_column_and_a_null_prediction(tmp_path):
     for key in ("name", "model", "layer", "M", "N", "K", "fused_ms", "cublas_ms", "compile_ms", "eager_ms",
                 "unfused_ms", "bound", "within_bound", "faster_than_compile", "ratios"):
         assert key in r0, key
-    assert "predicted_ms" in r0 and r0["predicted_ms"] is None
-    assert r0["ratios"]["predicted/fused"] is None
+    assert "predicted_ms" in r0 and r0["predicted_ms"] is None   # a binary without the model: null
+    assert r0["ratios"]["fused/predicted"] is None
+    r1 = dict(recs[1], predicted_ms=0.5)
+    assert grid.finish_record(r1)["ratios"]["fused/predicted"] == pytest.approx(1.1 / 0.5)
+    assert "0.5000" in grid.row_line(r1) and "2.200" in grid.row_line(r1)
     assert r0["ratios"]["fused/cublas"] == pytest.approx(1.0)
     assert r0["ratios"]["compile/cublas"] == pytest.approx(1.2)
     assert r0["ratios"]["fused/compile"] == pytest.approx(1.0 / 1.2)
@@ -152,7 +155,9 @@ def test_parse_bench_line():
            "\t1.480\t-\n")
     v = common.parse_bench(out)
     assert v == {"fused_ms": 0.15, "cublaslt_ms": 0.1, "floor_ms": 0.05, "unfused_ms": None,
-                 "fused_over_cublaslt": 1.48, "unfused_over_cublaslt": None}
+                 "fused_over_cublaslt": 1.48, "unfused_over_cublaslt": None, "predicted_ms": None}
+    v = common.parse_bench(out.replace("\t-\n", "\t-\t0.1250\n"))  # the plan's prediction, ms
+    assert v["predicted_ms"] == 0.125 and v["fused_ms"] == 0.15
     short = common.parse_bench("BENCH\ts\tM=1\t0.2\t0.1\n")  # older binaries: fewer fields
     assert short["fused_ms"] == 0.2 and short["unfused_ms"] is None
     assert common.parse_bench("comfuse bench: no GPU\n") is None
@@ -219,7 +224,7 @@ compile) case $3 in *K=${FAIL_K:-none}) echo "comfuse compile: spec.cf:1:1: boom
          case $3 in *N=50257*) echo "  rows of N=50257 are wider than the row group: launches run the wide-row path" ;; esac ;;
 bench) shape=$5
        case $shape in *N=32000*) echo "comfuse bench: failed on purpose" >&2; exit 1 ;; esac
-       printf 'BENCH\\t%s\\t%s\\t0.0120\\t0.0100\\t0.0050\\t0.0200\\t1.150\\t2.000\\n' "$6" "$shape" ;;
+       printf 'BENCH\\t%s\\t%s\\t0.0120\\t0.0100\\t0.0050\\t0.0200\\t1.150\\t2.000\\t0.0100\\n' "$6" "$shape" ;;
 run) shape=$8
      case $shape in *N=50257*) echo "  check Y: max |err| 1e0, rel Frobenius 5.000e-01, FAIL"; exit 4 ;; esac
      echo "  check Y: 100 elements: max |err| 1e-3, rel Frobenius 1.250e-03, ok" ;;
@@ -257,7 +262,8 @@ def test_gpu_run_end_to_end_with_fakes(tmp_path, monkeypatch, capsys):
     assert cells[0]["faster_than_compile"] is None and cells[0]["fused_ms"] == 0.012
     for c in ok:
         assert c["fused_ms"] == 0.012 and c["unfused_ms"] == 0.02 and c["cublaslt_ms"] == 0.01
-        assert c["fused_over_cublaslt"] == 1.15 and c["spill_bytes"] == 8 and c["predicted_ms"] is None
+        assert c["fused_over_cublaslt"] == 1.15 and c["spill_bytes"] == 8 and c["predicted_ms"] == 0.01
+        assert c["ratios"]["fused/predicted"] == pytest.approx(1.2)
         assert c["ratios"]["fused/cublas"] == pytest.approx(1.2) and c["status"] == "measured"
         assert c["plan"] == "tile 128x128 per consumer warpgroup, 5 stages"
         assert c["wide_row_path"] == (c["N"] == 50257)

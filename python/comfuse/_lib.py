@@ -76,8 +76,9 @@ class cf_tensor_info(ctypes.Structure):
 
 
 class cf_options(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int) for n in ("block_m", "block_n", "stages", "cluster_n", "reduce_mode",
-                                            "schedule", "sync_finish", "pair_tiles", "multicast")]
+    _fields_ = ([(n, ctypes.c_int) for n in ("block_m", "block_n", "stages", "cluster_n", "reduce_mode",
+                                             "schedule")]
+                + [(n, ctypes.c_int64) for n in ("m", "n", "k")])
 
 
 class cf_resources(ctypes.Structure):

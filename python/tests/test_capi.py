@@ -87,6 +87,8 @@ def test_spec_parse_matches_builder():
 def test_options_for_fills_every_field():
     o = _ln_graph().options_for(4096, 1024, 1024)
     assert o["block_m"] in (64, 128) and o["block_n"] % 16 == 0 and o["stages"] > 0 and o["cluster_n"] >= 1
+    # the size the kernel is planned for travels with the options; the schedule's internals do not
+    assert (o["m"], o["n"], o["k"]) == (4096, 1024, 1024) and "pair_tiles" not in o
 
 
 def test_kernel_build_generates_source():
