@@ -371,6 +371,12 @@ void cf_plan_shape(const cf_ir *ir, cf_plan *p, int64_t M, int64_t N, int64_t K,
                    int resident_ctas);
 /* The cost model: predicted microseconds of p at its shape on the H200 (0 without one). */
 double cf_plan_predict(const cf_ir *ir, const cf_plan *p, const cf_device_facts *dev);
+/* Whether [M,N] epilogue inputs pay their way through the operand ring (cf_tin_* in the device
+ * header): a warpgroup holds their tin_stages stages through its epilogue up to stage depth
+ * last_depth, and the producer, which fills the ring in order, stalls the other warpgroup's
+ * mainloop once that outlasts the k-blocks the rest of the ring holds (unless a tile has no more
+ * k-blocks than that).  Else they are loaded element by element. */
+bool cf_plan_ring_inputs_pay(const cf_ir *ir, const cf_plan *p, int last_depth, int tin_stages);
 /* The shared memory of p (the one formula; see cf_plan_smem). */
 cf_plan_smem cf_plan_smem_of(const cf_ir *ir, const cf_plan *p);
 /* Overrides one field of r from "key=value" (the CLI's --plan); CF_ERR_INVALID_ARG naming

@@ -1458,6 +1458,12 @@ static bool plan_tile_inputs(cg_ctx *e)
         e->tin_first = first < e->tin_first ? first : e->tin_first;
         e->tin_last = last > e->tin_last ? last : e->tin_last;
     }
+    const int tin_stages = (e->n_tin * (o->bn / 64) + per_stage - 1) / per_stage;
+    if (e->n_tin && !cf_plan_ring_inputs_pay(ir, o, e->tin_last, tin_stages)) {
+        for (int a = 0; a < ir->n_args; a++)
+            e->tin[a] = -1;   /* a long first part: the element loads, not a stalled mainloop */
+        e->n_tin = 0;
+    }
     return true;
 }
 

@@ -11,6 +11,7 @@
 #include "cf_internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -576,10 +577,10 @@ void cf_plan_shape(const cf_ir *ir, cf_plan *p, int64_t M, int64_t N, int64_t K,
 /* FP32-pipe instructions per output element of the epilogue: an op's cost in the pipe
  * (transcendentals go through the SFU and a few FMAs), a reduction's add and shuffle share,
  * a store's conversion, a [M,N] input's load and conversion. */
-static double epilogue_instr_per_elem(const cf_ir *ir)
+static double epilogue_instr_upto(const cf_ir *ir, int last_depth)
 {
     double n = 0;
-    for (const cf_ir_spec *sp = ir->epi[0]; sp; sp = sp->post)
+    for (const cf_ir_spec *sp = ir->epi[0]; sp && sp->depth <= last_depth; sp = sp->post)
         for (int i = 0; i < sp->n_nodes; i++) {
             const cf_ir_node *x = sp->nodes[i];
             if (x->shape != CF_SHAPE_TILE && x->kind != CF_IR_STORE)
@@ -599,6 +600,25 @@ static double epilogue_instr_per_elem(const cf_ir *ir)
             }
         }
     return n;
+}
+
+static double epilogue_instr_per_elem(const cf_ir *ir) { return epilogue_instr_upto(ir, INT_MAX); }
+
+/* One k-block (64 of K) of a tile's mainloop on the tensor cores, in microseconds. */
+static double kblock_us(const cf_plan *p)
+{
+    const int tile_m = p->cooperative ? 2 * p->bm : p->bm;
+    const double eff = p->bm == 128 ? MMA_EFF_128 : MMA_EFF_64;
+    return 2.0 * tile_m * p->bn * 64 / (TC_FLOP_PER_SM_CLK * eff * SM_CLOCK_GHZ * 1e3);
+}
+
+bool cf_plan_ring_inputs_pay(const cf_ir *ir, const cf_plan *p, int last_depth, int tin_stages)
+{
+    const int tile_m = p->cooperative ? 2 * p->bm : p->bm;
+    const double hold = tile_m * p->bn * epilogue_instr_upto(ir, last_depth) / (FP32_OPS_PER_SM_CLK * SM_CLOCK_GHZ * 1e3);
+    const int free = p->stages - tin_stages - 1;   /* what the producer fills before it waits */
+    const int64_t nkb = p->k > 0 ? (p->k + 63) / 64 : INT32_MAX;
+    return nkb <= free || hold <= free * kblock_us(p);
 }
 
 /* Bytes that must cross HBM once: X, W, the epilogue's inputs and its outputs. */
