@@ -2,7 +2,7 @@
 # Same-call A/B of kernel options on this tree (GPU machine): each "SPEC SHAPE" case is benched
 # with every option set in turns (set 1, set 2, ..., repeated), each beside cuBLASLt in its own
 # process, so the sets share the card's state.  Prints fused/cuBLAS per turn and the median
-# over the first set's median.  Used to fit cf_options_for's rules.
+# over the first set's median.  Used to fit the plan's rules (src/plan.c).
 #   bench/opts.sh "SPEC SHAPE" [more cases ...] -- "" "--schedule pingpong" "--schedule finisher"
 # ("" is the default options).  Env: AB_REPS (turns, default 3), AB_ITERS (launches per bench).
 set -uo pipefail

@@ -308,8 +308,8 @@ typedef struct cf_resources {
     int row_ctas;             /* CTAs that share a row block (cluster_n unless reductions
                                  go through L2, which needs no cluster)           */
     int reduce_mode;          /* CF_REDUCE_*, 0 without row reductions             */
-    bool late_finish;         /* tiles finish after the next mainloop (sync_finish) */
-    bool pair_tiles;          /* each CTA takes two column tiles of a row block (cf_options) */
+    bool late_finish;         /* tiles finish after the next mainloop (not --sync-finish) */
+    bool pair_tiles;          /* each CTA takes two column tiles of a row block (the plan's) */
     bool gather_early;        /* a parked tile's late gather loads its words as the next
                                  mainloop ends (Psi's choice; docs/design.md)       */
     bool wgmma_serialized;    /* ptxas serialised the mainloop's wgmma pipeline (its warning

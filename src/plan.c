@@ -117,14 +117,14 @@ static void schedule_defaults(const cf_ir *ir, cf_plan_request *o, int64_t k, cf
         o->stages = 5;
     /* Two column tiles per CTA halve the ranks a row gathers, where the late exchange
      * is the only one.  It pays where a lane would load 32 partials or more (16 CTAs
-     * of pairs, 32 of single partials; perf-notes v14: LN and softmax 5-7 % faster at
-     * 16 CTAs a row, 3-4 % at 32; v16: LN 1.288 -> 1.230 at 16 CTAs), and with K >= 1024
-     * from 8 CTAs a row, where it also beats the finisher (v19, same call: softmax
+     * of pairs, 32 of single partials: LN and softmax 5-7 % faster at 16 CTAs a row,
+     * 3-4 % at 32; LN 1.288 -> 1.230 at 16 CTAs), and with K >= 1024 from 8 CTAs a
+     * row, where it also beats the finisher (docs/performance.md, "Pair tiles": softmax
      * 1.152 with the finisher, 1.082 paired at 16384x1024x1024; RMSNorm 1.048 -> 1.018
      * at 16384x2048x1024, 1.073 -> 1.063 at 8 CTAs).  Not at K = 512 with 16 CTAs of
      * single partials (RMSNorm 1.194 -> 1.22), nor at 4 CTAs (1.15 -> 1.23), nor where
      * the late stage reads two [N] vectors (LN's gamma and beta: its finish is the
-     * heaviest) unless K >= 1024 and a round is saved (v19: LN unpaired 1.375 -> 1.317
+     * heaviest) unless K >= 1024 and a round is saved (LN unpaired 1.375 -> 1.317
      * at 4096x2048x512, 1.155 -> 1.147 at 16384x1024x1024; paired 1.158 -> 1.124 at
      * 16384x2048x1024). */
     cf_plan pair = cg;
@@ -135,9 +135,9 @@ static void schedule_defaults(const cf_ir *ir, cf_plan_request *o, int64_t k, cf
     const int words = cf_cg_gather_words(ir, &cg);   /* a lane's, over the row's ranks */
     const bool saves_round = words >= 32;
     /* Below K = 1024 an unpaired tile whose gather loads as the mainloop ends beats the
-     * pair (v21: softmax 1.259 -> 1.235 at 4096x2048x512; paired still wins at K = 1024,
+     * pair (softmax 1.259 -> 1.235 at 4096x2048x512; paired still wins at K = 1024,
      * 1.073 against 1.105), and at K = 1024 where the row is 8 CTAs of single words
-     * (RMSNorm at 16384x1024x1024: 0.4-1 % faster unpaired in five calls, v21-v22; at
+     * (RMSNorm at 16384x1024x1024: 0.4-1 % faster unpaired in five calls; at
      * 16 CTAs the pair wins, 1.018 against 1.036). */
     const bool single_words = words == o->cluster_n;   /* 128-row tiles: a lane per row */
     const bool early = (!long_k || (o->cluster_n <= 8 && single_words)) && cf_cg_gathers_early(ir, &cg);
@@ -147,13 +147,13 @@ static void schedule_defaults(const cf_ir *ir, cf_plan_request *o, int64_t k, cf
      * ~3.2k cycles per reduction + ~2.4k per round of 8 ranks' L2 loads) outlasts the
      * other warpgroup's mainloop (~8.3 K cycles a tile), and only if the finisher keeps
      * up: ~3k + 2.4k per round a tile, and ~1.2k per [N] vector its stage reads (with
-     * 120 registers it reloads them).  Fitted to perf-notes v12 §4 (at 16384x1024x1024
-     * softmax 1.27 -> 1.18, RMSNorm (epilogue hidden) and K = 4096 unchanged, N = 2048 at
-     * K <= 1024 (not kept up) 4-14 % slower) and v19 §2: there LN's finisher works 8.8k
-     * a tile (softmax's 6.8k) and LN ran 1.198 with it against 1.141 without.  Not for
-     * more than two reductions (LN+softmax's mid part, CF_MID): since its PingPong kernel
-     * finishes the previous tile inside its first wait, that ran 1.448 against the mid
-     * part's 1.507 at 16384x1024x1024 (v19 §10); --schedule finisher still builds it. */
+     * 120 registers it reloads them).  Fitted to same-call A/Bs (docs/performance.md,
+     * "The finisher"): at 16384x1024x1024 softmax 1.27 -> 1.18, RMSNorm (epilogue hidden)
+     * and K = 4096 unchanged, N = 2048 at K <= 1024 (not kept up) 4-14 % slower; LN's
+     * finisher works 8.8k a tile (softmax's 6.8k) and LN ran 1.198 with it against 1.141
+     * without.  Not for more than two reductions (LN+softmax's mid part, CF_MID): since
+     * its PingPong kernel finishes the previous tile inside its first wait, that ran 1.448
+     * against the mid part's 1.507 at 16384x1024x1024; --schedule finisher still builds it. */
     const int rounds = (o->cluster_n + 7) / 8, reductions = ir->n_stages[0] - 1;
     const double mainloop = 8.3 * (double)k;
     const double finisher_work = 3000.0 + 2400.0 * rounds + 1200.0 * vectors;
@@ -168,23 +168,23 @@ static void schedule_defaults(const cf_ir *ir, cf_plan_request *o, int64_t k, cf
         o->stages = 5;
     }
     /* Four or more reductions (LN+softmax) spill ~500 bytes per thread; up to
-     * K = 2048 a stage fewer, 32 KB more L1 for the spills, is faster (perf-notes
-     * v11: 2.61 -> 2.52, 2.22 -> 2.07, 1.99 -> 1.96 of cuBLAS); at K = 4096 not. */
+     * K = 2048 a stage fewer, 32 KB more L1 for the spills, is faster (2.61 -> 2.52,
+     * 2.22 -> 2.07, 1.99 -> 1.96 of cuBLAS); at K = 4096 not (docs/performance.md, "LN+softmax"). */
     if (ir->n_stages[0] - 1 >= 4 && k > 0 && k <= 2048)
         o->stages--;
     /* With two tiles a warpgroup (K = 512) a late finish defers three quarters of the
      * output's stores to the tail, where every CTA writes at once.  LN+softmax's first
      * exchange waits at once anyway, and finishing every tile at once ran 2.03 -> 1.96 of
-     * cuBLAS at 4096x2048x512 (perf-notes v20; 3-15 % slower at K >= 1024, and RMSNorm,
-     * LN, softmax 11-29 % slower at K = 512). */
+     * cuBLAS at 4096x2048x512 (3-15 % slower at K >= 1024, and RMSNorm, LN, softmax
+     * 11-29 % slower at K = 512; docs/performance.md, "LN+softmax"). */
     if (ir->n_stages[0] - 1 >= 4 && k > 0 && k <= 512) {
         o->sync_finish = 1;
         o->stages = 6;
     }
-    /* At K = 4096 the 128x128 mainloop is L2-bound (perf-notes v21 §7: back to back the
-     * fused kernels ran 1.08-1.20 of cuBLAS while its cluster-2 GEMM ran 1.01); pairs of
-     * CTAs multicasting their X rows ran 0.90-0.94 of that with W as [N,K], 0.98-1.01
-     * as [K,N], and 1-4.5 % slower at K <= 1024 (v22 §1). */
+    /* At K = 4096 the 128x128 mainloop is L2-bound (back to back the fused kernels ran
+     * 1.08-1.20 of cuBLAS while its cluster-2 GEMM ran 1.01); pairs of CTAs multicasting
+     * their X rows ran 0.90-0.94 of that with W as [N,K], 0.98-1.01 as [K,N], and 1-4.5 %
+     * slower at K <= 1024 (docs/performance.md, "X multicast"). */
     if (k >= 4096 && o->cluster_n > 1 && o->cluster_n % 2 && o->cluster_n < 64)
         o->cluster_n++;   /* multicast pairs: an odd row group gets one idle CTA */
     if (k >= 4096 && o->cluster_n % 2 == 0)
@@ -196,10 +196,10 @@ static cf_plan_request defaults_of(const cf_graph *g, const cf_ir *ir, int64_t m
                                    int smem_limit)
 {
     (void)m;
-    /* Measured on the H200 beside cuBLAS (docs/perf-notes.md, bench/sweep.sh):
-     * 128x128 PingPong tiles, 6 stages, no cluster; a 2-CTA cluster with X
-     * multicast measured slower in the same run (1.106 vs 1.050 of cuBLAS at
-     * 8192x4096x4096). */
+    /* 128x128 PingPong tiles, 6 stages, no cluster: PingPong hides one warpgroup's
+     * epilogue under the other's mainloop, and a 2-CTA cluster couples the two CTAs'
+     * rings (6 % slower with multicast at 8192x4096x4096; docs/performance.md, "The
+     * mainloop"). */
     cf_plan_request o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 6, .cluster_n = 1,
                          .schedule = CF_SCHEDULE_PINGPONG};
     /* reductions the IR keeps (a graph's dead ones need no row group) */
@@ -207,17 +207,17 @@ static cf_plan_request defaults_of(const cf_graph *g, const cf_ir *ir, int64_t m
     if (g && !reduces && !has_class(g, CF_OPC_UNARY) && !has_class(g, CF_OPC_BINARY) && k >= 4096) {
         /* A bare GEMM has no epilogue to hide, and from K = 4096 cuBLAS's own shape, both
          * warpgroups on one 256x128 tile with X multicast over a 2-CTA cluster, moves a third
-         * fewer operand bytes per FLOP than a PingPong tile (perf-notes v12: 1.026-1.029 of
-         * cuBLAS at full clock against PingPong's 1.044-1.065; a wash under the power cap, v22 §6).
-         * With elementwise work PingPong hides it: bias+GELU at 8192x4096x4096 ran 0.99 against
-         * cooperative's 1.036 under the power cap, in every one of ten turns (v22 §6), and lost
-         * ~1 % at full clock (v12).  The ring then holds 4 stages of 48 KB. */
+         * fewer operand bytes per FLOP than a PingPong tile (1.026-1.029 of cuBLAS at full
+         * clock against PingPong's 1.044-1.065; a wash under the power cap).  With elementwise
+         * work PingPong hides it: bias+GELU at 8192x4096x4096 ran 0.99 against cooperative's
+         * 1.036 under the power cap, in every one of ten turns, and lost ~1 % at full clock
+         * (docs/performance.md, "A bare GEMM").  The ring then holds 4 stages of 48 KB. */
         o.schedule = CF_SCHEDULE_COOPERATIVE;
         o.cluster_n = 2;
     }
     if (reduces) {
         /* A row block's column tiles run at once on cluster_n CTAs that exchange
-         * row partials through L2 (docs/perf-notes.md v8: a hardware cluster of
+         * row partials through L2 (docs/performance.md, "Row exchanges": a hardware cluster of
          * 4 or more CTAs keeps only 120 of 132 SMs busy and couples the CTAs'
          * pipelines, +25-30 % before any epilogue work); rows up to 64 x 128.  A row group is
          * exactly the row's column tiles (any count, no idle padding CTAs): through L2 it needs

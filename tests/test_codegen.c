@@ -1299,7 +1299,7 @@ static void test_f32_constants(void)
 }
 
 /* Every plan is checked against shared memory before code generation, with the one formula
- * (cf_cg_plan_smem) that the generated source passes to the device header. */
+ * (cf_plan_smem_of) that the generated source passes to the device header. */
 static void test_smem_plan(void)
 {
     cf_graph *g = parse("examples/gemm_bias_ln.cf");
