@@ -1422,7 +1422,7 @@ static const cf_ir_node *tile_input_read(const cf_ir *ir, const cf_ir_spec *sp, 
 
 /* Which 16-bit [M,N] inputs go through the operand ring (cf_tin_* in cf_sm90.cuh): those read
  * only by the consumer's first part (not by a late finish or the finisher's mid part, which run
- * after the warpgroup's next mainloop), in argument order while the ring keeps three stages for
+ * after the warpgroup's next mainloop), in argument order while the ring keeps two stages for
  * the mainloop.  The others are loaded element by element.  false when out of memory. */
 static bool plan_tile_inputs(cg_ctx *e)
 {
@@ -1434,7 +1434,7 @@ static bool plan_tile_inputs(cg_ctx *e)
         return false;
     }
     const int tile_m = o->cooperative ? 2 * o->bm : o->bm, per_stage = (tile_m + o->bn) / tile_m;
-    int room = (o->stages - 3) * per_stage;   /* 64-column chunks: CF_TIN_STAGES + 3 <= CF_STAGES */
+    int room = (o->stages - 2) * per_stage;   /* 64-column chunks: CF_TIN_STAGES + 2 <= CF_STAGES */
     e->n_tin = 0;
     e->tin_first = INT_MAX;
     e->tin_last = -1;

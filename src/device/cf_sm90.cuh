@@ -893,15 +893,15 @@ __device__ __forceinline__ unsigned cf_swz_group(unsigned rows, int lane, int gp
  * arrives while the mainloop runs.  The consumer waits for them before the first stage that reads
  * one, reads them 8 registers at a time (ldmatrix, the unpark order), and releases the stages
  * after the last stage that reads one.  Inputs are read only before a late finish's park, so a
- * warpgroup holds them through no exchange of a later tile.  CF_STAGES >= CF_TIN_STAGES + 3: with
- * only two stages left for the other warpgroup's mainloop, checks at 2048x4096x4096 (bias +
- * residual, 3 stages) still failed with the proxy fence below, for a reason not yet found. */
+ * warpgroup holds them through no exchange of a later tile.  CF_STAGES >= CF_TIN_STAGES + 2
+ * leaves the other warpgroup's mainloop two stages.  A PingPong warpgroup waits for its inputs
+ * before the other's turn (see the tile loop). */
 #define CF_TIN_CHUNK_BYTES (CF_TILE_M * 128)
 #define CF_TIN_CHUNKS (CF_NUM_TIN * (CF_BN / 64))
 #define CF_TIN_PER_STAGE (CF_STAGE_BYTES / CF_TIN_CHUNK_BYTES)
 #define CF_TIN_STAGES ((CF_TIN_CHUNKS + CF_TIN_PER_STAGE - 1) / CF_TIN_PER_STAGE)
-#if CF_NUM_TIN && CF_STAGES < CF_TIN_STAGES + 3
-#error "tile inputs need CF_STAGES >= CF_TIN_STAGES + 3"
+#if CF_NUM_TIN && CF_STAGES < CF_TIN_STAGES + 2
+#error "tile inputs need CF_STAGES >= CF_TIN_STAGES + 2"
 #endif
 /* shared address of chunk j (input j / (CF_BN / 64), columns 64 (j % (CF_BN / 64)) ..) of this
  * warpgroup's rows of the tile */
@@ -1096,7 +1096,7 @@ __device__ __forceinline__ void cf_release_stage(unsigned bar, int lane) {
 }
 __device__ __forceinline__ void cf_tin_release(const cf_tile &t) {
     /* the stages were read through the generic proxy and TMA (the async proxy) refills them:
-     * without the fence the refill overwrote reads still in flight */
+     * the memory model orders the two only across a proxy fence */
     cf_fence_proxy_async();
     __syncwarp();   /* every lane's ldmatrix of the stages is done */
 #pragma unroll
@@ -1374,6 +1374,7 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             int tm, tn;
             cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
             const int pos = i * (nkb + CF_TIN_STAGES);   /* ring stages per tile: k-blocks, then inputs */
+            t.tin_pos = pos + nkb;
             int stage = pos % CF_STAGES;
             unsigned phase = (unsigned)(pos / CF_STAGES) & 1u;
             int prev_stage = 0;
@@ -1442,6 +1443,13 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             const long long tr_d0 = clock64();
             CF_TR_V(w, i / istep, CF_TRE_KLOOP_END, t.tid, tr_d0);   /* the k-loop ends */
 #endif
+#if CF_PINGPONG && CF_NUM_TIN
+            /* This tile's input stages land before the other warpgroup's turn.  It consumes the
+             * stages after them, and a wait on a stage whose previous fill has not landed yet
+             * passes at once (the parity it waits for is that of the fill before): the inputs
+             * come from HBM and can land after the other warpgroup's next k-blocks. */
+            cf_tin_wait(t);
+#endif
 #if CF_PINGPONG
             if (i + 1 < my_n) cf_named_bar_arrive(CF_BAR_ORDER0 + (1 - w), 256);   /* other WG's turn */
 #endif
@@ -1460,7 +1468,6 @@ cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
             if (i == istart) t.epoch = cf_launch_epoch();
 #endif
             t.tile_m = tm; t.tile_n = tn;
-            t.tin_pos = pos + nkb;
             t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
             t.n0 = tn * CF_BN;
             t.parks = i / istep;
