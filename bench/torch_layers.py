@@ -82,6 +82,30 @@ def kernel_alone(mod, args):
     return run
 
 
+def region_rows(mods, call, iters):
+    """Lines for each fused region of a compiled model, timed at the model's shapes: its
+    PyTorch sub-graph (what eager runs in its place), the region call, its kernel alone."""
+    seen = {}
+
+    def keep(mod, inputs, outputs):     # (a hook's non-None result would replace the output)
+        seen.setdefault(mod, inputs)
+    hooks = [m.register_forward_hook(keep) for m in mods]
+    call()
+    for h in hooks:
+        h.remove()
+    out = []
+    for mod, rargs in seen.items():
+        if mod.last != "fused":
+            out.append("    region %-40s N=%d K=%d: %s" % (mod.label, mod.N, mod.K, mod.last))
+            continue
+        t_eager = time_ms(lambda: mod.fallback(*rargs), iters)
+        t_region = time_ms(lambda: mod(*rargs), iters)
+        t_kernel = time_ms(kernel_alone(mod, rargs), iters)
+        out.append("    region %-40s N=%d K=%d: eager ops %.4f  region %.4f  kernel %.4f ms"
+                   % (mod.label, mod.N, mod.K, t_eager, t_region, t_kernel))
+    return out
+
+
 def bench_layer(name, make, args, iters):
     mod = make()
     eager = time_ms(lambda: mod(*args), iters)
@@ -149,6 +173,8 @@ def main():
                 t_cf = time_ms(lambda: cf(*args, **kwargs), a.iters)
                 s1 = comfuse.stats()
                 regions = [l for r in comfuse.backend_reports()[n0:] for l in r.lines()]
+                rows = region_rows([m for r in comfuse.backend_reports()[n0:] for m in r.modules],
+                                   lambda: cf(*args, **kwargs), a.iters)
                 torch._dynamo.reset()
                 cfi = torch.compile(m0, backend=comfuse.inductor_backend)
                 t_cfi = time_ms(lambda: cfi(*args, **kwargs), a.iters)
@@ -158,6 +184,7 @@ def main():
                          s1["fallback_reasons"]))
                 for line in regions:
                     print("    " + line)
+                print("\n".join(rows))
     print("stats: %s" % comfuse.stats())
 
 
