@@ -9,13 +9,17 @@ under torch.no_grad(), in bf16: eager, Inductor, comfuse.backend (the rest eager
 comfuse.inductor_backend (the rest through Inductor).  For comfuse two more columns: the fused kernel alone
 (cf_kernel_launch through ctypes on the region's own inputs: what `comfuse bench` times in
 C) and the region call (checks, output allocation, launch): their difference is the Python
-launch overhead.  --models adds a BERT layer and a LLaMA decoder layer end to end.
+launch overhead.  host_r and host_k are the host µs of one region call and of one bare
+launch (perf_counter around the call after a sync): the CPU time an idle GPU waits for.
+--models adds a BERT layer and a LLaMA decoder layer end to end, with the regions the
+comfuse backend fused in them and its fused and fallback call counts.
 The C figure for the same shape: build/comfuse bench --shape M=..,N=..,K=.. SPEC.
 """
 import argparse
 import os
 import statistics
 import sys
+import time
 
 import torch
 
@@ -43,6 +47,19 @@ def time_ms(fn, iters):
     return statistics.median(ts)
 
 
+def host_us(fn, iters):
+    """Median host time of one call in µs: what it costs the CPU before control returns
+    (the launch is asynchronous), the gap an idle GPU sees before the kernel starts."""
+    fn()
+    ts = []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(ts)
+
+
 def region_args(fused):
     seen = []
     hooks = [m.register_forward_hook(lambda mod, i, o: seen.append((mod, i))) for m in fused.regions()]
@@ -53,14 +70,40 @@ def kernel_alone(mod, args):
     """A closure launching the region's compiled kernel directly on its inputs."""
     x = args[0]
     m = x.numel() // mod.K
-    kern = runtime.get_kernel(mod.graph, mod.recipe, m, mod.N, mod.K)
-    outs = mod._launch(args)
-    ins = [a.data_ptr() for a in args]
+    kern, _ = mod.kernel_for(m)
+    outs, _ = mod._launch(args)
+    ins, params = mod._split(args)
+    ins = [a.data_ptr() for a in ins]
     ptrs = [o.data_ptr() for o in outs]
+    stream = torch.cuda.current_stream().cuda_stream
 
     def run():
-        kern.launch([m, mod.N, mod.K], ins, ptrs, torch.cuda.current_stream().cuda_stream)
+        kern.launch((m, mod.N, mod.K), ins, ptrs, stream, params)
     return run
+
+
+def region_rows(mods, call, iters):
+    """Lines for each fused region of a compiled model, timed at the model's shapes: its
+    PyTorch sub-graph (what eager runs in its place), the region call, its kernel alone."""
+    seen = {}
+
+    def keep(mod, inputs, outputs):     # (a hook's non-None result would replace the output)
+        seen.setdefault(mod, inputs)
+    hooks = [m.register_forward_hook(keep) for m in mods]
+    call()
+    for h in hooks:
+        h.remove()
+    out = []
+    for mod, rargs in seen.items():
+        if mod.last != "fused":
+            out.append("    region %-40s N=%d K=%d: %s" % (mod.label, mod.N, mod.K, mod.last))
+            continue
+        t_eager = time_ms(lambda: mod.fallback(*rargs), iters)
+        t_region = time_ms(lambda: mod(*rargs), iters)
+        t_kernel = time_ms(kernel_alone(mod, rargs), iters)
+        out.append("    region %-40s N=%d K=%d: eager ops %.4f  region %.4f  kernel %.4f ms"
+                   % (mod.label, mod.N, mod.K, t_eager, t_region, t_kernel))
+    return out
 
 
 def bench_layer(name, make, args, iters):
@@ -81,15 +124,17 @@ def bench_layer(name, make, args, iters):
     f(*args)
     for h in hooks:
         h.remove()
-    t_kernel = t_region = float("nan")
+    t_kernel = t_region = h_kernel = h_region = float("nan")
     status = "; ".join(f.report.lines())
     if seen and seen[0][0].last == "fused":
         rmod, rargs = seen[0]
-        t_kernel = time_ms(kernel_alone(rmod, rargs), iters)
+        launch = kernel_alone(rmod, rargs)
+        t_kernel = time_ms(launch, iters)
         t_region = time_ms(lambda: rmod(*rargs), iters)
+        h_kernel, h_region = host_us(launch, iters), host_us(lambda: rmod(*rargs), iters)
         status = "fused"
-    print("%-22s %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f   %s" % (name, eager, t_ind, t_cf, t_cfi, t_region, t_kernel,
-                                                         status))
+    print("%-22s %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.1f %7.1f   %s"
+          % (name, eager, t_ind, t_cf, t_cfi, t_region, t_kernel, h_region, h_kernel, status))
 
 
 def main():
@@ -103,7 +148,8 @@ def main():
     torch.manual_seed(0)
     dt = torch.bfloat16
     print("M=%d K=%d N=%d bf16, %s, median of %d (ms)" % (a.m, a.k, a.n, torch.cuda.get_device_name(), a.iters))
-    print("%-22s %9s %9s %9s %9s %9s %9s" % ("layer", "eager", "inductor", "comfuse", "cf+ind", "region", "kernel"))
+    print("%-22s %9s %9s %9s %9s %9s %9s %7s %7s" % ("layer", "eager", "inductor", "comfuse", "cf+ind", "region",
+                                                     "kernel", "host_r", "host_k"))
     with torch.no_grad():
         for name in sorted(layers.PLAIN):
             args = layers.inputs_for(name, (a.m,), a.k, a.n, dt, "cuda")
@@ -122,12 +168,23 @@ def main():
                 ind = torch.compile(m0)
                 t_ind = time_ms(lambda: ind(*args, **kwargs), a.iters)
                 torch._dynamo.reset()
+                n0, s0 = len(comfuse.backend_reports()), comfuse.stats()
                 cf = torch.compile(m0, backend=comfuse.backend)
                 t_cf = time_ms(lambda: cf(*args, **kwargs), a.iters)
+                s1 = comfuse.stats()
+                regions = [l for r in comfuse.backend_reports()[n0:] for l in r.lines()]
+                rows = region_rows([m for r in comfuse.backend_reports()[n0:] for m in r.modules],
+                                   lambda: cf(*args, **kwargs), a.iters)
                 torch._dynamo.reset()
                 cfi = torch.compile(m0, backend=comfuse.inductor_backend)
                 t_cfi = time_ms(lambda: cfi(*args, **kwargs), a.iters)
                 print("%-22s %9.4f %9.4f %9.4f %9.4f" % (label, eager, t_ind, t_cf, t_cfi))
+                print("    comfuse backend: %d fused calls, %d fallback calls %s"
+                      % (s1["fused_calls"] - s0["fused_calls"], s1["fallback_calls"] - s0["fallback_calls"],
+                         s1["fallback_reasons"]))
+                for line in regions:
+                    print("    " + line)
+                print("\n".join(rows))
     print("stats: %s" % comfuse.stats())
 
 

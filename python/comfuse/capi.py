@@ -6,6 +6,7 @@ own message; nothing here knows about PyTorch.
 import ctypes
 import os
 import tempfile
+import threading
 
 from . import _lib as L
 
@@ -182,9 +183,12 @@ class Kernel:
         _check(self._lib.cf_kernel_build(graph.handle, ctypes.byref(opt), title.encode(), ctypes.byref(out),
                                          ctypes.byref(err)), err)
         self._k = out
+        self.n_dims = self._lib.cf_graph_num_dims(graph.handle)
         self.n_inputs = graph.num_inputs()
         self.n_params = graph.num_params()
         self.n_outputs = graph.num_outputs()
+        self._args = None           # the _LaunchArgs every launch refills (see launch)
+        self._launching = threading.Lock()
 
     def __del__(self):
         k, self._k = getattr(self, "_k", None), None
@@ -209,18 +213,45 @@ class Kernel:
     def launch(self, dims, inputs, outputs, stream=None, params=()):
         """Launches on stream (a CUstream handle as an int; None: the default stream).
         dims are indexed by cf_dim, inputs/outputs are device pointers (ints) in the
-        graph's declaration order.  Asynchronous: nothing waits for the GPU."""
-        if len(inputs) != self.n_inputs or len(outputs) != self.n_outputs or len(params) != self.n_params:
-            raise ValueError("launch: %d inputs / %d outputs / %d params given, the graph has %d / %d / %d"
-                             % (len(inputs), len(outputs), len(params), self.n_inputs, self.n_outputs,
-                                self.n_params))
-        d = (ctypes.c_int64 * len(dims))(*dims)
-        i = (ctypes.c_uint64 * max(1, len(inputs)))(*inputs)
-        o = (ctypes.c_uint64 * max(1, len(outputs)))(*outputs)
-        p = (ctypes.c_double * max(1, len(params)))(*params)
-        a = L.cf_launch_args(d, i, p, o, ctypes.c_void_p(stream or None))
-        err = L.cf_error()
-        _check(self._lib.cf_kernel_launch(self._k, ctypes.byref(a), ctypes.byref(err)), err)
+        graph's declaration order.  Asynchronous: nothing waits for the GPU.
+        The ctypes argument block is built once and refilled (building it cost more
+        than the C launch); cf_kernel_launch reads it during the call only."""
+        if len(dims) != self.n_dims or len(inputs) != self.n_inputs or len(outputs) != self.n_outputs \
+                or len(params) != self.n_params:
+            raise ValueError("launch: %d dims / %d inputs / %d outputs / %d params given, the graph has "
+                             "%d / %d / %d / %d" % (len(dims), len(inputs), len(outputs), len(params),
+                                                    self.n_dims, self.n_inputs, self.n_outputs, self.n_params))
+        with self._launching:        # one argument block: concurrent callers take turns
+            a = self._args
+            if a is None:
+                a = self._args = _LaunchArgs(self.n_dims, self.n_inputs, self.n_outputs, self.n_params)
+            a.fill(dims, inputs, outputs, params, stream)
+            st = self._lib.cf_kernel_launch(self._k, a.ref, a.err_ref)
+            if st != L.CF_OK:
+                raise CfError(st, a.err.msg.decode(errors="replace"))
+
+
+class _LaunchArgs:
+    """cf_launch_args with its arrays, allocated once per kernel."""
+
+    def __init__(self, n_dims, n_in, n_out, n_params):
+        self.dims = (ctypes.c_int64 * max(1, n_dims))()
+        self.inputs = (ctypes.c_uint64 * max(1, n_in))()
+        self.outputs = (ctypes.c_uint64 * max(1, n_out))()
+        self.params = (ctypes.c_double * max(1, n_params))()
+        self.args = L.cf_launch_args(self.dims, self.inputs, self.params, self.outputs, None)
+        self.err = L.cf_error()
+        self.ref, self.err_ref = ctypes.byref(self.args), ctypes.byref(self.err)
+        self.n = (n_dims, n_in, n_out, n_params)
+
+    def fill(self, dims, inputs, outputs, params, stream):
+        nd, ni, no, np_ = self.n
+        self.dims[:nd] = dims
+        self.inputs[:ni] = inputs
+        self.outputs[:no] = outputs
+        if np_:
+            self.params[:np_] = params
+        self.args.stream = stream or None
 
 
 def reference_run(graph, dims, inputs, out_sizes, params=()):

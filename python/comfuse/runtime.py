@@ -30,6 +30,18 @@ _stats = {"compiles": 0, "compile_ms": 0.0, "first_compile_ms": None, "disk_cach
           "kernel_cache_hits": 0, "fused_calls": 0, "fallback_calls": 0, "fallback_reasons": {}}
 _logged = set()
 _regions = weakref.WeakSet()   # every FusedRegion alive (warmup_all)
+# nn.Module's global hook registries (dicts filled in place): FusedRegion.__call__ defers
+# to nn.Module.__call__ when any is set
+_GLOBAL_HOOKS = tuple(d for d in (getattr(torch.nn.modules.module, n, None) for n in
+                                  ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                                   "_global_backward_pre_hooks")) if isinstance(d, dict))
+
+
+def _global_hooks():
+    for d in _GLOBAL_HOOKS:
+        if d:
+            return True
+    return False
 
 
 def bucket_of(m):
@@ -95,8 +107,30 @@ def get_kernel(graph, recipe, m, n, k):
         return _kernels[key]
 
 
+def _raw_stream_fn():
+    """torch's own accessor for the current stream as a CUstream int (what Inductor's
+    generated code calls): torch.cuda.current_stream() builds a Stream object per call."""
+    fn = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return fn if fn is not None else (lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
+_raw_stream = _raw_stream_fn()
+FUSED = "fused"
+
+
+def _counts(fused, cache_hit):
+    with _lock:
+        _stats["fused_calls"] += fused
+        _stats["kernel_cache_hits"] += cache_hit
+
+
 class FusedRegion(torch.nn.Module):
-    """Calls the fused kernel for a region, or its PyTorch sub-graph when it cannot."""
+    """Calls the fused kernel for a region, or its PyTorch sub-graph when it cannot.
+
+    A call's host work is what the GPU waits on between kernels, so everything that
+    depends only on the region is computed here once (operand positions, dtypes, output
+    shapes' tails, the device) and the kernel of each M bucket is kept on the module,
+    looked up by the bucket alone (the recipe, a long tuple, is hashed only on a miss)."""
 
     def __init__(self, r, fallback, name):
         super().__init__()
@@ -113,81 +147,120 @@ class FusedRegion(torch.nn.Module):
         self.graph = r.graph
         self.recipe = r.recipe
         self.last = None           # the last call's outcome: "fused" or the fallback reason
+        self._t_idx = [i for i, c in enumerate(self.in_cls) if c != R.PARAM]
+        self._p_idx = [i for i, c in enumerate(self.in_cls) if c == R.PARAM]
+        self._t_dt = [self.in_dt[i] for i in self._t_idx]
+        self._t_cls = [self.in_cls[i] for i in self._t_idx]
+        self._w_shape = (self.N, self.K) if r.steps[r.mm].attrs["layout"] == "nk" else (self.K, self.N)
+        self._out_tail = [(self.N,) if c == R.TILE else ((1,) if keep else ())
+                          for c, keep in zip(self.out_cls, self.out_keep)]
+        self._dev = _cf_device()   # the library reads CF_DEVICE once per process, too
+        self._kern = {}            # M bucket -> capi.Kernel
         _regions.add(self)
 
     def extra_repr(self):
         return "%s: %s (N=%d, K=%d)" % (self.name, self.label, self.N, self.K)
 
+    def __call__(self, *args):
+        # nn.Module.__call__ costs microseconds per call in hook bookkeeping: skipped
+        # unless this module has hooks (tests and bench/torch_layers.py set some)
+        if self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or \
+                self._backward_pre_hooks or _global_hooks():
+            return super().__call__(*args)
+        return self.forward(*args)
+
     def why_not(self, args):
-        """None when the fused kernel applies to these arguments, else the reason."""
-        x = args[0]
-        for a, c in zip(args, self.in_cls):
-            if (c == R.PARAM) == isinstance(a, torch.Tensor) or (c == R.PARAM and not isinstance(a, (int, float))):
-                return "an operand is not a tensor" if c != R.PARAM else "a scalar operand is not a number"
-        args = [a for a, c in zip(args, self.in_cls) if c != R.PARAM]
-        if torch.is_grad_enabled() and any(a.requires_grad for a in args):
+        """None when the fused kernel applies to these arguments, else the reason.
+        Runs on every call, so each check is in its cheapest form."""
+        if len(args) != len(self.in_cls):
+            return "%d operands where the region has %d" % (len(args), len(self.in_cls))
+        for i in self._p_idx:
+            if not isinstance(args[i], (int, float)):
+                return "a scalar operand is not a number"
+        ts = [args[i] for i in self._t_idx]
+        for a in ts:
+            if not isinstance(a, torch.Tensor):
+                return "an operand is not a tensor"
+        if torch.is_grad_enabled() and any(a.requires_grad for a in ts):
             return "autograd needs gradients (no backward for the fused kernel): run under torch.no_grad()"
+        x = ts[0]
         if not x.is_cuda:
             return "CPU tensors (the fused kernel runs on CUDA)"
-        if x.device.index != _cf_device():
-            return "tensors on %s, comfuse drives cuda:%d (set CF_DEVICE)" % (x.device, _cf_device())
-        for a, dt in zip(args, [d for d in self.in_dt if d is not None]):
+        dev = x.get_device()
+        if dev != self._dev:
+            return "tensors on %s, comfuse drives cuda:%d (set CF_DEVICE)" % (x.device, self._dev)
+        return self._why_not_operands(ts, dev)
+
+    def _why_not_operands(self, ts, dev):
+        for a, dt in zip(ts, self._t_dt):
             if a.dtype != dt:
                 return "dtype %s where the region was traced with %s" % (a.dtype, dt)
-            if a.device != x.device:
+            if a.get_device() != dev:
                 return "operands on several devices"
             if not a.is_contiguous():
                 return "a non-contiguous operand (shape %s, stride %s)" % (list(a.shape), list(a.stride()))
             if a.data_ptr() % 16:
                 return "an operand not 16-byte aligned (TMA)"
-        lead = tuple(x.shape[:-1])
+        x = ts[0]
         if x.shape[-1] != self.K:
             return "X has K=%d, traced %d" % (x.shape[-1], self.K)
         if x.numel() == 0:
             return "an empty batch"
-        for a, c in zip(args[1:], [c for c in self.in_cls[1:] if c != R.PARAM]):
+        lead = tuple(x.shape[:-1])
+        for a, c in zip(ts[1:], self._t_cls[1:]):
             if not self._shape_ok(a, c, lead):
                 return "operand of shape %s does not broadcast as %s" % (list(a.shape), c)
         return None
 
     def _shape_ok(self, a, c, lead):
-        s = tuple(a.shape)
+        s = a.shape
         if c == "W":
-            return sorted(s) == sorted((self.N, self.K)) and len(s) == 2
+            return s == self._w_shape       # the layout the kernel reads ([N, K] or [K, N])
         if c == R.TILE:
-            return s == lead + (self.N,)
+            return s[:-1] == lead and s[-1] == self.N if len(s) else False
         if c == R.VEC_M:
-            return s == lead + (1,)
+            return s[:-1] == lead and s[-1] == 1 if len(s) else False
         if c == R.VEC_N:
-            return s[-1] == self.N and a.numel() == self.N and len(s) <= len(lead) + 1
+            return len(s) >= 1 and s[-1] == self.N and a.numel() == self.N and len(s) <= len(lead) + 1
         return False
 
     def forward(self, *args):
+        return self.run(args)[0]
+
+    def run(self, args):
+        """(outputs, fused): the fused kernel's fresh outputs, or the fallback's (which
+        may alias the inputs)."""
         reason = self.why_not(args)
         if reason is None:
             try:
-                out = self._launch(args)
-                self._note("fused")
-                return out
+                out, hit = self._launch(args)
             except capi.CfError as e:
                 reason = "the launch failed: %s" % e
+            else:
+                if self.last is FUSED:
+                    _counts(1, hit)            # the common case: two counters, no log
+                else:
+                    _counts(0, hit)
+                    self._note(FUSED)
+                return out, True
         self._note(reason)
-        return self.fallback(*args)
+        return self.fallback(*args), False
 
     def _note(self, outcome):
-        self.last = outcome
+        if self.last != outcome:
+            self.last = outcome        # (nn.Module.__setattr__ is slow: only on a change)
         with _lock:
-            if outcome == "fused":
+            if outcome == FUSED:
                 _stats["fused_calls"] += 1
             else:
                 _stats["fallback_calls"] += 1
                 fr = _stats["fallback_reasons"]
                 fr[outcome] = fr.get(outcome, 0) + 1
-            key = (id(self), outcome == "fused")
+            key = (id(self), outcome == FUSED)
             first = key not in _logged
             _logged.add(key)
         if first:
-            if outcome == "fused":
+            if outcome == FUSED:
                 ms = [v for (rec, b), v in list(_compile_ms.items()) if rec == self.recipe]
                 log.info("comfuse: %s fused: %s (N=%d, K=%d, %s; kernel built in %s)", self.name, self.label,
                          self.N, self.K, R.DT[self.in_dt[0]],
@@ -195,25 +268,30 @@ class FusedRegion(torch.nn.Module):
             else:
                 log.info("comfuse: %s fell back to PyTorch: %s (%s)", self.name, outcome, self.label)
 
+    def kernel_for(self, m):
+        """(kernel for M = m, whether it was cached on this module)."""
+        b = bucket_of(m)
+        kern = self._kern.get(b)
+        if kern is not None:
+            return kern, True
+        kern = self._kern[b] = get_kernel(self.graph, self.recipe, m, self.N, self.K)
+        return kern, False
+
     def _launch(self, args):
+        """(outputs, kernel cache hit) after one launch on the current stream."""
         x = args[0]
-        lead = tuple(x.shape[:-1])
         m = x.numel() // self.K
+        kern, hit = self.kernel_for(m)
+        lead = x.shape[:-1]
         dev = x.device
-        stream = torch.cuda.current_stream(dev).cuda_stream
-        kern = get_kernel(self.graph, self.recipe, m, self.N, self.K)
-        outs = []
-        for c, keep, dt in zip(self.out_cls, self.out_keep, self.out_dt):
-            shape = lead + (self.N,) if c == R.TILE else (lead + (1,) if keep else lead)
-            outs.append(torch.empty(shape, dtype=dt, device=dev))
-        ins, params = self._split(args)
-        kern.launch([m, self.N, self.K], [a.data_ptr() for a in ins], [o.data_ptr() for o in outs], stream, params)
-        return tuple(outs)
+        outs = tuple(torch.empty(lead + t, dtype=dt, device=dev) for t, dt in zip(self._out_tail, self.out_dt))
+        kern.launch((m, self.N, self.K), [args[i].data_ptr() for i in self._t_idx], [o.data_ptr() for o in outs],
+                    _raw_stream(x.get_device()), [float(args[i]) for i in self._p_idx])
+        return outs, hit
 
     def _split(self, args):
         """The tensor inputs (cf_graph_input order) and the runtime scalars (cf params)."""
-        ins = [a for a, c in zip(args, self.in_cls) if c != R.PARAM]
-        return ins, [float(a) for a, c in zip(args, self.in_cls) if c == R.PARAM]
+        return [args[i] for i in self._t_idx], [float(args[i]) for i in self._p_idx]
 
     def warmup(self, ms=(1,)):
         """Compiles the kernels for the buckets of these M values (no GPU needed)."""

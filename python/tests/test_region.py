@@ -231,8 +231,6 @@ def test_launch_failure_falls_back(monkeypatch):
     """No CUDA driver (or any launch error): the call runs in PyTorch and says why."""
     from comfuse import runtime
 
-    class _S:
-        cuda_stream = 0
     mod = layers.LinearGELU(64, 128).to(BF).eval()
     f = comfuse.fuse(mod)
     x = torch.randn(4, 64, dtype=BF)
@@ -240,7 +238,7 @@ def test_launch_failure_falls_back(monkeypatch):
         f(x)
         (m,) = f.regions()
         monkeypatch.setattr(runtime.FusedRegion, "why_not", lambda self, args: None)
-        monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: _S())
+        monkeypatch.setattr(runtime, "_raw_stream", lambda index: 0)
         try:
             y = f(x)
         except comfuse.CfError:
