@@ -353,10 +353,9 @@ static void emit_stage(rows_gen *g, const cf_ir_spec *s, int n_nodes)
              reduce_tag(red->op), id, red->op == CF_OP_MEAN ? " / (float)N" : "", cf_op_name(red->op));
 }
 
-cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, int *n_scratch, cf_error *err)
+/* CF_OK when the row kernel can run ir's epilogue: one GEMM's, with no MATMUL inside. */
+static cf_status check_rows_ir(const cf_ir *ir, cf_error *err)
 {
-    if (!ir || !out)
-        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_rows_generate: NULL argument");
     if (ir->n_gemms != 1 || !ir->epi[0])
         return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
                          "the unfused row kernel runs the epilogue of one GEMM; a B2B IR (F(X*W1)*W2) needs "
@@ -367,31 +366,21 @@ cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, i
             if (s->nodes[i]->kind == CF_IR_MATMUL)
                 return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
                                  "the unfused row kernel cannot run a MATMUL node (B2B)");
-    int nn = ir->n_nodes > 0 ? ir->n_nodes : 1;
-    rows_gen g = {.ir = ir};
-    g.slot = malloc((size_t)nn * sizeof *g.slot);
-    g.emitted = calloc((size_t)nn, sizeof *g.emitted);
-    cf_strbuf body = {0}, helpers = {0};
-    if (!g.slot || !g.emitted) {
-        free(g.slot);
-        free(g.emitted);
-        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating the row kernel");
-    }
-    for (int i = 0; i < nn; i++)
-        g.slot[i] = -1;
-    assign_slots(&g);
-    int n_red = ir->n_stages[0] - 1;
+    return CF_OK;
+}
 
-    /* the kernel, into its own buffer so only the helpers it calls precede it */
-    g.sb = &body;
-    line(&g, "extern \"C\" __global__ void __launch_bounds__(%d)", ROWS_MAX_THREADS);
-    line(&g, "cf_rows_kernel(const void *__restrict__ C, int c_dtype, long long M, int N,");
+/* The kernel's signature: C, its dtype, M, N, the scratch planes, then A's epilogue entries. */
+static void emit_signature(rows_gen *g)
+{
+    const cf_ir *ir = g->ir;
+    line(g, "extern \"C\" __global__ void __launch_bounds__(%d)", ROWS_MAX_THREADS);
+    line(g, "cf_rows_kernel(const void *__restrict__ C, int c_dtype, long long M, int N,");
     int last = -1; /* the last A entry passed to the kernel */
     for (int i = 0; i < ir->n_args; i++)
         if (ir->args[i].kind != CF_ARG_GEMM_A && ir->args[i].kind != CF_ARG_GEMM_B &&
             ir->args[i].kind != CF_ARG_GEMM2_B)
             last = i;
-    line(&g, "               float *__restrict__ cf_scratch%s", last >= 0 ? "," : ")");
+    line(g, "               float *__restrict__ cf_scratch%s", last >= 0 ? "," : ")");
     for (int i = 0; i < ir->n_args; i++) {
         const cf_ir_arg *a = &ir->args[i];
         char an[96], decl[160];
@@ -413,24 +402,28 @@ cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, i
         default:
             continue;
         }
-        line(&g, "               %s%s  /* a%d: %s %s */", decl, sep, i, cf_arg_kind_name(a->kind),
+        line(g, "               %s%s  /* a%d: %s %s */", decl, sep, i, cf_arg_kind_name(a->kind),
              cf_dtype_name(a->dtype));
     }
-    line(&g, "{");
-    g.indent++;
+}
+
+/* Before the row loop: the reduction buffer, the scratch planes, the scalars (once per thread). */
+static void emit_prologue(rows_gen *g, int n_red)
+{
+    const cf_ir *ir = g->ir;
     if (n_red > 0)
-        line(&g, "__shared__ float cf_red[32];  /* one partial per warp */");
-    if (g.n_slots == 0)
-        line(&g, "(void)cf_scratch;  /* nothing is carried between stages */");
+        line(g, "__shared__ float cf_red[32];  /* one partial per warp */");
+    if (g->n_slots == 0)
+        line(g, "(void)cf_scratch;  /* nothing is carried between stages */");
     else {
-        line(&g, "const long long plane = M * (long long)N;");
-        line(&g, "/* scratch planes: values carried from one stage to later ones */");
+        line(g, "const long long plane = M * (long long)N;");
+        line(g, "/* scratch planes: values carried from one stage to later ones */");
         for (const cf_ir_spec *s = ir->epi[0]; s; s = s->post)
             for (int i = 0; i < s->n_nodes; i++)
-                if (g.slot[s->nodes[i]->id] >= 0) {
+                if (g->slot[s->nodes[i]->id] >= 0) {
                     char nm[96], lbl[96];
-                    line(&g, "float *const %s_carry = cf_scratch + %d * plane;  /* %s, from stage %d */",
-                         id_of(s->nodes[i], nm, sizeof nm), g.slot[s->nodes[i]->id],
+                    line(g, "float *const %s_carry = cf_scratch + %d * plane;  /* %s, from stage %d */",
+                         id_of(s->nodes[i], nm, sizeof nm), g->slot[s->nodes[i]->id],
                          cf_ir_node_label(s->nodes[i], lbl, sizeof lbl), s->depth);
                 }
     }
@@ -441,47 +434,85 @@ cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, i
             if (n->shape != CF_SHAPE_SCALAR)
                 continue;
             if (!any_scalar)
-                line(&g, "/* scalars: once per thread */");
+                line(g, "/* scalars: once per thread */");
             any_scalar = true;
             if (n->kind == CF_IR_STORE)
-                emit_store(&g, n);
+                emit_store(g, n);
             else
-                emit_value(&g, n);
+                emit_value(g, n);
         }
-    line(&g, "for (long long row = blockIdx.x; row < M; row += gridDim.x) {  /* one CTA per row */");
-    g.indent++;
-    line(&g, "const long long row_base = row * N;");
-    line(&g, "(void)row_base;");
-    for (const cf_ir_spec *s = ir->epi[0]; s; s = s->post)
-        emit_stage(&g, s, nn);
-    g.indent--;
-    line(&g, "}");
-    g.indent--;
-    line(&g, "}");
+}
 
-    /* helpers: the rows kernel's own, then the shared ones they and the body call */
-    cf_strbuf own = {0};
+/* The kernel: signature, prologue, one CTA per row running every stage. */
+static void emit_kernel(rows_gen *g, int n_red, int nn)
+{
+    emit_signature(g);
+    line(g, "{");
+    g->indent++;
+    emit_prologue(g, n_red);
+    line(g, "for (long long row = blockIdx.x; row < M; row += gridDim.x) {  /* one CTA per row */");
+    g->indent++;
+    line(g, "const long long row_base = row * N;");
+    line(g, "(void)row_base;");
+    for (const cf_ir_spec *s = g->ir->epi[0]; s; s = s->post)
+        emit_stage(g, s, nn);
+    g->indent--;
+    line(g, "}");
+    g->indent--;
+    line(g, "}");
+}
+
+/* The helpers body calls: the shared ones (codegen.c's, into shared) and the rows kernel's own
+ * that the shared ones do not define already (into own). */
+static void gather_helpers(const char *body, cf_strbuf *own, cf_strbuf *shared)
+{
     bool wanted[CF_ARRAY_LEN(row_helpers)];
+    cf_strbuf scan = {0};
     for (int i = 0; i < CF_ARRAY_LEN(row_helpers); i++) {
-        wanted[i] = uses(body.data, row_helpers[i].name) ||
-                    (strcmp(row_helpers[i].name, "cf_combine") == 0 && uses(body.data, "cf_block_reduce"));
+        wanted[i] = uses(body, row_helpers[i].name) ||
+                    (strcmp(row_helpers[i].name, "cf_combine") == 0 && uses(body, "cf_block_reduce"));
         if (wanted[i]) {
-            cf_sb_puts(&own, row_helpers[i].def);
-            cf_sb_puts(&own, "\n");
+            cf_sb_puts(&scan, row_helpers[i].def);
+            cf_sb_puts(&scan, "\n");
         }
     }
-    cf_strbuf scan = {0};
-    cf_sb_puts(&scan, own.data ? own.data : "");
-    cf_sb_puts(&scan, body.data ? body.data : "");
-    cf_cg_emit_helpers(scan.data, &helpers);
+    cf_sb_puts(&scan, body ? body : "");
+    cf_cg_emit_helpers(scan.data, shared);
+    if (scan.oom)
+        shared->oom = true;
     cf_sb_free(&scan);
-    /* (the stores and loads come from codegen.c's helpers) */
-    cf_sb_free(&own);
     for (int i = 0; i < CF_ARRAY_LEN(row_helpers); i++)
-        if (wanted[i] && !uses(helpers.data, row_helpers[i].name)) {
-            cf_sb_puts(&own, row_helpers[i].def);
-            cf_sb_puts(&own, "\n");
+        if (wanted[i] && !uses(shared->data, row_helpers[i].name)) {
+            cf_sb_puts(own, row_helpers[i].def);
+            cf_sb_puts(own, "\n");
         }
+}
+
+cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, int *n_scratch, cf_error *err)
+{
+    if (!ir || !out)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_rows_generate: NULL argument");
+    cf_status st = check_rows_ir(ir, err);
+    if (st != CF_OK)
+        return st;
+    int nn = ir->n_nodes > 0 ? ir->n_nodes : 1;
+    rows_gen g = {.ir = ir};
+    g.slot = malloc((size_t)nn * sizeof *g.slot);
+    g.emitted = calloc((size_t)nn, sizeof *g.emitted);
+    cf_strbuf body = {0}, helpers = {0}, own = {0};
+    if (!g.slot || !g.emitted) {
+        free(g.slot);
+        free(g.emitted);
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating the row kernel");
+    }
+    for (int i = 0; i < nn; i++)
+        g.slot[i] = -1;
+    assign_slots(&g);
+    int n_red = ir->n_stages[0] - 1;
+    /* the kernel, into its own buffer so only the helpers it calls precede it */
+    g.sb = &body;
+    emit_kernel(&g, n_red, nn);
+    gather_helpers(body.data, &own, &helpers);
 
     cf_sb_printf(out, "/* Generated by comfuse %s from %s: do not edit.\n", CF_VERSION, title ? title : "<graph>");
     cf_sb_printf(out, " * The unfused epilogue: reads the GEMM output C [M,N] from global memory and\n"
