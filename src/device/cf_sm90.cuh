@@ -1171,370 +1171,460 @@ __device__ __forceinline__ unsigned cf_launch_epoch() {
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(CF_NUM_THREADS, 1)
-cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
-    extern __shared__ unsigned char cf_smem_raw[];
-    const unsigned base = (cf_smem_u32(cf_smem_raw) + 1023u) & ~1023u;
-    const unsigned stg0 = base + CF_STAGES * CF_STAGE_BYTES;
-    const unsigned bar_full = stg0 + 2 * CF_STG_BYTES;
-    const unsigned bar_empty = bar_full + 8 * CF_STAGES;
-    const unsigned bar_fin = bar_empty + 8 * CF_STAGES;   /* CF_FINISHER: per consumer WG, parked / free */
-    const unsigned bar_pair = bar_fin + 32;                /* CF_PAIR_TILES: full / empty, then the words */
-
-    const int tid = threadIdx.x;
-    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);   /* warp-uniform for the compiler: uniform registers */
-    const int M = args.M, N = args.N, K = args.K;
-    const int tiles_m = (M + CF_TILE_M - 1) / CF_TILE_M;
-    const int tiles_n = (N + CF_BN - 1) / CF_BN;
-    const int groups_n = (tiles_n + CF_ROW_CTAS * CF_GROUP_TILES - 1) / (CF_ROW_CTAS * CF_GROUP_TILES);
-    const int num_ct = tiles_m * groups_n;
-    const int nkb = (K + CF_BK - 1) / CF_BK;
-    const int nclusters = gridDim.x / CF_ROW_CTAS;   /* row groups */
-    const int cid = blockIdx.x / CF_ROW_CTAS;
-    /* tiles of this CTA's stream (identical for all CTAs of a row group) */
-    const int my_n = num_ct > cid ? (num_ct - cid + nclusters - 1) / nclusters * CF_GROUP_TILES : 0;
-    const int rank = (int)(blockIdx.x % CF_ROW_CTAS);   /* a cluster's CTAs are consecutive */
+/* What every role of a CTA knows: its shared-memory layout and its stream of tiles. */
+struct cf_cta {
+    unsigned base, stg0;          /* the operand ring; the staging buffers after it */
+    unsigned bar_full, bar_empty; /* the ring's mbarriers, a stage each */
+    unsigned bar_fin;             /* CF_FINISHER: per consumer WG, parked / free */
+    unsigned bar_pair;            /* CF_PAIR_TILES: full / empty, then the words */
+    int M, N, K, tiles_m, groups_n, nkb;
+    int nclusters, cid;           /* row groups, and this CTA's */
+    int my_n;                     /* tiles of this CTA's stream (the same for all CTAs of a row group) */
+    int rank;                     /* in the row group (a cluster's CTAs are consecutive) */
 #if CF_CLUSTER_N > 1
-    const int cl_rank = (int)cf_cluster_ctarank();
+    int cl_rank;
+#endif
+};
+__device__ __forceinline__ cf_cta cf_cta_of(const cf_gemm_args &args) {
+    extern __shared__ unsigned char cf_smem_raw[];
+    cf_cta c;
+    c.base = (cf_smem_u32(cf_smem_raw) + 1023u) & ~1023u;
+    c.stg0 = c.base + CF_STAGES * CF_STAGE_BYTES;
+    c.bar_full = c.stg0 + 2 * CF_STG_BYTES;
+    c.bar_empty = c.bar_full + 8 * CF_STAGES;
+    c.bar_fin = c.bar_empty + 8 * CF_STAGES;
+    c.bar_pair = c.bar_fin + 32;
+    c.M = args.M, c.N = args.N, c.K = args.K;
+    c.tiles_m = (c.M + CF_TILE_M - 1) / CF_TILE_M;
+    const int tiles_n = (c.N + CF_BN - 1) / CF_BN;
+    c.groups_n = (tiles_n + CF_ROW_CTAS * CF_GROUP_TILES - 1) / (CF_ROW_CTAS * CF_GROUP_TILES);
+    const int num_ct = c.tiles_m * c.groups_n;
+    c.nkb = (c.K + CF_BK - 1) / CF_BK;
+    c.nclusters = gridDim.x / CF_ROW_CTAS;
+    c.cid = blockIdx.x / CF_ROW_CTAS;
+    c.my_n = num_ct > c.cid ? (num_ct - c.cid + c.nclusters - 1) / c.nclusters * CF_GROUP_TILES : 0;
+    c.rank = (int)(blockIdx.x % CF_ROW_CTAS);
+#if CF_CLUSTER_N > 1
+    c.cl_rank = (int)cf_cluster_ctarank();
+#endif
+    return c;
+}
+
+/* One thread, before any role starts: the ring's, the finisher's, the pair's and the exchange's
+ * barriers. */
+__device__ __forceinline__ void cf_init_barriers(const cf_cta &cta) {
+    const unsigned base = cta.base, stg0 = cta.stg0, bar_full = cta.bar_full, bar_empty = cta.bar_empty;
+    const unsigned bar_fin = cta.bar_fin, bar_pair = cta.bar_pair;
+    const int M = cta.M, N = cta.N, tiles_m = cta.tiles_m, groups_n = cta.groups_n, nkb = cta.nkb;
+    const int nclusters = cta.nclusters, cid = cta.cid, my_n = cta.my_n, rank = cta.rank;
+#if CF_CLUSTER_N > 1
+    const int cl_rank = cta.cl_rank;
+    (void)cl_rank;
+#endif
+    (void)base, (void)stg0, (void)bar_full, (void)bar_empty, (void)bar_fin, (void)bar_pair, (void)M, (void)N;
+    (void)tiles_m, (void)groups_n, (void)nkb, (void)nclusters, (void)cid, (void)my_n, (void)rank;
+#pragma unroll 1
+    for (int s = 0; s < CF_STAGES; ++s) {
+        cf_mbar_init(bar_full + 8 * s, 1);
+        /* one arrival per consumer warp (of every CTA of the cluster with multicast) */
+        cf_mbar_init(bar_empty + 8 * s, (CF_PINGPONG ? 4 : 8) * (CF_MULTICAST ? CF_CLUSTER_N : 1));
+    }
+#if CF_FINISHER
+    for (int w = 0; w < 2; ++w) {
+        cf_mbar_init(bar_fin + 16 * w, 128);   /* every consumer thread has parked its part */
+        /* the finisher's store has read the buffer; with CF_MID, every finisher thread has
+         * restaged its part of the tile */
+        cf_mbar_init(bar_fin + 16 * w + 8, CF_MID ? 128 : 1);
+    }
+#endif
+#if CF_PAIR_TILES
+    cf_mbar_init(bar_pair, 128);       /* WG0 has handed its row words over */
+    cf_mbar_init(bar_pair + 8, 128);   /* WG1 has read them */
+#endif
+#if CF_HAS_REDUCE
+    cf_reduce_init();
+#endif
+#if CF_XCHG_L2
+    cf_mbar_init(cf_smem_u32(&cf_epoch_bar), 1);
+#endif
+    cf_fence_barrier_init();
+}
+
+/* ---------------- producer warpgroup: the ring, in the consumers' order ---------------- */
+__device__ __forceinline__ void cf_producer(const cf_gemm_args &args, const cf_cta &cta, int tid) {
+    const unsigned base = cta.base, stg0 = cta.stg0, bar_full = cta.bar_full, bar_empty = cta.bar_empty;
+    const unsigned bar_fin = cta.bar_fin, bar_pair = cta.bar_pair;
+    const int M = cta.M, N = cta.N, tiles_m = cta.tiles_m, groups_n = cta.groups_n, nkb = cta.nkb;
+    const int nclusters = cta.nclusters, cid = cta.cid, my_n = cta.my_n, rank = cta.rank;
+#if CF_CLUSTER_N > 1
+    const int cl_rank = cta.cl_rank;
+    (void)cl_rank;
+#endif
+    (void)base, (void)stg0, (void)bar_full, (void)bar_empty, (void)bar_fin, (void)bar_pair, (void)M, (void)N;
+    (void)tiles_m, (void)groups_n, (void)nkb, (void)nclusters, (void)cid, (void)my_n, (void)rank;
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(CF_REG_PRODUCER));
+#if CF_XCHG_L2
+    if (tid == 32) cf_count_launch(args);
+#endif
+    if (tid == 0) {
+        cf_prefetch_tma(&args.tma_a);
+        cf_prefetch_tma(&args.tma_b);
+        int stage = 0;
+        unsigned phase = 0;
+#pragma unroll 1
+        for (int i = 0; i < my_n; ++i) {
+            int tm, tn;
+            cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
+            const int m0 = tm * CF_TILE_M, n0 = tn * CF_BN;
+#pragma unroll 1
+            for (int kb = 0; kb < nkb; ++kb) {
+                cf_mbar_wait(bar_empty + 8 * stage, phase ^ 1);
+                const unsigned fb = bar_full + 8 * stage;
+                cf_mbar_expect_tx(fb, CF_STAGE_BYTES);
+                const unsigned sa = base + stage * CF_STAGE_BYTES;
+                const unsigned sb = sa + CF_A_STAGE_BYTES;
+#if CF_MULTICAST
+                cf_tma_load_2d_mc(sa + cl_rank * (CF_A_BOX_ROWS * 128), &args.tma_a, fb, kb * CF_BK,
+                                  m0 + cl_rank * CF_A_BOX_ROWS, (unsigned short)((1u << CF_CLUSTER_N) - 1));
+#else
+                cf_tma_load_2d(sa, &args.tma_a, fb, kb * CF_BK, m0);
+#endif
+#if CF_B_NK
+                cf_tma_load_2d(sb, &args.tma_b, fb, kb * CF_BK, n0);
+#else
+#pragma unroll
+                for (int j = 0; j < CF_BN / 64; ++j)
+                    cf_tma_load_2d(sb + j * (64 * 128), &args.tma_b, fb, n0 + 64 * j, kb * CF_BK);
+#endif
+                if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
+            }
+#if CF_NUM_TIN
+            /* the tile's [M, N] epilogue inputs, into the next stage(s) (cf_tin_*) */
+#pragma unroll 1
+            for (int e = 0; e < CF_TIN_STAGES; ++e) {
+                cf_mbar_wait(bar_empty + 8 * stage, phase ^ 1);
+                const unsigned fb = bar_full + 8 * stage;
+                const int j0 = e * CF_TIN_PER_STAGE, j1 = cf_imin(j0 + CF_TIN_PER_STAGE, CF_TIN_CHUNKS);
+                int loads = 0;   /* chunks wholly right of N are not loaded: no column there is read */
+                for (int j = j0; j < j1; ++j)
+                    loads += n0 + 64 * (j % (CF_BN / 64)) < N;
+                cf_mbar_expect_tx(fb, loads * CF_TIN_CHUNK_BYTES);
+                for (int j = j0; j < j1; ++j) {
+                    const int col = n0 + 64 * (j % (CF_BN / 64));
+                    if (col < N)
+                        cf_tma_load_2d(base + stage * CF_STAGE_BYTES + (j - j0) * CF_TIN_CHUNK_BYTES,
+                                       &args.tma_in[j / (CF_BN / 64)], fb, col, m0);
+                }
+                if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
+            }
+#endif
+        }
+    }
+    __syncwarp();
+}
+
+#if CF_FINISHER
+    /* ---------------- finisher warpgroup ----------------
+     * Runs Psi's cf_epilogue_finish on each parked tile, in the order the consumers park them
+     * (pingpong: WG0, WG1, WG0, ...), as if it were the warpgroup that parked it: same thread
+     * to fragment mapping, that warpgroup's staging buffer, its own named barrier. */
+    __device__ __forceinline__ void cf_finisher(const cf_gemm_args &args, const cf_cta &cta, int tid) {
+    const unsigned base = cta.base, stg0 = cta.stg0, bar_full = cta.bar_full, bar_empty = cta.bar_empty;
+    const unsigned bar_fin = cta.bar_fin, bar_pair = cta.bar_pair;
+    const int M = cta.M, N = cta.N, tiles_m = cta.tiles_m, groups_n = cta.groups_n, nkb = cta.nkb;
+    const int nclusters = cta.nclusters, cid = cta.cid, my_n = cta.my_n, rank = cta.rank;
+#if CF_CLUSTER_N > 1
+    const int cl_rank = cta.cl_rank;
+    (void)cl_rank;
+#endif
+    (void)base, (void)stg0, (void)bar_full, (void)bar_empty, (void)bar_fin, (void)bar_pair, (void)M, (void)N;
+    (void)tiles_m, (void)groups_n, (void)nkb, (void)nclusters, (void)cid, (void)my_n, (void)rank;
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(CF_REG_FINISHER));
+    cf_tile t = cf_wg_tile(args, M, N, tid, rank, CF_BAR_FIN);
+#if CF_XCHG_L2
+    t.epoch = cf_launch_epoch();
+#endif
+#pragma unroll 1
+    for (int i = 0; i < my_n; ++i) {
+        const int w = i & 1;
+        int tm, tn;
+        cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
+        t.wg = w; t.tile_m = tm; t.tile_n = tn;
+        t.m0 = tm * CF_TILE_M; t.n0 = tn * CF_BN;
+        t.stg = stg0 + w * CF_STG_BYTES;
+        t.fin_bar = bar_fin + 16 * w;
+        CF_TR(w, i >> 1, CF_TRE_FIN_WAIT, t.tid);
+        cf_mbar_wait(t.fin_bar, (unsigned)(i >> 1) & 1u);   /* that warpgroup's (i / 2)-th park */
+        CF_TR(w, i >> 1, CF_TRE_FIN_WORK, t.tid);
+#if CF_MID
+        cf_epilogue_mid(args, t);
+        cf_mbar_arrive(t.fin_bar + 8);   /* release: the consumer's late finish sees the tile */
+#else
+        cf_late late;   /* rebuilt from the tile's own posted words (cf_reduce.cuh) */
+        cf_epilogue_finish<false>(args, t, late, nullptr);
+        if (t.tid == 0) {
+            cf_bulk_wait_read<0>();
+            cf_mbar_arrive(t.fin_bar + 8);
+        }
+#endif
+        CF_TR(w, i >> 1, CF_TRE_FIN_DONE, t.tid);
+    }
+    if (t.tid == 0) cf_bulk_wait_read<0>();   /* the buffer is read; the writes need not land before exit */
+#ifdef CF_TRACE
+    for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(2, CF_TRACE_TILES, CF_TRS_CAT0 + c, t.tid, cf_tr_cat[2][c]);
+#endif
+}
 #endif
 
+/* ---------------- consumer warpgroups: mainloop and epilogue, tile after tile ---------------- */
+/* One k-block of the mainloop: its wgmma over the ring stage at sa (X) and sb (W); the first
+ * k-block of a tile overwrites the accumulator. */
+__device__ __forceinline__ void cf_mma_kblock(float (&acc)[CF_ACC_REGS], unsigned sa, unsigned sb, int kb) {
+#pragma unroll
+    for (int k = 0; k < CF_BK / 16; ++k) {
+#if CF_B_NK
+        const unsigned long long db = cf_desc(sb + 32 * k, 16, 1024);
+#else
+        const unsigned long long db = cf_desc(sb + 2048 * k, 64 * 128, 1024);
+#endif
+#pragma unroll
+        for (int mt = 0; mt < CF_BM / 64; ++mt) {
+            const unsigned long long da = cf_desc(sa + mt * 8192 + 32 * k, 16, 1024);
+            cf_wgmma_tile<CF_B_NK ? 0 : 1>(acc + mt * CF_ACC_PER_MT, da, db, (kb > 0 || k > 0) ? 1 : 0);
+        }
+    }
+}
+
+/* A consumer warpgroup's mainloop of its i-th tile: its turn for the tensor cores (PingPong),
+ * the k-blocks from ring position pos on, the other warpgroup's turn, the accumulator complete. */
+__device__ __forceinline__ void cf_mainloop(const cf_cta &cta, const cf_tile &t, float (&acc)[CF_ACC_REGS], int i,
+                                            int istep, int pos, unsigned a_off) {
+    const int w = t.wg, nkb = cta.nkb, my_n = cta.my_n;
+    const unsigned base = cta.base, bar_full = cta.bar_full, bar_empty = cta.bar_empty;
+    (void)my_n;
+    int stage = pos % CF_STAGES;
+    unsigned phase = (unsigned)(pos / CF_STAGES) & 1u;
+    int prev_stage = 0;
+    CF_TR(w, i / istep, CF_TRE_ORDER, t.tid);
+#if CF_PINGPONG
+    if (i >= 2 || w == 1) cf_named_bar_sync(CF_BAR_ORDER0 + w, 256);   /* my turn for the tensor cores */
+#endif
+    CF_TR(w, i / istep, CF_TRE_TURN, t.tid);
+    cf_fence_operand<CF_ACC_REGS>(acc);
+#if CF_TRACE_WAITS
+    long long tr_data = 0, tr_mma = 0, tr_issue = 0, tr_rest = 0;
+#endif
+    /* The k-loop starts.  bar.sync defers its blocking to the next memory instruction,
+     * here event 1's store: event 1's clock is read before the turn comes, this one after. */
+    CF_TR(w, i / istep, CF_TRE_KLOOP, t.tid);
+#pragma unroll 1
+    for (int kb = 0; kb < nkb; ++kb) {
+#if CF_TRACE_WAITS
+        const long long tr0 = clock64();
+#endif
+        cf_mbar_wait(bar_full + 8 * stage, phase);
+#if CF_TRACE_WAITS
+        tr_data += clock64() - tr0;
+        const long long tr_i0 = clock64();
+#endif
+        const unsigned sa = base + stage * CF_STAGE_BYTES + a_off;
+        const unsigned sb = base + stage * CF_STAGE_BYTES + CF_A_STAGE_BYTES;
+        cf_wgmma_fence();
+        cf_mma_kblock(acc, sa, sb, kb);
+        cf_wgmma_commit();
+#if CF_TRACE_WAITS
+        tr_issue += clock64() - tr_i0;   /* the wgmma issue, the warpgroup's warps converging */
+        const long long tr1 = clock64();
+#endif
+        cf_wgmma_wait<1>();
+#if CF_TRACE_WAITS
+        const long long tr2 = clock64();
+        tr_mma += tr2 - tr1;
+#endif
+        if (kb > 0) cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
+        prev_stage = stage;
+        if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
+#if CF_TRACE_WAITS
+        tr_rest += clock64() - tr2;   /* the release and the loop */
+#endif
+    }
+#if CF_TRACE_WAITS
+    const long long tr_d0 = clock64();
+    CF_TR_V(w, i / istep, CF_TRE_KLOOP_END, t.tid, tr_d0);   /* the k-loop ends */
+#endif
+#if CF_PINGPONG && CF_NUM_TIN
+    /* This tile's input stages land before the other warpgroup's turn.  It consumes the
+     * stages after them, and a wait on a stage whose previous fill has not landed yet
+     * passes at once (the parity it waits for is that of the fill before): the inputs
+     * come from HBM and can land after the other warpgroup's next k-blocks. */
+    cf_tin_wait(t);
+#endif
+#if CF_PINGPONG
+    if (i + 1 < my_n) cf_named_bar_arrive(CF_BAR_ORDER0 + (1 - w), 256);   /* other WG's turn */
+#endif
+    cf_wgmma_wait<0>();
+    cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
+    cf_fence_operand<CF_ACC_REGS>(acc);
+    CF_TR(w, i / istep, CF_TRE_ACC, t.tid);
+#if CF_TRACE_WAITS
+    CF_TR_V(w, i / istep, CF_TRE_WAIT_DATA, t.tid, tr_data);
+    CF_TR_V(w, i / istep, CF_TRE_WAIT_MMA, t.tid, tr_mma);
+    CF_TR_V(w, i / istep, CF_TRE_ISSUE, t.tid, tr_issue);
+    CF_TR_V(w, i / istep, CF_TRE_RELEASE, t.tid, tr_rest);
+    CF_TR_V(w, i / istep, CF_TRE_DRAIN, t.tid, clock64() - tr_d0);   /* the last k-block's drain */
+#endif
+}
+
+__device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_cta &cta, int tid, int wg) {
+    const unsigned base = cta.base, stg0 = cta.stg0, bar_full = cta.bar_full, bar_empty = cta.bar_empty;
+    const unsigned bar_fin = cta.bar_fin, bar_pair = cta.bar_pair;
+    const int M = cta.M, N = cta.N, tiles_m = cta.tiles_m, groups_n = cta.groups_n, nkb = cta.nkb;
+    const int nclusters = cta.nclusters, cid = cta.cid, my_n = cta.my_n, rank = cta.rank;
+#if CF_CLUSTER_N > 1
+    const int cl_rank = cta.cl_rank;
+    (void)cl_rank;
+#endif
+    (void)base, (void)stg0, (void)bar_full, (void)bar_empty, (void)bar_fin, (void)bar_pair, (void)M, (void)N;
+    (void)tiles_m, (void)groups_n, (void)nkb, (void)nclusters, (void)cid, (void)my_n, (void)rank;
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CF_REG_CONSUMER));
+    const int w = wg - 1;
+    float acc[CF_ACC_REGS];
+    cf_pre pre;
+    cf_tile t = cf_wg_tile(args, M, N, tid, rank, CF_BAR_EPI0 + w);
+    t.wg = w;
+    t.stg = stg0 + w * CF_STG_BYTES;
+    t.fin_bar = bar_fin + 16 * w;
+    t.pair_bar = bar_pair;
+    t.ring = base;
+    t.ring_full = bar_full;
+    t.ring_empty = bar_empty;
+#if CF_PINGPONG
+    const int istart = w, istep = 2;
+    const unsigned a_off = 0;
+#else
+    const int istart = 0, istep = 1;
+    const unsigned a_off = w * CF_BM * 128;
+#endif
+#ifdef CF_TRACE
+    cf_trace_at(w, CF_TRACE_TILES, CF_TRS_START, t.tid, clock64());
+#endif
+#if CF_LATE_FINISH
+    cf_late late;
+#if !CF_FINISHER || CF_MID
+    cf_tile parked = t;     /* the tile waiting for its finish, if parked_ok */
+    bool parked_ok = false;
+#endif
+#if CF_POST_FIRST
+    cf_late late_prev;      /* its statistics */
+#endif
+#endif
+#pragma unroll 1
+    for (int i = istart; i < my_n; i += istep) {
+        int tm, tn;
+        cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
+        const int pos = i * (nkb + CF_TIN_STAGES);   /* ring stages per tile: k-blocks, then inputs */
+        t.tin_pos = pos + nkb;
+        {   /* this tile's vectors for the epilogue, loaded while its mainloop runs */
+            cf_tile next = t;
+            next.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
+            next.n0 = tn * CF_BN;
+            cf_epilogue_preload(args, next, pre);
+        }
+        cf_mainloop(cta, t, acc, i, istep, pos, a_off);
+#if CF_XCHG_L2
+        if (i == istart) t.epoch = cf_launch_epoch();
+#endif
+        t.tile_m = tm; t.tile_n = tn;
+        t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
+        t.n0 = tn * CF_BN;
+        t.parks = i / istep;
+#if CF_LATE_FINISH && !CF_FINISHER
+        /* A warpgroup's last tile is not parked: it finishes from registers after the loop,
+         * so the tail has no park and unpark (LN 1.4 %, softmax 0.6 % faster at
+         * K = 512; LN+softmax spills 44 bytes more with it and ran 0.9 % slower). */
+        t.kept = CF_KEEP_LAST && i + istep >= my_n;
+#endif
+#if CF_LATE_FINISH && CF_FINISHER && !CF_MID
+        cf_epilogue(args, t, acc, pre, late, cf_no_op{});   /* parks the tile for the finisher */
+#elif CF_LATE_FINISH && !CF_POST_FIRST
+        /* the previous tile's row partials arrived during this mainloop */
+        {
+            CF_TRC_T0(trf);
+            if (parked_ok) cf_finish_parked(args, parked, late);
+            CF_TRC_ADD(t, CF_TRC_FINISH, trf);
+        }
+        cf_epilogue(args, t, acc, pre, late, cf_no_op{});
+        parked = t;
+        parked_ok = true;
+#elif CF_LATE_FINISH
+        /* This tile posts its partials first, then finishes the previous one (its partials
+         * arrived during this mainloop), then parks: the last tile's partials travel while
+         * the previous tile finishes (RMSNorm 2-3 %, LN+softmax 2-4 % faster at K <= 1024;
+         * docs/performance.md, "Post first").  Paired tiles keep the finish first: their park
+         * then waits for the store just issued, and LN and softmax ran 1 % slower. */
+#if CF_GATHER_EARLY
+        /* the parked tile's words travel while this tile's first part runs ("Gather early") */
+        if (parked_ok) cf_gather_early(args, parked);
+#endif
+        cf_epilogue(args, t, acc, pre, late, [&] {
+            CF_TRC_T0(trf);
+            if (parked_ok) cf_finish_parked(args, parked, late_prev);
+            CF_TRC_ADD(t, CF_TRC_FINISH, trf);
+        });
+        late_prev = late;
+        parked = t;
+        parked_ok = true;
+#else
+        cf_epilogue(args, t, acc, pre);
+#endif
+        CF_TR(w, i / istep, CF_TRE_EPI_DONE, t.tid);
+    }
+#if CF_LATE_FINISH && !CF_FINISHER && CF_KEEP_LAST
+    if (t.kept) {   /* the last tile, in registers; the one before it finished in its epilogue */
+        CF_TRC_T0(trf);
+        cf_epilogue_finish<true>(args, t, late, acc);
+        CF_TRC_ADD(t, CF_TRC_FINISH, trf);
+    }
+#elif CF_POST_FIRST
+    if (parked_ok) cf_finish_parked(args, parked, late_prev);
+#elif CF_LATE_FINISH && (!CF_FINISHER || CF_MID)
+    if (parked_ok) cf_finish_parked(args, parked, late);
+#endif
+#ifdef CF_TRACE
+    cf_trace_at(w, CF_TRACE_TILES, CF_TRS_LAST_FINISH, t.tid, clock64());
+#endif
+    /* every warp's stores have read the staging buffer: all a CTA must wait for before it exits
+     * (the grid completes only once its bulk writes have) */
+    if (t.lane == 0) cf_bulk_wait_read<0>();
+#ifdef CF_TRACE
+    cf_trace_at(w, CF_TRACE_TILES, CF_TRS_END, t.tid, clock64());
+    cf_trace_at(w, CF_TRACE_TILES, CF_TRS_TILES, t.tid, (my_n - w + 1) / 2);
+    for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(w, CF_TRACE_TILES, CF_TRS_CAT0 + c, t.tid, cf_tr_cat[w][c]);
+#endif
+}
+
+/* The kernel: the CTA's layout, its barriers, then each warpgroup runs its role. */
+extern "C" __global__ void __launch_bounds__(CF_NUM_THREADS, 1)
+cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
+    const int tid = threadIdx.x;
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);   /* warp-uniform for the compiler: uniform registers */
+    const cf_cta cta = cf_cta_of(args);
 #ifdef CF_TRACE
     if (tid < CF_TRACE_ROLES * CF_TRC_N) cf_tr_cat[tid / CF_TRC_N][tid % CF_TRC_N] = 0;
 #endif
-    if (tid == 0) {
-#pragma unroll 1
-        for (int s = 0; s < CF_STAGES; ++s) {
-            cf_mbar_init(bar_full + 8 * s, 1);
-            /* one arrival per consumer warp (of every CTA of the cluster with multicast) */
-            cf_mbar_init(bar_empty + 8 * s, (CF_PINGPONG ? 4 : 8) * (CF_MULTICAST ? CF_CLUSTER_N : 1));
-        }
-#if CF_FINISHER
-        for (int w = 0; w < 2; ++w) {
-            cf_mbar_init(bar_fin + 16 * w, 128);   /* every consumer thread has parked its part */
-            /* the finisher's store has read the buffer; with CF_MID, every finisher thread has
-             * restaged its part of the tile */
-            cf_mbar_init(bar_fin + 16 * w + 8, CF_MID ? 128 : 1);
-        }
-#endif
-#if CF_PAIR_TILES
-        cf_mbar_init(bar_pair, 128);       /* WG0 has handed its row words over */
-        cf_mbar_init(bar_pair + 8, 128);   /* WG1 has read them */
-#endif
-#if CF_HAS_REDUCE
-        cf_reduce_init();
-#endif
-#if CF_XCHG_L2
-        cf_mbar_init(cf_smem_u32(&cf_epoch_bar), 1);
-#endif
-        cf_fence_barrier_init();
-    }
+    if (tid == 0) cf_init_barriers(cta);
     __syncthreads();
 #if CF_CLUSTER_N > 1
     cf_cluster_sync();
 #endif
-
-    if (wg == 0) {
-        /* ---------------- producer warpgroup ---------------- */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(CF_REG_PRODUCER));
-#if CF_XCHG_L2
-        if (tid == 32) cf_count_launch(args);
-#endif
-        if (tid == 0) {
-            cf_prefetch_tma(&args.tma_a);
-            cf_prefetch_tma(&args.tma_b);
-            int stage = 0;
-            unsigned phase = 0;
-#pragma unroll 1
-            for (int i = 0; i < my_n; ++i) {
-                int tm, tn;
-                cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
-                const int m0 = tm * CF_TILE_M, n0 = tn * CF_BN;
-#pragma unroll 1
-                for (int kb = 0; kb < nkb; ++kb) {
-                    cf_mbar_wait(bar_empty + 8 * stage, phase ^ 1);
-                    const unsigned fb = bar_full + 8 * stage;
-                    cf_mbar_expect_tx(fb, CF_STAGE_BYTES);
-                    const unsigned sa = base + stage * CF_STAGE_BYTES;
-                    const unsigned sb = sa + CF_A_STAGE_BYTES;
-#if CF_MULTICAST
-                    cf_tma_load_2d_mc(sa + cl_rank * (CF_A_BOX_ROWS * 128), &args.tma_a, fb, kb * CF_BK,
-                                      m0 + cl_rank * CF_A_BOX_ROWS, (unsigned short)((1u << CF_CLUSTER_N) - 1));
-#else
-                    cf_tma_load_2d(sa, &args.tma_a, fb, kb * CF_BK, m0);
-#endif
-#if CF_B_NK
-                    cf_tma_load_2d(sb, &args.tma_b, fb, kb * CF_BK, n0);
-#else
-#pragma unroll
-                    for (int j = 0; j < CF_BN / 64; ++j)
-                        cf_tma_load_2d(sb + j * (64 * 128), &args.tma_b, fb, n0 + 64 * j, kb * CF_BK);
-#endif
-                    if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
-                }
-#if CF_NUM_TIN
-                /* the tile's [M, N] epilogue inputs, into the next stage(s) (cf_tin_*) */
-#pragma unroll 1
-                for (int e = 0; e < CF_TIN_STAGES; ++e) {
-                    cf_mbar_wait(bar_empty + 8 * stage, phase ^ 1);
-                    const unsigned fb = bar_full + 8 * stage;
-                    const int j0 = e * CF_TIN_PER_STAGE, j1 = cf_imin(j0 + CF_TIN_PER_STAGE, CF_TIN_CHUNKS);
-                    int loads = 0;   /* chunks wholly right of N are not loaded: no column there is read */
-                    for (int j = j0; j < j1; ++j)
-                        loads += n0 + 64 * (j % (CF_BN / 64)) < N;
-                    cf_mbar_expect_tx(fb, loads * CF_TIN_CHUNK_BYTES);
-                    for (int j = j0; j < j1; ++j) {
-                        const int col = n0 + 64 * (j % (CF_BN / 64));
-                        if (col < N)
-                            cf_tma_load_2d(base + stage * CF_STAGE_BYTES + (j - j0) * CF_TIN_CHUNK_BYTES,
-                                           &args.tma_in[j / (CF_BN / 64)], fb, col, m0);
-                    }
-                    if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
-                }
-#endif
-            }
-        }
-        __syncwarp();
+    if (wg == 0)
+        cf_producer(args, cta, tid);
 #if CF_FINISHER
-    } else if (wg == 3) {
-        /* ---------------- finisher warpgroup ----------------
-         * Runs Psi's cf_epilogue_finish on each parked tile, in the order the consumers park them
-         * (pingpong: WG0, WG1, WG0, ...), as if it were the warpgroup that parked it: same thread
-         * to fragment mapping, that warpgroup's staging buffer, its own named barrier. */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(CF_REG_FINISHER));
-        cf_tile t = cf_wg_tile(args, M, N, tid, rank, CF_BAR_FIN);
-#if CF_XCHG_L2
-        t.epoch = cf_launch_epoch();
+    else if (wg == 3)
+        cf_finisher(args, cta, tid);
 #endif
-#pragma unroll 1
-        for (int i = 0; i < my_n; ++i) {
-            const int w = i & 1;
-            int tm, tn;
-            cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
-            t.wg = w; t.tile_m = tm; t.tile_n = tn;
-            t.m0 = tm * CF_TILE_M; t.n0 = tn * CF_BN;
-            t.stg = stg0 + w * CF_STG_BYTES;
-            t.fin_bar = bar_fin + 16 * w;
-            CF_TR(w, i >> 1, CF_TRE_FIN_WAIT, t.tid);
-            cf_mbar_wait(t.fin_bar, (unsigned)(i >> 1) & 1u);   /* that warpgroup's (i / 2)-th park */
-            CF_TR(w, i >> 1, CF_TRE_FIN_WORK, t.tid);
-#if CF_MID
-            cf_epilogue_mid(args, t);
-            cf_mbar_arrive(t.fin_bar + 8);   /* release: the consumer's late finish sees the tile */
-#else
-            cf_late late;   /* rebuilt from the tile's own posted words (cf_reduce.cuh) */
-            cf_epilogue_finish<false>(args, t, late, nullptr);
-            if (t.tid == 0) {
-                cf_bulk_wait_read<0>();
-                cf_mbar_arrive(t.fin_bar + 8);
-            }
-#endif
-            CF_TR(w, i >> 1, CF_TRE_FIN_DONE, t.tid);
-        }
-        if (t.tid == 0) cf_bulk_wait_read<0>();   /* the buffer is read; the writes need not land before exit */
-#ifdef CF_TRACE
-        for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(2, CF_TRACE_TILES, CF_TRS_CAT0 + c, t.tid, cf_tr_cat[2][c]);
-#endif
-#endif
-    } else {
-        /* ---------------- consumer warpgroups ---------------- */
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CF_REG_CONSUMER));
-        const int w = wg - 1;
-        float acc[CF_ACC_REGS];
-        cf_pre pre;
-        cf_tile t = cf_wg_tile(args, M, N, tid, rank, CF_BAR_EPI0 + w);
-        t.wg = w;
-        t.stg = stg0 + w * CF_STG_BYTES;
-        t.fin_bar = bar_fin + 16 * w;
-        t.pair_bar = bar_pair;
-        t.ring = base;
-        t.ring_full = bar_full;
-        t.ring_empty = bar_empty;
-#if CF_PINGPONG
-        const int istart = w, istep = 2;
-        const unsigned a_off = 0;
-#else
-        const int istart = 0, istep = 1;
-        const unsigned a_off = w * CF_BM * 128;
-#endif
-#ifdef CF_TRACE
-        cf_trace_at(w, CF_TRACE_TILES, CF_TRS_START, t.tid, clock64());
-#endif
-#if CF_LATE_FINISH
-        cf_late late;
-#if !CF_FINISHER || CF_MID
-        cf_tile parked = t;     /* the tile waiting for its finish, if parked_ok */
-        bool parked_ok = false;
-#endif
-#if CF_POST_FIRST
-        cf_late late_prev;      /* its statistics */
-#endif
-#endif
-#pragma unroll 1
-        for (int i = istart; i < my_n; i += istep) {
-            int tm, tn;
-            cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
-            const int pos = i * (nkb + CF_TIN_STAGES);   /* ring stages per tile: k-blocks, then inputs */
-            t.tin_pos = pos + nkb;
-            int stage = pos % CF_STAGES;
-            unsigned phase = (unsigned)(pos / CF_STAGES) & 1u;
-            int prev_stage = 0;
-            {   /* this tile's vectors for the epilogue, loaded while its mainloop runs */
-                cf_tile next = t;
-                next.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
-                next.n0 = tn * CF_BN;
-                cf_epilogue_preload(args, next, pre);
-            }
-            CF_TR(w, i / istep, CF_TRE_ORDER, t.tid);
-#if CF_PINGPONG
-            if (i >= 2 || w == 1) cf_named_bar_sync(CF_BAR_ORDER0 + w, 256);   /* my turn for the tensor cores */
-#endif
-            CF_TR(w, i / istep, CF_TRE_TURN, t.tid);
-            cf_fence_operand<CF_ACC_REGS>(acc);
-#if CF_TRACE_WAITS
-            long long tr_data = 0, tr_mma = 0, tr_issue = 0, tr_rest = 0;
-#endif
-            /* The k-loop starts.  bar.sync defers its blocking to the next memory instruction,
-             * here event 1's store: event 1's clock is read before the turn comes, this one after. */
-            CF_TR(w, i / istep, CF_TRE_KLOOP, t.tid);
-#pragma unroll 1
-            for (int kb = 0; kb < nkb; ++kb) {
-#if CF_TRACE_WAITS
-                const long long tr0 = clock64();
-#endif
-                cf_mbar_wait(bar_full + 8 * stage, phase);
-#if CF_TRACE_WAITS
-                tr_data += clock64() - tr0;
-                const long long tr_i0 = clock64();
-#endif
-                const unsigned sa = base + stage * CF_STAGE_BYTES + a_off;
-                const unsigned sb = base + stage * CF_STAGE_BYTES + CF_A_STAGE_BYTES;
-                cf_wgmma_fence();
-#pragma unroll
-                for (int k = 0; k < CF_BK / 16; ++k) {
-#if CF_B_NK
-                    const unsigned long long db = cf_desc(sb + 32 * k, 16, 1024);
-#else
-                    const unsigned long long db = cf_desc(sb + 2048 * k, 64 * 128, 1024);
-#endif
-#pragma unroll
-                    for (int mt = 0; mt < CF_BM / 64; ++mt) {
-                        const unsigned long long da = cf_desc(sa + mt * 8192 + 32 * k, 16, 1024);
-                        cf_wgmma_tile<CF_B_NK ? 0 : 1>(acc + mt * CF_ACC_PER_MT, da, db, (kb > 0 || k > 0) ? 1 : 0);
-                    }
-                }
-                cf_wgmma_commit();
-#if CF_TRACE_WAITS
-                tr_issue += clock64() - tr_i0;   /* the wgmma issue, the warpgroup's warps converging */
-                const long long tr1 = clock64();
-#endif
-                cf_wgmma_wait<1>();
-#if CF_TRACE_WAITS
-                const long long tr2 = clock64();
-                tr_mma += tr2 - tr1;
-#endif
-                if (kb > 0) cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
-                prev_stage = stage;
-                if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
-#if CF_TRACE_WAITS
-                tr_rest += clock64() - tr2;   /* the release and the loop */
-#endif
-            }
-#if CF_TRACE_WAITS
-            const long long tr_d0 = clock64();
-            CF_TR_V(w, i / istep, CF_TRE_KLOOP_END, t.tid, tr_d0);   /* the k-loop ends */
-#endif
-#if CF_PINGPONG && CF_NUM_TIN
-            /* This tile's input stages land before the other warpgroup's turn.  It consumes the
-             * stages after them, and a wait on a stage whose previous fill has not landed yet
-             * passes at once (the parity it waits for is that of the fill before): the inputs
-             * come from HBM and can land after the other warpgroup's next k-blocks. */
-            cf_tin_wait(t);
-#endif
-#if CF_PINGPONG
-            if (i + 1 < my_n) cf_named_bar_arrive(CF_BAR_ORDER0 + (1 - w), 256);   /* other WG's turn */
-#endif
-            cf_wgmma_wait<0>();
-            cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
-            cf_fence_operand<CF_ACC_REGS>(acc);
-            CF_TR(w, i / istep, CF_TRE_ACC, t.tid);
-#if CF_TRACE_WAITS
-            CF_TR_V(w, i / istep, CF_TRE_WAIT_DATA, t.tid, tr_data);
-            CF_TR_V(w, i / istep, CF_TRE_WAIT_MMA, t.tid, tr_mma);
-            CF_TR_V(w, i / istep, CF_TRE_ISSUE, t.tid, tr_issue);
-            CF_TR_V(w, i / istep, CF_TRE_RELEASE, t.tid, tr_rest);
-            CF_TR_V(w, i / istep, CF_TRE_DRAIN, t.tid, clock64() - tr_d0);   /* the last k-block's drain */
-#endif
-#if CF_XCHG_L2
-            if (i == istart) t.epoch = cf_launch_epoch();
-#endif
-            t.tile_m = tm; t.tile_n = tn;
-            t.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
-            t.n0 = tn * CF_BN;
-            t.parks = i / istep;
-#if CF_LATE_FINISH && !CF_FINISHER
-            /* A warpgroup's last tile is not parked: it finishes from registers after the loop,
-             * so the tail has no park and unpark (LN 1.4 %, softmax 0.6 % faster at
-             * K = 512; LN+softmax spills 44 bytes more with it and ran 0.9 % slower). */
-            t.kept = CF_KEEP_LAST && i + istep >= my_n;
-#endif
-#if CF_LATE_FINISH && CF_FINISHER && !CF_MID
-            cf_epilogue(args, t, acc, pre, late, cf_no_op{});   /* parks the tile for the finisher */
-#elif CF_LATE_FINISH && !CF_POST_FIRST
-            /* the previous tile's row partials arrived during this mainloop */
-            {
-                CF_TRC_T0(trf);
-                if (parked_ok) cf_finish_parked(args, parked, late);
-                CF_TRC_ADD(t, CF_TRC_FINISH, trf);
-            }
-            cf_epilogue(args, t, acc, pre, late, cf_no_op{});
-            parked = t;
-            parked_ok = true;
-#elif CF_LATE_FINISH
-            /* This tile posts its partials first, then finishes the previous one (its partials
-             * arrived during this mainloop), then parks: the last tile's partials travel while
-             * the previous tile finishes (RMSNorm 2-3 %, LN+softmax 2-4 % faster at K <= 1024;
-             * docs/performance.md, "Post first").  Paired tiles keep the finish first: their park
-             * then waits for the store just issued, and LN and softmax ran 1 % slower. */
-#if CF_GATHER_EARLY
-            /* the parked tile's words travel while this tile's first part runs ("Gather early") */
-            if (parked_ok) cf_gather_early(args, parked);
-#endif
-            cf_epilogue(args, t, acc, pre, late, [&] {
-                CF_TRC_T0(trf);
-                if (parked_ok) cf_finish_parked(args, parked, late_prev);
-                CF_TRC_ADD(t, CF_TRC_FINISH, trf);
-            });
-            late_prev = late;
-            parked = t;
-            parked_ok = true;
-#else
-            cf_epilogue(args, t, acc, pre);
-#endif
-            CF_TR(w, i / istep, CF_TRE_EPI_DONE, t.tid);
-        }
-#if CF_LATE_FINISH && !CF_FINISHER && CF_KEEP_LAST
-        if (t.kept) {   /* the last tile, in registers; the one before it finished in its epilogue */
-            CF_TRC_T0(trf);
-            cf_epilogue_finish<true>(args, t, late, acc);
-            CF_TRC_ADD(t, CF_TRC_FINISH, trf);
-        }
-#elif CF_POST_FIRST
-        if (parked_ok) cf_finish_parked(args, parked, late_prev);
-#elif CF_LATE_FINISH && (!CF_FINISHER || CF_MID)
-        if (parked_ok) cf_finish_parked(args, parked, late);
-#endif
-#ifdef CF_TRACE
-        cf_trace_at(w, CF_TRACE_TILES, CF_TRS_LAST_FINISH, t.tid, clock64());
-#endif
-        /* every warp's stores have read the staging buffer: all a CTA must wait for before it exits
-         * (the grid completes only once its bulk writes have) */
-        if (t.lane == 0) cf_bulk_wait_read<0>();
-#ifdef CF_TRACE
-        cf_trace_at(w, CF_TRACE_TILES, CF_TRS_END, t.tid, clock64());
-        cf_trace_at(w, CF_TRACE_TILES, CF_TRS_TILES, t.tid, (my_n - w + 1) / 2);
-        for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(w, CF_TRACE_TILES, CF_TRS_CAT0 + c, t.tid, cf_tr_cat[w][c]);
-#endif
-    }
+    else
+        cf_consumer(args, cta, tid, wg);
 #if CF_CLUSTER_N > 1
     cf_cluster_sync();
 #endif
