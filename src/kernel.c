@@ -23,7 +23,7 @@ enum {
 
 /* What a TMA descriptor encodes (the tensor's name only words errors): equal keys give equal
  * descriptors, so a launch copies the cached 128 bytes instead of calling cuTensorMapEncodeTiled
- * (about a microsecond of host time each, three or more a launch). */
+ * (host time in the driver, three or more times a launch). */
 typedef struct tmap_key {
     uint64_t ptr, rows, cols, pitch;
     uint32_t box_rows, box_cols, dtype, swizzle;
