@@ -288,7 +288,10 @@ CF_API const char *cf_kernel_source(const cf_kernel *k);
 CF_API cf_status cf_kernel_compile(cf_kernel *k, cf_error *err);
 /* Compiles every kernel that a launch with these dims (indexed like cf_launch_args.dims) will
  * run: the kernel itself and, for rows wider than its row group, the wide-row path's GEMM and
- * row kernel.  Needs NVRTC, not a GPU; a launch after it compiles nothing. */
+ * row kernel.  Needs NVRTC, not a GPU; a launch after it compiles nothing.  dims' M is also
+ * the largest M the kernel is prepared for: with reductions through L2, the first launch
+ * allocates the exchange slots for it, so launches at any M up to it allocate nothing and never
+ * synchronise (pass an M bucket's upper bound; a larger M grows the slots by doubling). */
 CF_API cf_status cf_kernel_prepare(cf_kernel *k, const int64_t *dims, cf_error *err);
 /* PTX of the compiled kernel (NULL before cf_kernel_compile). */
 CF_API const char *cf_kernel_ptx(const cf_kernel *k);
@@ -342,10 +345,12 @@ typedef struct cf_launch_args {
  * allocated on the first launch: launches of one kernel object must not
  * overlap in time (use one object per concurrent stream, as with a cuBLAS
  * workspace).  The epoch that tags the slots lives on the device, so CUDA-graph
- * replays are correct; capture after one launch at the largest M, since the
- * slots are allocated (and grown) by a launch.  Each launch also zeroes, on
- * its stream, the slots of the row tiles it does not reach, so replays and
- * direct launches at different M may be mixed. */
+ * replays are correct; capture after one launch at the largest M (or at any M
+ * after cf_kernel_prepare for the largest), since the slots are allocated (and
+ * grown) by a launch: a captured launch that would allocate fails, naming this.
+ * A launch at a smaller M than the last zeroes, on its stream, the slots it does
+ * not reach (every such launch once one was captured), so replays and direct
+ * launches at different M may be mixed. */
 CF_API cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err);
 CF_API void cf_kernel_free(cf_kernel *k);
 

@@ -649,6 +649,8 @@ cf_status cf_rt_memset_d32(cf_rt_devptr dst, uint32_t v, size_t count, cf_error 
 cf_status cf_rt_ctx_sync(cf_error *err);
 cf_status cf_rt_stream_create(cf_rt_stream *s, cf_error *err);
 cf_status cf_rt_stream_destroy(cf_rt_stream s, cf_error *err);
+/* Whether s is being captured into a CUDA graph (its work is recorded, not run). */
+cf_status cf_rt_stream_capturing(cf_rt_stream s, bool *capturing, cf_error *err);
 cf_status cf_rt_stream_sync(cf_rt_stream s, cf_error *err);
 cf_status cf_rt_event_create(cf_rt_event *e, cf_error *err);
 cf_status cf_rt_event_destroy(cf_rt_event e, cf_error *err);

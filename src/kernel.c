@@ -21,6 +21,21 @@ enum {
     INFO_TIN_ARGS, INFO_COUNT
 };
 
+/* What a TMA descriptor encodes (the tensor's name only words errors): equal keys give equal
+ * descriptors, so a launch copies the cached 128 bytes instead of calling cuTensorMapEncodeTiled
+ * (host time in the driver, three or more times a launch). */
+typedef struct tmap_key {
+    uint64_t ptr, rows, cols, pitch;
+    uint32_t box_rows, box_cols, dtype, swizzle;
+} tmap_key;
+_Static_assert(sizeof(tmap_key) == 48, "no padding: keys are compared with memcmp");
+
+struct tmap {
+    tmap_key key;
+    bool valid;
+    unsigned char desc[128];
+};
+
 struct cf_kernel {
     const cf_graph *graph;
     cf_ir *ir;
@@ -34,9 +49,17 @@ struct cf_kernel {
     cf_rt_func func;
     int max_clusters;
     /* Row partials exchanged through L2 (CF_RED_GLOBAL): 8-byte slots, and
-     * the epoch / finished-CTA counters the kernel keeps; see cf_reduce.cuh. */
+     * the epoch / finished-CTA counters the kernel keeps; see cf_reduce.cuh and prepare_exchange. */
     cf_rt_devptr xchg, xsync;
-    size_t xchg_bytes;
+    size_t xchg_bytes;     /* allocated                                                       */
+    size_t xchg_high;      /* the most bytes any launch on these slots may have posted into   */
+    size_t xchg_last;      /* the last launch's bytes, when every launch was issued here (no CUDA graph) */
+    bool captured;         /* a launch was captured into a CUDA graph: replays post unseen     */
+    int64_t prepared_m;    /* the largest M cf_kernel_prepare was given: the slots' first size */
+    cf_rt_devptr *retired; /* outgrown slots, freed with the kernel (see grow_exchange)        */
+    int n_retired;
+    /* The TMA descriptor of each IR arg's last launch and what it encodes (see tensor_map). */
+    struct tmap *maps;
     /* Rows wider than a cluster: our GEMM into an f32 buffer, then the row
      * kernel (rows.c) runs the epilogue; built on the first such launch. */
     /* By IR arg: the padded copy of a tensor TMA cannot address in place (see staging). */
@@ -65,6 +88,10 @@ void cf_kernel_free(cf_kernel *k)
         cf_rt_free(k->xchg, NULL);
     if (k->xsync)
         cf_rt_free(k->xsync, NULL);
+    for (int i = 0; i < k->n_retired; i++)
+        cf_rt_free(k->retired[i], NULL);
+    free(k->retired);
+    free(k->maps);
     for (int i = 0; k->padded && i < k->ir->n_args; i++)
         if (k->padded[i].buf)
             cf_rt_free(k->padded[i].buf, NULL);
@@ -95,7 +122,8 @@ cf_status cf_kernel_build_req(const cf_graph *g, const cf_plan_request *req, int
         st = cf_plan_make(k->ir, M, N, K, NULL, req, &k->plan, err);
     if (st == CF_OK)
         st = cf_codegen(k->ir, &k->plan, title, &k->src, err);
-    if (st == CF_OK && !(k->padded = calloc((size_t)k->ir->n_args, sizeof *k->padded)))
+    if (st == CF_OK && (!(k->padded = calloc((size_t)k->ir->n_args, sizeof *k->padded)) ||
+                        !(k->maps = calloc((size_t)k->ir->n_args, sizeof *k->maps))))
         st = cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     if (st != CF_OK) {
         cf_kernel_free(k);
@@ -298,32 +326,80 @@ static cf_status load_module(cf_kernel *k, cf_error *err)
     return st;
 }
 
-/* The L2 exchange's slots for tiles_m row tiles, 8 bytes per (reduction, rank, row) (grown,
- * never shrunk), and its counters {epoch 1, 0 CTAs counted in}.  A launch writes every slot of
- * its own row tiles and reads only those; the slots of the row tiles it does not reach are zeroed (no
- * epoch or pair tag is 0) on its stream before it runs.  So after any launch -- also one replayed
- * from a CUDA graph, where this runs only at capture -- every slot holds that launch's post or
- * nothing, and a pair's 8-bit tag, which comes round every 255 launches, is never stale. */
-static cf_status prepare_exchange(cf_kernel *k, int64_t tiles_m, cf_rt_stream stream, cf_error *err)
+/* ---- the L2 exchange's slots --------------------------------------------------------------
+ * 8 bytes per (row tile, reduction, rank, row), and the counters {epoch 1, 0 CTAs counted in}.  A
+ * launch writes every slot of its own row tiles and reads only those.  A reader takes a slot for
+ * its launch's post when it holds the launch's epoch (one partial: 32 bits, the same again only
+ * 2^32 - 1 launches later) or a pair's 8-bit tag (epoch % 255 + 1: the same again 255 launches
+ * later; cf_reduce.cuh).  Consecutive launches' tags differ, so what the previous launch posted is
+ * never taken for a new post, but a post older than that could be.  Hence the invariant: after
+ * any launch, every slot holds that launch's post or zero (no epoch or tag is 0), and a launch
+ * that posts into fewer bytes than the last zeroes the rest first, on its stream.  That memset is
+ * needed, not defensive: without it a later launch at a larger M reads the tail's pairs as its own
+ * once in 255 launches (a wrong LayerNorm or softmax, no error).  It is done once per shrink, not
+ * on every launch at the smaller M, while the host has issued every launch (xchg_last is then
+ * exactly what the last one posted); a CUDA graph replays launches the host does not see, so once
+ * one was captured every launch zeroes up to the most any launch has posted (xchg_high), the
+ * order-independent form, and a captured launch records that memset in the graph. */
+
+/* Slots for at least bytes: also for the prepared M, and at least twice the old, so an M growing
+ * launch by launch reallocates a few times at most.  The old slots are kept until the kernel is
+ * freed: a launch may still read them, on any stream, and a captured graph points at them;
+ * freeing them now would take a device synchronisation (a stream-ordered free is ordered after
+ * this stream's work only).  The doubling bounds what is kept to less than the slots in use. */
+static cf_status grow_exchange(cf_kernel *k, size_t bytes, size_t tile_bytes, cf_rt_stream stream, cf_error *err)
 {
-    cf_status st;
-    const size_t bytes = (size_t)k->info[INFO_NUM_RED] * (size_t)tiles_m * (size_t)k->info[INFO_ROW_CTAS] *
-                         (size_t)k->info[INFO_BM] * 8;
-    if (bytes > k->xchg_bytes) {
-        /* an earlier launch may still be reading the old slots */
-        if (k->xchg && ((st = cf_rt_ctx_sync(err)) != CF_OK || (st = cf_rt_free(k->xchg, err)) != CF_OK))
-            return st;
-        k->xchg = 0;
-        k->xchg_bytes = 0;
-        if ((st = cf_rt_malloc(&k->xchg, bytes, err)) != CF_OK)
-            return st;
-        k->xchg_bytes = bytes;
-        if ((st = cf_rt_memset_d8_async(k->xchg, 0, bytes, stream, err)) != CF_OK)
-            return st;
-    } else if (bytes < k->xchg_bytes &&
-               (st = cf_rt_memset_d8_async(k->xchg + bytes, 0, k->xchg_bytes - bytes, stream, err)) != CF_OK) {
-        return st;
+    const size_t tile_m = (size_t)k->info[INFO_TILE_M];
+    size_t want = bytes;
+    if (k->prepared_m > 0 && want < tile_bytes * (((size_t)k->prepared_m + tile_m - 1) / tile_m))
+        want = tile_bytes * (((size_t)k->prepared_m + tile_m - 1) / tile_m);
+    if (want < 2 * k->xchg_bytes)
+        want = 2 * k->xchg_bytes;
+    if (k->xchg) {
+        cf_rt_devptr *r = realloc(k->retired, ((size_t)k->n_retired + 1) * sizeof *r);
+        if (!r)
+            return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+        k->retired = r;
     }
+    cf_rt_devptr p = 0;
+    cf_status st = cf_rt_malloc(&p, want, err);
+    if (st != CF_OK && want > bytes && (st = cf_rt_malloc(&p, want = bytes, err)) == CF_OK)
+        cf_error_clear(err);   /* the prepared or doubled size did not fit; this launch's does */
+    if (st == CF_OK && (st = cf_rt_memset_d8_async(p, 0, want, stream, err)) != CF_OK)
+        cf_rt_free(p, NULL);
+    if (st != CF_OK)
+        return st;
+    if (k->xchg)
+        k->retired[k->n_retired++] = k->xchg;
+    k->xchg = p;
+    k->xchg_bytes = want;
+    k->xchg_high = k->xchg_last = 0;   /* all zero */
+    return CF_OK;
+}
+
+static cf_status prepare_exchange(cf_kernel *k, int64_t M, int64_t tiles_m, cf_rt_stream stream, cf_error *err)
+{
+    const size_t tile_bytes = (size_t)k->info[INFO_NUM_RED] * (size_t)k->info[INFO_ROW_CTAS] *
+                              (size_t)k->info[INFO_BM] * 8,
+                 bytes = tile_bytes * (size_t)tiles_m;
+    bool capturing = false;
+    cf_status st = cf_rt_stream_capturing(stream, &capturing, err);
+    if (st != CF_OK)
+        return st;
+    /* allocating (and the counters' synchronous upload) is not allowed in a capture */
+    if (capturing && (bytes > k->xchg_bytes || !k->xsync))
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                         "CUDA-graph capture of a launch at M=%lld: the kernel's L2 exchange is not allocated for "
+                         "it yet (launch it once before capture, at the largest M or after cf_kernel_prepare "
+                         "for that M)", (long long)M);
+    k->captured = k->captured || capturing;
+    if (bytes > k->xchg_bytes && (st = grow_exchange(k, bytes, tile_bytes, stream, err)) != CF_OK)
+        return st;
+    const size_t posted = k->captured ? k->xchg_high : k->xchg_last;   /* bytes that may hold posts */
+    if (bytes < posted && (st = cf_rt_memset_d8_async(k->xchg + bytes, 0, posted - bytes, stream, err)) != CF_OK)
+        return st;
+    k->xchg_last = bytes;
+    k->xchg_high = bytes > k->xchg_high ? bytes : k->xchg_high;
     if (!k->xsync) {
         const uint32_t init[2] = {1, 0};
         if ((st = cf_rt_malloc(&k->xsync, sizeof init, err)) != CF_OK)
@@ -390,6 +466,8 @@ cf_status cf_kernel_prepare(cf_kernel *k, const int64_t *dims, cf_error *err)
                   K = ir->dim_k >= 0 ? dims[ir->dim_k] : 0;
     if (st == CF_OK && cf_kernel_wide(k, N) && !k->wide.gemm)
         st = build_wide(k, M, N, K, err);
+    if (st == CF_OK && M > k->prepared_m)
+        k->prepared_m = M;   /* the L2 exchange's first allocation covers it (grow_exchange) */
     return st;
 }
 
@@ -484,6 +562,29 @@ static cf_status copy_out_padded(cf_kernel *k, const cf_launch_args *a, int64_t 
     return CF_OK;
 }
 
+/* Arg's tensor map (128B swizzled) into dst, a slot of the parameter block: the cached descriptor
+ * when it encodes the same, else encoded now and cached.  A padded copy is keyed by the copy's
+ * pointer and pitch, so a copy reallocated elsewhere (or a tensor newly padded) is encoded again. */
+static cf_status tensor_map(cf_kernel *k, int arg, cf_dtype t, unsigned char *dst, uint64_t ptr, uint64_t rows,
+                            uint64_t cols, uint64_t pitch, uint32_t box_rows, uint32_t box_cols, cf_error *err)
+{
+    struct tmap *m = &k->maps[arg];
+    const tmap_key key = {ptr, rows, cols, pitch, box_rows, box_cols, (uint32_t)t, 128};
+    if (m->valid && !memcmp(&m->key, &key, sizeof key)) {
+        memcpy(dst, m->desc, sizeof m->desc);
+        return CF_OK;
+    }
+    m->valid = false;   /* a failed encode leaves no entry */
+    cf_status st = cf_rt_tensor_map_2d_named(dst, k->ir->args[arg].name, t, (const void *)(uintptr_t)ptr, rows, cols,
+                                             pitch, box_rows, box_cols, 128, err);
+    if (st == CF_OK) {
+        memcpy(m->desc, dst, sizeof m->desc);
+        m->key = key;
+        m->valid = true;
+    }
+    return st;
+}
+
 /* [M,N] epilogue inputs the kernel fetches through its operand ring (CF_TIN_ARGS). */
 static int tile_inputs(const cf_kernel *k)
 {
@@ -506,8 +607,8 @@ static cf_status map_tile_inputs(cf_kernel *k, const cf_launch_args *a, int64_t 
         uint64_t ptr = a->inputs[x->index], ld;
         cf_status st = tma_view(k, i, &ptr, (uint64_t)M, (uint64_t)N, true, a->stream, &ld, err);
         if (st == CF_OK)
-            st = cf_rt_tensor_map_2d_named(dst, x->name, x->dtype, (const void *)(uintptr_t)ptr, (uint64_t)M,
-                                           (uint64_t)N, ld, (uint32_t)k->info[INFO_TILE_M], 64, 128, err);
+            st = tensor_map(k, i, x->dtype, dst, ptr, (uint64_t)M, (uint64_t)N, ld, (uint32_t)k->info[INFO_TILE_M], 64,
+                            err);
         if (st != CF_OK)
             return st;
         dst += 128;
@@ -550,12 +651,11 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     if ((st = tma_view(k, 0, &pa, (uint64_t)M, (uint64_t)K, true, a->stream, &lda, err)) != CF_OK ||
         (st = tma_view(k, 1, &pb, b_rows, b_cols, true, a->stream, &ldb, err)) != CF_OK)
         return st;
-    st = cf_rt_tensor_map_2d_named(block, A->name, in_t, (const void *)(uintptr_t)pa, (uint64_t)M, (uint64_t)K, lda,
-                                   (uint32_t)k->info[INFO_A_BOX_ROWS], 64, 128, err);
+    st = tensor_map(k, 0, in_t, block, pa, (uint64_t)M, (uint64_t)K, lda, (uint32_t)k->info[INFO_A_BOX_ROWS], 64, err);
     if (st != CF_OK)
         return st;
-    st = cf_rt_tensor_map_2d_named(block + 128, B->name, in_t, (const void *)(uintptr_t)pb, b_rows, b_cols, ldb,
-                                   B->b_is_nk ? (uint32_t)k->info[INFO_B_BOX] : 64, 64, 128, err);
+    st = tensor_map(k, 1, in_t, block + 128, pb, b_rows, b_cols, ldb, B->b_is_nk ? (uint32_t)k->info[INFO_B_BOX] : 64,
+                    64, err);
     if (st != CF_OK)
         return st;
     int o = 0;
@@ -567,9 +667,8 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
         if ((st = tma_view(k, i, &ptr, (uint64_t)M, (uint64_t)N, false, a->stream, &ldo, err)) != CF_OK)
             return st;
         uint32_t box_cols = (uint32_t)(128 / cf_dtype_size(x->dtype));
-        st = cf_rt_tensor_map_2d_named(block + l.tma_out + 128 * (size_t)o, x->name, x->dtype,
-                                       (const void *)(uintptr_t)ptr, (uint64_t)M, (uint64_t)N, ldo,
-                                       (uint32_t)k->info[INFO_OUT_BOX_ROWS], box_cols, 128, err);
+        st = tensor_map(k, i, x->dtype, block + l.tma_out + 128 * (size_t)o, ptr, (uint64_t)M, (uint64_t)N, ldo,
+                        (uint32_t)k->info[INFO_OUT_BOX_ROWS], box_cols, err);
         if (st != CF_OK)
             return st;
         int32_t ld = (int32_t)ldo;
@@ -596,7 +695,7 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
                          k->max_clusters * cl);
     const int64_t tiles_m = at.tiles_m;
     bool global = k->info[INFO_RED_GLOBAL]; /* emitted only for row groups of 2 or more */
-    if (global && (st = prepare_exchange(k, tiles_m, a->stream, err)) != CF_OK)
+    if (global && (st = prepare_exchange(k, M, tiles_m, a->stream, err)) != CF_OK)
         return st;
     uint64_t xptr[2] = {global ? k->xchg : 0, global ? k->xsync : 0};
     memcpy(block + l.xchg, xptr, sizeof xptr);

@@ -45,7 +45,8 @@ double cf_rt_now_ms(void);
     X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemcpy2DAsync)          \
     X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD16) X(cuMemsetD32) X(cuStreamCreate)          \
     X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy)              \
-    X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuTensorMapEncodeTiled)
+    X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuTensorMapEncodeTiled)   \
+    X(cuStreamIsCapturing)
 
 typedef struct cf_rt_drv_table {
 #define X(f) __typeof__(&f) f;

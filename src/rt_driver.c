@@ -490,6 +490,17 @@ fail:
     return st;
 }
 
+cf_status cf_rt_stream_capturing(cf_rt_stream s, bool *capturing, cf_error *err)
+{
+    cf_status st;
+    CF_RT_INIT();
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    CF_CU_CHECK(cf_rt_cu.cuStreamIsCapturing((CUstream)s, &cs));
+    *capturing = cs != CU_STREAM_CAPTURE_STATUS_NONE;   /* an invalidated capture too */
+fail:
+    return st;
+}
+
 cf_status cf_rt_stream_sync(cf_rt_stream s, cf_error *err)
 {
     cf_status st;

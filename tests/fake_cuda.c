@@ -13,6 +13,18 @@
 
 static int handle;   /* the address every module, function, stream and event is */
 
+/* Calls counted for the tests (test_kernel reads them through dlsym), and the capture status
+ * cuStreamIsCapturing reports. */
+struct fake_cuda_counts {
+    int encodes, allocs, frees, syncs, memsets_async, launches, copies_2d;
+    size_t memset_async_bytes;
+    unsigned char params[384];   /* the last launch's first three TMA descriptors */
+};
+static struct fake_cuda_counts counts;
+static int capturing;
+__attribute__((visibility("default"))) struct fake_cuda_counts *fake_cuda_counts(void) { return &counts; }
+__attribute__((visibility("default"))) void fake_cuda_set_capturing(int on) { capturing = on; }
+
 API cuGetErrorName(CUresult r, const char **s) { *s = r ? "CUDA_ERROR_FAKE" : "CUDA_SUCCESS"; return CUDA_SUCCESS; }
 API cuGetErrorString(CUresult r, const char **s) { *s = r ? "fake driver error" : "no error"; return CUDA_SUCCESS; }
 API cuInit(unsigned f) { (void)f; return CUDA_SUCCESS; }
@@ -23,7 +35,7 @@ API cuDeviceGetName(char *s, int n, CUdevice d) { (void)d; strncpy(s, "fake H200
 API cuDeviceTotalMem(size_t *b, CUdevice d) { (void)d; *b = (size_t)141 << 30; return CUDA_SUCCESS; }
 API cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { (void)d; *c = (CUcontext)&handle; return CUDA_SUCCESS; }
 API cuCtxSetCurrent(CUcontext c) { (void)c; return CUDA_SUCCESS; }
-API cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+API cuCtxSynchronize(void) { counts.syncs++; return CUDA_SUCCESS; }
 
 API cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
@@ -50,28 +62,30 @@ API cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f)
 }
 API cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) { (void)f, (void)a, (void)v; return CUDA_SUCCESS; }
 API cuOccupancyMaxActiveClusters(int *n, CUfunction f, const CUlaunchConfig *c) { (void)f, (void)c; *n = 132; return CUDA_SUCCESS; }
-API cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **x) { (void)c, (void)f, (void)p, (void)x; return CUDA_SUCCESS; }
+API cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **x) { (void)c, (void)f, (void)x; counts.launches++; memcpy(counts.params, p[0], sizeof counts.params); return CUDA_SUCCESS; }
 
 API cuMemAlloc(CUdeviceptr *p, size_t n)
 {
     void *m = n <= ((size_t)1 << 30) ? malloc(n ? n : 1) : NULL;
+    counts.allocs += m != NULL;
     *p = (CUdeviceptr)(uintptr_t)m;
     return m ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
-API cuMemFree(CUdeviceptr p) { free((void *)(uintptr_t)p); return CUDA_SUCCESS; }
+API cuMemFree(CUdeviceptr p) { counts.frees++; free((void *)(uintptr_t)p); return CUDA_SUCCESS; }
 API cuMemcpyHtoD(CUdeviceptr d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return CUDA_SUCCESS; }
 API cuMemcpyDtoH(void *d, CUdeviceptr s, size_t n) { memcpy(d, (const void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
 API cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n) { memmove((void *)(uintptr_t)d, (const void *)(uintptr_t)s, n); return CUDA_SUCCESS; }
 API cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream s)
 {
     (void)s;
+    counts.copies_2d++;
     for (size_t r = 0; r < c->Height; r++)
         memmove((char *)(uintptr_t)c->dstDevice + r * c->dstPitch,
                 (const char *)(uintptr_t)c->srcDevice + r * c->srcPitch, c->WidthInBytes);
     return CUDA_SUCCESS;
 }
 API cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) { memset((void *)(uintptr_t)d, v, n); return CUDA_SUCCESS; }
-API cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { (void)s; return cuMemsetD8(d, v, n); }
+API cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { (void)s; counts.memsets_async++, counts.memset_async_bytes += n; return cuMemsetD8(d, v, n); }
 API cuMemsetD16(CUdeviceptr d, unsigned short v, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -87,6 +101,12 @@ API cuMemsetD32(CUdeviceptr d, unsigned v, size_t n)
 API cuStreamCreate(CUstream *s, unsigned f) { (void)f; *s = (CUstream)&handle; return CUDA_SUCCESS; }
 API cuStreamDestroy(CUstream s) { (void)s; return CUDA_SUCCESS; }
 API cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
+API cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *c)
+{
+    (void)s;
+    *c = capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
 API cuEventCreate(CUevent *e, unsigned f) { (void)f; *e = (CUevent)&handle; return CUDA_SUCCESS; }
 API cuEventDestroy(CUevent e) { (void)e; return CUDA_SUCCESS; }
 API cuEventRecord(CUevent e, CUstream s) { (void)e, (void)s; return CUDA_SUCCESS; }
@@ -96,8 +116,10 @@ API cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t r, 
                            const cuuint64_t *s, const cuuint32_t *b, const cuuint32_t *e, CUtensorMapInterleave i,
                            CUtensorMapSwizzle w, CUtensorMapL2promotion l, CUtensorMapFloatOOBfill o)
 {
-    (void)t, (void)r, (void)g, (void)d, (void)s, (void)b, (void)e, (void)i, (void)w, (void)l, (void)o;
+    (void)t, (void)r, (void)d, (void)s, (void)b, (void)e, (void)i, (void)w, (void)l, (void)o;
+    counts.encodes++;
     memset(m, 0, sizeof *m);
+    memcpy(m, &g, sizeof g);   /* the address, so a test can tell descriptors apart */
     return CUDA_SUCCESS;
 }
 /* NVRTC opens libcuda.so.1 too and asks for this; no export tables here */

@@ -142,6 +142,7 @@ _SIGS = {
     "cf_kernel_build": (_I, [_P, ctypes.POINTER(cf_options), _S, ctypes.POINTER(_P), _E]),
     "cf_kernel_source": (_S, [_P]),
     "cf_kernel_compile": (_I, [_P, _E]),
+    "cf_kernel_prepare": (_I, [_P, ctypes.POINTER(ctypes.c_int64), _E]),
     "cf_kernel_resources": (_I, [_P, ctypes.POINTER(cf_resources), _E]),
     "cf_kernel_launch": (_I, [_P, ctypes.POINTER(cf_launch_args), _E]),
     "cf_kernel_free": (None, [_P]),

@@ -202,6 +202,15 @@ class Kernel:
         err = L.cf_error()
         _check(self._lib.cf_kernel_compile(self._k, ctypes.byref(err)), err)
 
+    def prepare(self, dims):
+        """Compiles what a launch at these dims runs (compile(), and the wide-row path's kernels)
+        and sizes the launch's L2 exchange for M up to dims' M (cf_kernel_prepare)."""
+        if len(dims) != self.n_dims:
+            raise ValueError("prepare: %d dims given, the graph has %d" % (len(dims), self.n_dims))
+        d = (ctypes.c_int64 * max(1, self.n_dims))(*dims)
+        err = L.cf_error()
+        _check(self._lib.cf_kernel_prepare(self._k, d, ctypes.byref(err)), err)
+
     def resources(self):
         r = L.cf_resources()
         err = L.cf_error()

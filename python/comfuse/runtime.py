@@ -76,7 +76,8 @@ def get_kernel(graph, recipe, m, n, k):
     """The compiled kernel for (recipe, M bucket), compiling on first use.  One kernel
     object per key: its launches must not overlap in time on different streams (the
     L2 exchange slots are the object's; see cf_kernel_launch), as with a cuBLAS
-    workspace.  Under CUDA-graph capture, warm up (one launch at the largest M) first."""
+    workspace.  Under CUDA-graph capture, launch once first: at any M of the bucket (its
+    exchange is sized for the bucket's largest), at the largest M in the open last bucket."""
     b = bucket_of(m)
     key = (recipe, b)
     with _lock:
@@ -89,7 +90,9 @@ def get_kernel(graph, recipe, m, n, k):
     t0 = time.perf_counter()
     try:
         kern = capi.Kernel(graph, graph.options_for(min(b, 1 << 20), n, k), "comfuse_torch")
-        kern.compile()
+        # the bucket's largest M: its first launch sizes the L2 exchange for all of it, so a
+        # growing M neither synchronises nor reallocates (the open last bucket: this M)
+        kern.prepare((b if b < BUCKETS[-1] else m, n, k))
     except capi.CfError as e:
         with _lock:
             _failed[key] = e

@@ -117,6 +117,21 @@ def test_kernel_compile_and_resources():
     assert r["threads"] >= 256 and r["smem_bytes"] > 0 and r["cache_path"]
 
 
+def test_kernel_prepare():
+    """prepare compiles what a launch runs (no GPU) and checks its dims like launch."""
+    g = _ln_graph()
+    k = capi.Kernel(g, g.options_for(256, 4096, 512))
+    with pytest.raises(ValueError):
+        k.prepare((256, 4096))                   # two dims where the graph has three
+    try:
+        k.prepare((4096, 4096, 512))
+    except capi.CfError as e:
+        if e.status_name == "CF_ERR_NVRTC" and "not found" in str(e):
+            pytest.skip("NVRTC not installed")
+        raise
+    assert k.resources()["threads"] >= 256       # compiled by it
+
+
 def test_launch_checks_arguments_before_the_gpu():
     g = _ln_graph()
     k = capi.Kernel(g)

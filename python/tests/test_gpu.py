@@ -83,6 +83,36 @@ def test_cuda_graph_capture():
         assert _rel(y, mod(x)) < 1e-2
 
 
+def test_l2_exchange_across_m_and_graph_replays():
+    """A row of 4096 reduces through L2, in slots tagged with the launch epoch (a LayerNorm's
+    pair tag comes round every 255 launches).  M shrinking and growing within one bucket (its
+    slots sized once for the bucket, no sync) and replays of a graph captured at one M, mixed
+    over more than 255 launches, all match eager: no launch takes a stale slot for its own."""
+    torch.manual_seed(0)
+    mod = layers.LinearBiasLN(512, 4096).to("cuda", torch.bfloat16).eval()
+    f = comfuse.fuse(mod)
+    ms = (300, 4096, 1024, 3000, 600)                   # one bucket (257..4096)
+    xs = {m: torch.randn(m, 512, device="cuda", dtype=torch.bfloat16) for m in ms}
+    with torch.no_grad():
+        want = {m: mod(x) for m, x in xs.items()}
+        f(xs[300])                                      # warm: compiled, loaded, slots allocated
+        (region,) = f.regions()
+        assert region.last == "fused", region.last
+        assert region._kern[4096].resources()["reduce_mode"] == 3   # CF_REDUCE_GLOBAL
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            yg = f(xs[1024])
+        gen = torch.Generator().manual_seed(1)
+        for i in range(600):
+            if i % 5 == 2:
+                g.replay()
+                assert _rel(yg, want[1024]) < 1e-2, i
+                continue
+            m = ms[int(torch.randint(len(ms), (1,), generator=gen))]
+            assert _rel(f(xs[m]), want[m]) < 1e-2, (i, m)
+        assert region.last == "fused", region.last
+
+
 def test_backend_two_batch_sizes_and_cache():
     torch.manual_seed(0)
     mod = layers.ResidualRMSNorm(512, 1024).to("cuda", torch.bfloat16).eval()
