@@ -487,6 +487,14 @@ static void gpu_shape(gen *G, cfgen_case *c)
     }
     while (M > 1 && (double)M * (double)N * (double)K > 6e8)
         M = (M + 1) / 2;
+    if (chance(r, 0.1)) {
+        /* Many tiles per CTA and long K: a warpgroup's ring stages interleave with the other's
+         * over several tiles (where an input stage landing late once broke the ring's parity).
+         * gpu-check samples 256 rows from M > 1024, so the reference stays cheap. */
+        M = rint_in(r, 2048, 8192);
+        N = c->align == CFGEN_ODD_PITCH ? N % 8 + ragged8(r, 1024, 4096) : ragged8(r, 1024, 4096);
+        K = c->align == CFGEN_ODD_PITCH ? K % 8 + 64 * rint_in(r, 16, 64) : 64 * rint_in(r, 16, 64);
+    }
     c->dims[G->M] = M;
     c->dims[G->N] = N;
     c->dims[G->K] = K;

@@ -199,7 +199,7 @@ static char *spec_of(uint64_t seed)
 
 typedef struct coverage {
     int align[2], nk, f16, vec_out, multi_tile, multi_vec, in_tile, in_vm, in_vn, params, nonfinite, planted;
-    int reds[5], ragged_m, ragged_n, wide, small_n;
+    int reds[5], ragged_m, ragged_n, wide, small_n, stress;
     bool bad_pitch, too_big;
 } coverage;
 
@@ -210,7 +210,10 @@ static void cover(coverage *cv, const cfgen_case *c)
     cv->align[c->align]++;
     bool aligned = N % 8 == 0 && K % 8 == 0;
     cv->bad_pitch |= aligned != (c->align == CFGEN_ALIGN16);
-    cv->too_big |= M > 1 && (double)M * (double)N * (double)K > 6e8;
+    /* the float64 reference's work: gpu-check checks 256 sampled rows from M > 1024 */
+    const double ref_rows = M > 1024 ? 256 : (double)M;
+    cv->too_big |= M > 1 && ref_rows * (double)N * (double)K > 4.3e9;
+    cv->stress += M >= 2048 && N >= 1024 && K >= 1024;
     cv->ragged_m += M % 64 != 0;
     cv->ragged_n += N % 64 != 0;
     cv->wide += N > 8192;
@@ -269,6 +272,7 @@ static void test_gpu_mode(void)
     for (int k = 0; k < 5; k++)
         CHECK(cv.reds[k] > 20);
     CHECK(cv.ragged_m > 300 && cv.ragged_n > 250 && cv.wide > 15 && cv.small_n > 15);
+    CHECK(cv.stress > 20 && cv.stress < 80);   /* many tiles per CTA, long K */
 }
 
 /* Every graph Φ accepts emits a kernel at its own shape (no NVRTC here:
