@@ -1779,6 +1779,10 @@ cf_status cf_cg_check(const cf_ir *ir, cf_error *err)
         return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
                          "B2B GEMMs (F(X*W1)*W2) have no code generator yet; "
                          "the IR is valid (see `comfuse explain`), fall back to unfused execution");
+    if (ir->dual)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "dual GEMMs (f(X*W1) (.) g(X*W2)) have no code generator yet; "
+                         "the IR is valid (see `comfuse explain`), run it with `run --unfused`");
     return CF_OK;
 }
 
