@@ -222,8 +222,8 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* The parameter block cf_gemm_args of the device header, packed by the C
  * layout rules both compilers follow: three or more 128-byte TMA descriptors
- * (64-byte aligned), output pointers, M N K, output pitches, then the
- * generated cf_epi_params. */
+ * (64-byte aligned; X, W, a dual GEMM's W2, the outputs, the tile inputs), output
+ * pointers, M N K, output pitches, then the generated cf_epi_params. */
 typedef struct args_layout {
     size_t tma_out, tma_in, xchg, out_ptr, mnk, out_ld, epi, size;
 } args_layout;
@@ -231,7 +231,7 @@ typedef struct args_layout {
 static args_layout layout_of(const cf_ir *ir, int n_out, int n_tin, size_t *epi_size, size_t *epi_align)
 {
     args_layout l;
-    l.tma_out = 256;
+    l.tma_out = ir->dual ? 384 : 256;
     l.tma_in = l.tma_out + 128 * (size_t)n_out;
     l.xchg = l.tma_in + 128 * (size_t)n_tin; /* xchg, xsync */
     l.out_ptr = l.xchg + 16;
@@ -515,6 +515,20 @@ static cf_status map_tile_inputs(cf_kernel *k, const cf_launch_args *a, int64_t 
     return CF_OK;
 }
 
+/* A dual GEMM's W2 (arg 2, Φ puts it there): shaped, laid out and boxed as W (tma_b2). */
+static cf_status map_second_weight(cf_kernel *k, const cf_launch_args *a, uint64_t rows, uint64_t cols,
+                                   unsigned char *dst, cf_error *err)
+{
+    const cf_ir_arg *W2 = &k->ir->args[2];
+    CF_ASSERT(W2->kind == CF_ARG_GEMM2_B);
+    uint64_t ptr = a->inputs[W2->index], ld;
+    cf_status st = tma_view(k, 2, &ptr, rows, cols, true, a->stream, &ld, err);
+    if (st == CF_OK)
+        st = cf_rt_tensor_map_2d_named(dst, W2->name, W2->dtype, (const void *)(uintptr_t)ptr, rows, cols, ld,
+                                       W2->b_is_nk ? (uint32_t)k->info[INFO_B_BOX] : 64, 64, 128, err);
+    return st;
+}
+
 cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
 {
     cf_error_clear(err);
@@ -556,6 +570,8 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
         return st;
     st = cf_rt_tensor_map_2d_named(block + 128, B->name, in_t, (const void *)(uintptr_t)pb, b_rows, b_cols, ldb,
                                    B->b_is_nk ? (uint32_t)k->info[INFO_B_BOX] : 64, 64, 128, err);
+    if (st == CF_OK && ir->dual)
+        st = map_second_weight(k, a, b_rows, b_cols, block + 256, err);
     if (st != CF_OK)
         return st;
     int o = 0;
