@@ -727,7 +727,8 @@ float cf_time_median(float *v, int n);
 
 /* The baseline: cuBLASLt doing GEMMs alone, back to back, each writing its
  * output in the operands' dtype t.  a == 0: a zeroed left operand of its own (a
- * computed one, like B2B's S; the time does not depend on the values). */
+ * computed one, like B2B's S; the time does not depend on the values); b == 0: a
+ * zeroed weight of its own (a dual GEMM's two weights side by side, [K, 2N]). */
 enum { CF_TIME_MAX_GEMMS = 4 };
 typedef struct cf_time_cublas cf_time_cublas;
 cf_time_cublas *cf_time_cublas_new(void);
