@@ -1445,7 +1445,9 @@ static bool plan_tile_inputs(cg_ctx *e)
         plan_free(e);
         return false;
     }
-    const int tile_m = o->cooperative ? 2 * o->bm : o->bm, per_stage = (tile_m + o->bn) / tile_m;
+    /* a stage's 64-column chunks of tile_m rows (CF_TIN_PER_STAGE): X's, and each weight's */
+    const int tile_m = o->cooperative ? 2 * o->bm : o->bm,
+              per_stage = (tile_m + (ir->dual ? 2 : 1) * o->bn) / tile_m;
     int room = (o->stages - 2) * per_stage;   /* 64-column chunks: CF_TIN_STAGES + 2 <= CF_STAGES */
     e->n_tin = 0;
     e->tin_first = INT_MAX;

@@ -1531,6 +1531,8 @@ static void test_dual(void)
          "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"},
         {"tests/specs/geglu_nk.cf", {0}, "T0[r] = u_1;  /* kept for the store */",
          "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"},
+        {"tests/specs/swiglu_linear.cf", {0}, "acc2[r];  /* accumulator entry of X x Wu */",
+         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"},
     };
     char dir[] = "/tmp/cf_test_codegen_dual_XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -1546,7 +1548,8 @@ static void test_dual(void)
         CHECK_CONTAINS(src, "#define CF_DUAL 1");
         CHECK_CONTAINS(src, "float (&acc)[CF_ACC_REGS], float (&acc2)[CF_ACC_REGS], const cf_pre &pre)");
         CHECK_CONTAINS(src, cases[i].src_needs);
-        CHECK_EQ_INT(strstr(cases[i].spec, "_nk") ? 1 : 0, src && strstr(src, "#define CF_B_NK 1") != NULL);
+        const bool nk = strstr(cases[i].spec, "_nk") || strstr(cases[i].spec, "_linear");
+        CHECK_EQ_INT(nk, src && strstr(src, "#define CF_B_NK 1") != NULL);
         if (!cases[i].opt.block_m)   /* the plan's own tile: both accumulators at 64 registers */
             CHECK(src && strstr(src, "#define CF_BM 128\n#define CF_BN 64\n"));
         cf_status st = k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL;
