@@ -353,6 +353,11 @@ bool cf_kernel_wide(const cf_kernel *k, int64_t n)
 /* The GEMM of the wide path: the same X and W, C = X @ W kept in f32. */
 static cf_status build_wide(cf_kernel *k, int64_t M, int64_t N, int64_t K, cf_error *err)
 {
+    if (k->ir->dual)   /* the wide path's GEMM and row kernel take one weight */
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "a dual GEMM's rows of N=%lld are wider than a row group of the fused kernel holds "
+                         "(%d CTAs of %d columns), and it has no wide-row path", (long long)N, k->plan.row_ctas,
+                         k->plan.bn);
     const cf_ir *ir = k->ir;
     cf_tensor_info x = cf_graph_input_info(k->graph, ir->args[0].index);
     cf_tensor_info w = cf_graph_input_info(k->graph, ir->args[1].index);

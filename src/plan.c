@@ -553,7 +553,11 @@ void cf_plan_shape(const cf_ir *ir, cf_plan *p, int64_t M, int64_t N, int64_t K,
     p->grid_ctas = groups * p->row_ctas;
     p->waves = groups > 0 ? (double)p->group_tiles / (double)groups : 0;
     p->wide = ir->n_stages[0] > 1 && N > (int64_t)p->bn * per_group;
-    if (p->wide)
+    if (p->wide && ir->dual)   /* the wide path's GEMM and row kernel take one weight */
+        snprintf(p->fallback, sizeof p->fallback,
+                 "rows of N=%lld are wider than the row group (%d columns): a dual GEMM has no wide-row path, "
+                 "it runs unfused (run --unfused)", (long long)N, p->bn * per_group);
+    else if (p->wide)
         snprintf(p->fallback, sizeof p->fallback,
                  "rows of N=%lld are wider than the row group (%d columns): the wide-row path (this GEMM to f32, "
                  "then the row kernel)", (long long)N, p->bn * per_group);

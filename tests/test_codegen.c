@@ -1588,11 +1588,27 @@ static void test_dual(void)
     }
     cf_ir_free(ir);
     cf_graph_free(g);
-    /* with a row reduction Ψ declines it (the unfused path runs it) */
+    /* with a row reduction (RMS of H) its tiles exchange row partials through L2 and finish at
+     * once; rows wider than a row group have no wide-row path (its GEMM takes one weight) */
     g = parse("tests/specs/swiglu_nk.cf");
     cf_kernel *k = NULL;
-    CHECK_EQ_INT(CF_ERR_UNSUPPORTED, g ? cf_kernel_build_req(g, NULL, 0, 0, 0, "x", &k, &err) : CF_OK);
-    CHECK_CONTAINS(err.msg, "dual GEMMs (f(X*W1) (.) g(X*W2)) with row reductions have no code generator yet");
+    CHECK_EQ_INT(CF_OK, g ? cf_kernel_build_req(g, NULL, 2048, 4096, 4096, "rms", &k, &err) : CF_ERR_INTERNAL);
+    const char *src = k ? cf_kernel_source(k) : NULL;
+    CHECK_CONTAINS(src, "#define CF_DUAL 1");
+    CHECK_CONTAINS(src, "#define CF_RED_GLOBAL 1");
+    CHECK(src && !strstr(src, "CF_LATE_FINISH"));
+    CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
+    cf_resources r;
+    CHECK_EQ_INT(CF_OK, k ? cf_kernel_resources(k, &r, &err) : CF_ERR_INTERNAL);
+    CHECK_EQ_INT(0, r.spill_bytes);
+    CHECK(!r.late_finish);
+    cf_kernel_free(k);
+    k = NULL;
+    CHECK_EQ_INT(CF_OK, g ? cf_kernel_build_req(g, NULL, 2048, 11008, 4096, "rms", &k, &err) : CF_ERR_INTERNAL);
+    int64_t dims[3] = {0};   /* X: [M, K] declares M and K first */
+    dims[0] = 2048, dims[1] = 4096, dims[2] = 11008;
+    CHECK_EQ_INT(CF_ERR_UNSUPPORTED, k ? cf_kernel_prepare(k, dims, &err) : CF_OK);
+    CHECK_CONTAINS(err.msg, "a dual GEMM's rows of N=11008 are wider than a row group");
     cf_kernel_free(k);
     cf_graph_free(g);
 }
