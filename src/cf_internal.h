@@ -192,7 +192,7 @@ typedef enum cf_bcast_src {
 typedef enum cf_arg_kind {
     CF_ARG_GEMM_A,       /* X [M,K]                                            */
     CF_ARG_GEMM_B,       /* W [K,N] or [N,K]                                   */
-    CF_ARG_GEMM2_B,      /* W2 of a B2B GEMM                                   */
+    CF_ARG_GEMM2_B,      /* W2 of a B2B GEMM, or the second weight of a dual GEMM */
     CF_ARG_SCALAR,       /* runtime f32 scalar                                 */
     CF_ARG_VEC_N,
     CF_ARG_VEC_M,
@@ -220,7 +220,8 @@ struct cf_ir_node {
     cf_ir_node *args[2]; /* edges E, always to nodes of the same stage           */
     cf_bcast_src src;    /* BCAST                                              */
     double cval;         /* BCAST of CF_BC_CONST                               */
-    int arg;             /* BCAST (not const), STORE, MATMUL: index into A      */
+    int arg;             /* BCAST (not const), STORE, MATMUL: index into A;
+                            ACC of a dual GEMM: its weight's (GEMM_B or GEMM2_B), else -1 */
     bool is_stat;        /* PLACEHOLDER: the statistic of ref, else a bypass   */
     cf_ir_node *ref;     /* PLACEHOLDER: the node of the previous stage         */
     const char *name;    /* from the graph, or NULL                             */
@@ -242,6 +243,9 @@ struct cf_ir {
     cf_arena arena;
     const cf_graph *graph;   /* must outlive the IR                            */
     int n_gemms;             /* 1, or 2 for B2B                                */
+    bool dual;               /* two GEMMs over one X (f(X*W1) (.) g(X*W2)): n_gemms 1,
+                                GEMM2_B is W2 (shaped like GEMM_B), and epilogue 0
+                                enters with two accumulators                   */
     cf_ir_spec *epi[2];      /* the epilogue after each GEMM                   */
     int n_stages[2];
     cf_ir_arg *args;         /* A                                              */
@@ -256,6 +260,8 @@ cf_shape cf_shape_join(cf_shape a, cf_shape b);
 const char *cf_ir_kind_name(cf_ir_kind k);
 const char *cf_shape_name(cf_shape s);
 const char *cf_arg_kind_name(cf_arg_kind k);
+/* Whether n is the accumulator of X*W2 in a dual GEMM (the second accumulator). */
+bool cf_ir_acc_second(const cf_ir *ir, const cf_ir_node *n);
 /* A readable, stable name for a node: its graph name with the id, e.g. "x.7". */
 const char *cf_ir_node_label(const cf_ir_node *n, char *buf, size_t len);
 /* Structural checks (edges stay inside their stage, one terminal, shapes
@@ -723,7 +729,8 @@ float cf_time_median(float *v, int n);
 
 /* The baseline: cuBLASLt doing GEMMs alone, back to back, each writing its
  * output in the operands' dtype t.  a == 0: a zeroed left operand of its own (a
- * computed one, like B2B's S; the time does not depend on the values). */
+ * computed one, like B2B's S; the time does not depend on the values); b == 0: a
+ * zeroed weight of its own (a dual GEMM's two weights side by side, [K, 2N]). */
 enum { CF_TIME_MAX_GEMMS = 4 };
 typedef struct cf_time_cublas cf_time_cublas;
 cf_time_cublas *cf_time_cublas_new(void);

@@ -485,7 +485,8 @@ int cli_run(const cf_graph *g, const cli_opts *o)
 /* ---- bench ------------------------------------------------------------------ */
 
 /* The baseline (timing.c): cuBLASLt doing the GEMMs of the unfused plan when there is
- * one, else the IR's first, on the session's operands. */
+ * one, else the IR's first, on the session's operands.  A dual GEMM's is one GEMM over its
+ * two weights side by side, [K, 2N] (what a framework that concatenates them runs). */
 static cf_status cublas_setup(cf_time_cublas **out, const cf_unfused *u, const cf_ir *ir, const session *s,
                               cf_error *err)
 {
@@ -493,6 +494,11 @@ static cf_status cublas_setup(cf_time_cublas **out, const cf_unfused *u, const c
     if (!c)
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     cf_status st = CF_OK;
+    if (ir && ir->dual) {
+        const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
+        return cf_time_cublas_add(c, A->dtype, s->dims[ir->dim_m], 2 * s->dims[ir->dim_n], s->dims[ir->dim_k],
+                                  s->d_in[A->index], 0, B->b_is_nk, err);
+    }
     for (int j = 0; u && j < cf_unfused_num_gemms(u) && st == CF_OK; j++) {
         const cf_unfused_gemm *m = cf_unfused_gemm_at(u, j);
         st = cf_time_cublas_add(c, m->dtype, s->dims[m->dim_m], s->dims[m->dim_n], s->dims[m->dim_k],

@@ -36,7 +36,7 @@ typedef struct interp {
     double *sval;                  /* by id: SCALAR values                    */
     double **vn;                   /* by id: VEC_N values, ncols[epi] each    */
     const cf_ir_arg *gemm_a, *gemm_b, *gemm2_b;
-    double *wt, *w2t;              /* W as [N][K], W2 as [N2][N1]             */
+    double *wt, *w2t;              /* W as [N][K], W2 as [N2][N1] (dual: [N][K]) */
 } interp;
 
 typedef struct worker {
@@ -45,7 +45,7 @@ typedef struct worker {
     double *frag;                  /* by id x CF_INTERP_FRAG: TILE fragments  */
     double *rowv;                  /* by id: VEC_M values of the current row  */
     double **carry;                /* by id: a carried TILE value for the row */
-    double *xrow, *acc, *s, *o;
+    double *xrow, *acc, *s, *o;    /* s: a row of S (B2B) or of X*W2 (dual)   */
     double *block;                 /* one allocation for all of the above     */
 } worker;
 
@@ -285,7 +285,7 @@ static void run_stage(worker *w, const cf_ir_spec *s, int e, int64_t m, const do
                 for (int j = 0; j < fw; j++) {
                     int64_t col = c0 + j;
                     switch (n->kind) {
-                    case CF_IR_ACC: dst[j] = acc[col]; break;
+                    case CF_IR_ACC: dst[j] = cf_ir_acc_second(ir, n) ? w->s[col] : acc[col]; break;
                     case CF_IR_BCAST: {
                         const cf_ir_arg *a = n->src == CF_BC_CONST ? NULL : &ir->args[n->arg];
                         switch (n->src) {
@@ -354,6 +354,13 @@ static void *run_rows(void *p)
                 a += w->xrow[k] * wr[k];
             w->acc[n] = a;
         }
+        for (int64_t n = 0; in->ir->dual && n < N; n++) {
+            const double *wr = in->w2t + n * K;
+            double a = 0;
+            for (int64_t k = 0; k < K; k++)
+                a += w->xrow[k] * wr[k];
+            w->s[n] = a;
+        }
         run_epilogue(w, 0, m, w->acc);
         if (in->ir->n_gemms == 2) {
             /* the second GEMM consumes this row of S while it is on chip */
@@ -420,7 +427,9 @@ cf_status cf_ir_interpret(const cf_ir *ir, const cf_bindings *b, double *const *
     in.wt = load_weight(b, in.gemm_b, K, N);
     if (ir->n_gemms == 2)
         in.w2t = load_weight(b, in.gemm2_b, N, N2);
-    if (!in.wt || (ir->n_gemms == 2 && !in.w2t)) {
+    else if (ir->dual)
+        in.w2t = load_weight(b, in.gemm2_b, K, N);
+    if (!in.wt || ((ir->n_gemms == 2 || ir->dual) && !in.w2t)) {
         st = cf_errorf(err, CF_ERR_NO_MEMORY, no_loc(), "interp: out of memory loading the weights");
         goto done;
     }
@@ -428,7 +437,8 @@ cf_status cf_ir_interpret(const cf_ir *ir, const cf_bindings *b, double *const *
         goto done;
 
     /* threads only pay off past a few million operations */
-    double work = (double)M * (double)N * ((double)K + (double)ir->n_nodes + (ir->n_gemms == 2 ? (double)N2 : 0));
+    double work = (double)M * (double)N * ((double)K * (ir->dual ? 2 : 1) + (double)ir->n_nodes +
+                                           (ir->n_gemms == 2 ? (double)N2 : 0));
     nt = work < 4e6 ? 1 : cpu_threads();
     if (nt > M)
         nt = (int)M;

@@ -27,6 +27,11 @@ const char *cf_ir_kind_name(cf_ir_kind k) { return (unsigned)k < CF_IR_KIND_COUN
 const char *cf_shape_name(cf_shape s) { return (unsigned)s < CF_SHAPE_COUNT ? shape_names[s] : "?"; }
 const char *cf_arg_kind_name(cf_arg_kind k) { return (unsigned)k < CF_ARG_KIND_COUNT ? arg_kind_names[k] : "?"; }
 
+bool cf_ir_acc_second(const cf_ir *ir, const cf_ir_node *n)
+{
+    return n->kind == CF_IR_ACC && n->arg >= 0 && n->arg < ir->n_args && ir->args[n->arg].kind == CF_ARG_GEMM2_B;
+}
+
 const char *cf_ir_node_label(const cf_ir_node *n, char *buf, size_t len)
 {
     if (n->name)
@@ -97,6 +102,8 @@ static cf_status verify_frame(const vctx *v)
         return bad(v, NULL, "%d GEMMs", ir->n_gemms);
     if (!ir->epi[0] || (ir->n_gemms == 2) != (ir->epi[1] != NULL))
         return bad(v, NULL, "the epilogues do not match the %d GEMM(s)", ir->n_gemms);
+    if (ir->dual && ir->n_gemms != 1)
+        return bad(v, NULL, "a dual GEMM with %d GEMM epilogues (its two GEMMs share one)", ir->n_gemms);
     if (ir->n_nodes < 0)
         return bad(v, NULL, "n_nodes is %d", ir->n_nodes);
     const cf_dim dims[4] = {ir->dim_m, ir->dim_k, ir->dim_n, ir->dim_n2};
@@ -134,8 +141,13 @@ static cf_status verify_arg(const vctx *v, int i)
     case CF_ARG_GEMM_B:
         return a->b_is_nk ? verify_input(v, a, 2, ir->dim_n, ir->dim_k) : verify_input(v, a, 2, ir->dim_k, ir->dim_n);
     case CF_ARG_GEMM2_B:
+        if (ir->dual) { /* X*W2 beside X*W1: the same shape and layout */
+            if (a->b_is_nk != ir->args[1].b_is_nk)
+                return bad(v, NULL, "the dual GEMM's weights have different layouts");
+            return a->b_is_nk ? verify_input(v, a, 2, ir->dim_n, ir->dim_k) : verify_input(v, a, 2, ir->dim_k, ir->dim_n);
+        }
         if (ir->n_gemms != 2)
-            return bad(v, NULL, "a GEMM2_B arg without B2B");
+            return bad(v, NULL, "a GEMM2_B arg without B2B or a dual GEMM");
         return a->b_is_nk ? verify_input(v, a, 2, ir->dim_n2, ir->dim_n) : verify_input(v, a, 2, ir->dim_n, ir->dim_n2);
     case CF_ARG_SCALAR:
         if (a->index < 0 || a->index >= g->n_params)
@@ -156,10 +168,13 @@ static cf_status verify_arg(const vctx *v, int i)
     }
 }
 
-/* The arg table: each arg sound, exactly one GEMM_A and GEMM_B, a GEMM2_B exactly for B2B. */
+/* The arg table: each arg sound, exactly one GEMM_A and GEMM_B (args 0 and 1), a GEMM2_B
+ * exactly for B2B and dual GEMMs. */
 static cf_status verify_args(const vctx *v)
 {
     int count[CF_ARG_KIND_COUNT] = {0};
+    if (v->ir->n_args < 2 || v->ir->args[0].kind != CF_ARG_GEMM_A || v->ir->args[1].kind != CF_ARG_GEMM_B)
+        return bad(v, NULL, "the arg table does not start with the GEMM's operands");
     for (int i = 0; i < v->ir->n_args; i++) {
         cf_status st = verify_arg(v, i);
         if (st != CF_OK)
@@ -167,7 +182,7 @@ static cf_status verify_args(const vctx *v)
         count[v->ir->args[i].kind]++;
     }
     if (count[CF_ARG_GEMM_A] != 1 || count[CF_ARG_GEMM_B] != 1 ||
-        count[CF_ARG_GEMM2_B] != (v->ir->n_gemms == 2))
+        count[CF_ARG_GEMM2_B] != (v->ir->n_gemms == 2 || v->ir->dual))
         return bad(v, NULL, "the arg table has %d GEMM_A, %d GEMM_B and %d GEMM2_B args for %d GEMM(s)",
                    count[CF_ARG_GEMM_A], count[CF_ARG_GEMM_B], count[CF_ARG_GEMM2_B], v->ir->n_gemms);
     return CF_OK;
@@ -352,6 +367,18 @@ static cf_status verify_matmul(const vctx *v, const cf_ir_spec *sp, const cf_ir_
     return verify_arg_ref(v, n, CF_ARG_GEMM2_B);
 }
 
+/* An accumulator enters stage 0 as a tile; a dual GEMM's name their weights. */
+static cf_status verify_acc(const vctx *v, const cf_ir_spec *sp, const cf_ir_node *n)
+{
+    if (sp->depth != 0 || n->shape != CF_SHAPE_TILE || n->nargs != 0)
+        return bad(v, n, "the accumulator enters only stage 0, as a tile");
+    if (!v->ir->dual)
+        return n->arg == -1 ? CF_OK : bad(v, n, "an accumulator names arg %d outside a dual GEMM", n->arg);
+    if (n->arg != 1 && (n->arg < 0 || n->arg >= v->ir->n_args || v->ir->args[n->arg].kind != CF_ARG_GEMM2_B))
+        return bad(v, n, "a dual GEMM's accumulator must name its weight (the GEMM_B or GEMM2_B arg)");
+    return CF_OK;
+}
+
 /* Node i of stage sp (depth `depth` of epilogue e, after stage prev). */
 static cf_status verify_node(const vctx *v, const cf_ir_spec *sp, const cf_ir_spec *prev, int i, int e)
 {
@@ -364,10 +391,7 @@ static cf_status verify_node(const vctx *v, const cf_ir_spec *sp, const cf_ir_sp
     if (st != CF_OK)
         return st;
     switch (n->kind) {
-    case CF_IR_ACC:
-        if (sp->depth != 0 || n->shape != CF_SHAPE_TILE || n->nargs != 0)
-            return bad(v, n, "the accumulator enters only stage 0, as a tile");
-        return CF_OK;
+    case CF_IR_ACC: return verify_acc(v, sp, n);
     case CF_IR_BCAST:
         return n->nargs != 0 ? bad(v, n, "broadcast with %d args", n->nargs) : verify_bcast(v, n, e);
     case CF_IR_COMPUTE: return verify_compute(v, n);
@@ -381,7 +405,7 @@ static cf_status verify_node(const vctx *v, const cf_ir_spec *sp, const cf_ir_sp
 
 static cf_status verify_epilogue(const vctx *v, int e)
 {
-    int depth = 0, n_acc = 0;
+    int depth = 0, n_acc = 0, n_second = 0;
     const cf_ir_spec *prev = NULL;
     for (const cf_ir_spec *sp = v->ir->epi[e]; sp; prev = sp, sp = sp->post, depth++) {
         int n_red = 0;
@@ -391,6 +415,7 @@ static cf_status verify_epilogue(const vctx *v, int e)
                 return st;
             n_red += sp->nodes[i]->kind == CF_IR_REDUCE;
             n_acc += sp->nodes[i]->kind == CF_IR_ACC;
+            n_second += cf_ir_acc_second(v->ir, sp->nodes[i]);
         }
         if (sp->post ? n_red != 1 : n_red != 0)
             return bad(v, NULL, "stage %d of epilogue %d: every stage but the last ends in exactly one reduction",
@@ -398,7 +423,10 @@ static cf_status verify_epilogue(const vctx *v, int e)
         if (!sp->terminal)
             return bad(v, NULL, "stage %d of epilogue %d has no terminal", depth, e);
     }
-    if (n_acc != 1)
+    if (v->ir->dual && (n_acc != 2 || n_second != 1))
+        return bad(v, NULL, "the dual GEMM's epilogue has %d accumulator entries (%d of X*W2), not one of each",
+                   n_acc, n_second);
+    if (!v->ir->dual && n_acc != 1)
         return bad(v, NULL, "epilogue %d has %d accumulator entries, not one", e, n_acc);
     if (depth != v->ir->n_stages[e])
         return bad(v, NULL, "epilogue %d has %d stages, n_stages says %d", e, depth, v->ir->n_stages[e]);
@@ -463,7 +491,10 @@ static void format_node(const cf_ir *ir, const cf_ir_node *n, cf_strbuf *sb)
                  cf_shape_name(n->shape));
     switch (n->kind) {
     case CF_IR_ACC:
-        cf_sb_printf(sb, "accumulator of GEMM %d", n->gemm);
+        if (ir->dual)
+            cf_sb_printf(sb, "accumulator of %s x a%d (%s)", ir->args[0].name, n->arg, ir->args[n->arg].name);
+        else
+            cf_sb_printf(sb, "accumulator of GEMM %d", n->gemm);
         break;
     case CF_IR_BCAST:
         if (n->src == CF_BC_CONST) {
@@ -581,10 +612,18 @@ void cf_ir_format(const cf_ir *ir, cf_strbuf *sb)
 {
     const cf_graph *g = ir->graph;
     const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
-    cf_sb_printf(sb, "Fusion Spec IR: %s\n", ir->n_gemms == 2 ? "B2B GEMM" : "GEMM + epilogue");
+    cf_sb_printf(sb, "Fusion Spec IR: %s\n", ir->n_gemms == 2 ? "B2B GEMM"
+                                              : ir->dual   ? "dual GEMM (two GEMMs over one X) + epilogue"
+                                                           : "GEMM + epilogue");
     cf_sb_printf(sb, "GEMM 0: [%s, %s] = %s[%s, %s] x %s%s (%s, f32 accumulate)\n", dim(ir, ir->dim_m),
                  dim(ir, ir->dim_n), A->name, dim(ir, ir->dim_m), dim(ir, ir->dim_k), B->name,
                  B->b_is_nk ? "^T" : "", cf_dtype_name(A->dtype));
+    for (int i = 0; ir->dual && i < ir->n_args; i++)
+        if (ir->args[i].kind == CF_ARG_GEMM2_B)
+            cf_sb_printf(sb, "GEMM 0': [%s, %s] = %s[%s, %s] x %s%s (%s; X loaded once for both, both accumulators "
+                         "enter the epilogue)\n", dim(ir, ir->dim_m), dim(ir, ir->dim_n), A->name, dim(ir, ir->dim_m),
+                         dim(ir, ir->dim_k), ir->args[i].name, ir->args[i].b_is_nk ? "^T" : "",
+                         cf_dtype_name(ir->args[i].dtype));
     if (ir->n_gemms == 2)
         for (int i = 0; i < ir->n_args; i++)
             if (ir->args[i].kind == CF_ARG_GEMM2_B)
@@ -615,8 +654,9 @@ size_t cf_ir_param_bytes(const cf_ir *ir, int *tile_outputs)
     const size_t slots = (size_t)(n ? n : 1);   /* CF_NUM_OUT is at least 1 */
     size_t epi, align;
     cf_cg_epi_layout(ir, NULL, &epi, &align);
-    /* two operand TMA descriptors, one per output, xchg + xsync, output pointers, M N K, pitches */
-    size_t head = 256 + 128 * slots + 16 + 8 * slots + 12 + 4 * slots;
+    /* two operand TMA descriptors (three for a dual GEMM), one per output, xchg + xsync, output
+     * pointers, M N K, pitches */
+    size_t head = 256 + (ir->dual ? 128 : 0) + 128 * slots + 16 + 8 * slots + 12 + 4 * slots;
     head = (head + align - 1) / align * align;
     return (head + epi + 63) / 64 * 64;
 }

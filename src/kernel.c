@@ -250,8 +250,8 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* The parameter block cf_gemm_args of the device header, packed by the C
  * layout rules both compilers follow: three or more 128-byte TMA descriptors
- * (64-byte aligned), output pointers, M N K, output pitches, then the
- * generated cf_epi_params. */
+ * (64-byte aligned; X, W, a dual GEMM's W2, the outputs, the tile inputs), output
+ * pointers, M N K, output pitches, then the generated cf_epi_params. */
 typedef struct args_layout {
     size_t tma_out, tma_in, xchg, out_ptr, mnk, out_ld, epi, size;
 } args_layout;
@@ -259,7 +259,7 @@ typedef struct args_layout {
 static args_layout layout_of(const cf_ir *ir, int n_out, int n_tin, size_t *epi_size, size_t *epi_align)
 {
     args_layout l;
-    l.tma_out = 256;
+    l.tma_out = ir->dual ? 384 : 256;
     l.tma_in = l.tma_out + 128 * (size_t)n_out;
     l.xchg = l.tma_in + 128 * (size_t)n_tin; /* xchg, xsync */
     l.out_ptr = l.xchg + 16;
@@ -429,6 +429,11 @@ bool cf_kernel_wide(const cf_kernel *k, int64_t n)
 /* The GEMM of the wide path: the same X and W, C = X @ W kept in f32. */
 static cf_status build_wide(cf_kernel *k, int64_t M, int64_t N, int64_t K, cf_error *err)
 {
+    if (k->ir->dual)   /* the wide path's GEMM and row kernel take one weight */
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "a dual GEMM's rows of N=%lld are wider than a row group of the fused kernel holds "
+                         "(%d CTAs of %d columns), and it has no wide-row path", (long long)N, k->plan.row_ctas,
+                         k->plan.bn);
     const cf_ir *ir = k->ir;
     cf_tensor_info x = cf_graph_input_info(k->graph, ir->args[0].index);
     cf_tensor_info w = cf_graph_input_info(k->graph, ir->args[1].index);
@@ -616,6 +621,20 @@ static cf_status map_tile_inputs(cf_kernel *k, const cf_launch_args *a, int64_t 
     return CF_OK;
 }
 
+/* A dual GEMM's W2 (arg 2, Φ puts it there): shaped, laid out and boxed as W (tma_b2). */
+static cf_status map_second_weight(cf_kernel *k, const cf_launch_args *a, uint64_t rows, uint64_t cols,
+                                   unsigned char *dst, cf_error *err)
+{
+    const cf_ir_arg *W2 = &k->ir->args[2];
+    CF_ASSERT(W2->kind == CF_ARG_GEMM2_B);
+    uint64_t ptr = a->inputs[W2->index], ld;
+    cf_status st = tma_view(k, 2, &ptr, rows, cols, true, a->stream, &ld, err);
+    if (st == CF_OK)
+        st = tensor_map(k, 2, W2->dtype, dst, ptr, rows, cols, ld, W2->b_is_nk ? (uint32_t)k->info[INFO_B_BOX] : 64, 64,
+                        err);
+    return st;
+}
+
 cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
 {
     cf_error_clear(err);
@@ -656,6 +675,8 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
         return st;
     st = tensor_map(k, 1, in_t, block + 128, pb, b_rows, b_cols, ldb, B->b_is_nk ? (uint32_t)k->info[INFO_B_BOX] : 64,
                     64, err);
+    if (st == CF_OK && ir->dual)
+        st = map_second_weight(k, a, b_rows, b_cols, block + 256, err);
     if (st != CF_OK)
         return st;
     int o = 0;

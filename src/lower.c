@@ -4,7 +4,9 @@
  *   1. keep what the outputs need and number values, so identical
  *      subexpressions become one node (CSE);
  *   2. check the domain: one GEMM on inputs, optionally a second whose left
- *      operand is an epilogue value (B2B); only row reductions; no layout ops;
+ *      operand is an epilogue value (B2B) or the first's X with a weight of the
+ *      same shape (dual: both accumulators enter one epilogue); only row
+ *      reductions; no layout ops;
  *   3. cut each epilogue into stages, one per reduction: reduction r_j is the
  *      terminal of stage j and its statistic enters stage j+1 as a placeholder;
  *   4. place each computed value once, in the earliest stage that consumes it,
@@ -29,6 +31,7 @@ typedef struct lower_ctx {
     int *n_users;        /* per representative                                 */
     cf_value **users;    /* representative -> canonical consumer nodes         */
     cf_value mm[2];      /* the GEMMs, in order                                */
+    bool dual;           /* mm[1] is X*W2 beside mm[0] = X*W1, not after it     */
     signed char *seg;    /* 0/1: epilogue of mm[0] or mm[1]; -1: leaf-only      */
     /* per segment, rebuilt by plan_segment() */
     bool *in_seg;        /* node belongs to the current segment's closure       */
@@ -218,6 +221,40 @@ static bool depends_on(lower_ctx *c, cf_value v, cf_value target, signed char *m
     return d;
 }
 
+/* Two GEMMs neither of which reads the other: they fuse as a dual GEMM when they share
+ * the left operand X and their weights have one shape, layout and dtype, so one
+ * kernel loads each X tile once for both weight tiles. */
+static cf_status check_dual(lower_ctx *c)
+{
+    const cf_graph *g = c->g;
+    char b1[96], b2[96];
+    cf_value mm0 = c->mm[0], mm1 = c->mm[1];
+    const cf_node *n0 = &g->nodes[mm0], *n1 = &g->nodes[mm1];
+    cf_value x0 = src_of(c, mm0, 0), x1 = src_of(c, mm1, 0);
+    cf_value w0 = src_of(c, mm0, 1), w1 = src_of(c, mm1, 1);
+    nname(c, mm0, b1, sizeof b1);
+    nname(c, mm1, b2, sizeof b2);
+    if (x0 != x1)
+        return reject(c, mm1, "'%s' and '%s' are independent GEMMs over different left operands ('%s', '%s'); "
+                      "only a chain F(X*W1)*W2 or two GEMMs over one X fuse", b1, b2, g->nodes[x0].name,
+                      g->nodes[x1].name ? g->nodes[x1].name : "a computed value");
+    if (g->nodes[w1].op != CF_OP_INPUT)
+        return reject(c, mm1, "the right operand of '%s' is a computed value; both weights of a dual GEMM must "
+                      "be graph inputs", b2);
+    if (n0->axis != n1->axis)
+        return reject(c, mm1, "'%s' takes its weight as %s but '%s' as %s; both weights of a dual GEMM need one "
+                      "layout", b1, n0->axis ? "[N, K]" : "[K, N]", b2, n1->axis ? "[N, K]" : "[K, N]");
+    if (n0->dims[1] != n1->dims[1])
+        return reject(c, mm1, "'%s' has %s columns but '%s' has %s; both GEMMs over one X must have the same N",
+                      b1, cf_graph_dim_name(g, n0->dims[1]), b2, cf_graph_dim_name(g, n1->dims[1]));
+    if (g->nodes[w1].dtype != g->nodes[w0].dtype)
+        return reject(c, w1, "weight '%s' is %s but weight '%s' is %s; both must have the same dtype",
+                      g->nodes[w1].name, cf_dtype_name(g->nodes[w1].dtype), g->nodes[w0].name,
+                      cf_dtype_name(g->nodes[w0].dtype));
+    c->dual = true;
+    return CF_OK;
+}
+
 static cf_status check_domain(lower_ctx *c)
 {
     const cf_graph *g = c->g;
@@ -273,8 +310,7 @@ static cf_status check_domain(lower_ctx *c)
         cf_value mm1 = c->mm[1];
         cf_value a = src_of(c, mm1, 0), b = src_of(c, mm1, 1);
         if (!depends_on(c, a, mm0, memo0))
-            st = reject(c, mm1, "'%s' and '%s' are independent GEMMs; only a chain F(X*W1)*W2 fuses",
-                        nname(c, mm0, b1, sizeof b1), nname(c, mm1, b2, sizeof b2));
+            st = check_dual(c);
         else if (g->nodes[b].op != CF_OP_INPUT)
             st = reject(c, mm1, "the right operand of '%s' is '%s', a computed value; the second GEMM's "
                         "weight must be a graph input", nname(c, mm1, b1, sizeof b1),
@@ -284,13 +320,18 @@ static cf_status check_domain(lower_ctx *c)
                         g->nodes[b].name, cf_dtype_name(g->nodes[b].dtype),
                         cf_dtype_name(g->nodes[src_of(c, mm0, 1)].dtype));
     }
-    /* Segments: a value depending on the second GEMM belongs to its epilogue.
+    /* Segments: a value depending on the second GEMM belongs to its epilogue (a dual
+     * GEMM has one epilogue, over both accumulators).
      * Rows of S = F(X*W1) live in registers only until the second GEMM consumes
      * them, so nothing after it may read the first epilogue except through it. */
     for (int v = 0; v < c->n && st == CF_OK; v++) {
         if (!is_rep(c, v))
             continue;
         bool d1 = n_mm == 2 && depends_on(c, v, c->mm[1], memo1);
+        if (c->dual) {
+            c->seg[v] = d1 || depends_on(c, v, mm0, memo0) ? 0 : -1;
+            continue;
+        }
         c->seg[v] = d1 ? 1 : depends_on(c, v, mm0, memo0) ? 0 : -1;
         if (!d1 || v == c->mm[1])
             continue;
@@ -350,6 +391,9 @@ static int avail(lower_ctx *c, cf_value v)
     return is_reduce(c, v) ? c->stage_of_red[v] + 1 : c->place[v];
 }
 
+/* Whether v enters segment s as an accumulator: its GEMM, or either GEMM of a dual one. */
+static bool is_acc(lower_ctx *c, int s, cf_value v) { return v == c->mm[s] || (c->dual && v == c->mm[1]); }
+
 /* Marks the closure of segment s: everything its sinks need, stopping at its
  * GEMM (which enters as the accumulator). */
 static void close_segment(lower_ctx *c, int s)
@@ -360,10 +404,10 @@ static void close_segment(lower_ctx *c, int s)
         if (c->seg[v] == s || (s == 0 && c->seg[v] == -1))
             c->in_seg[v] = true;
     }
-    if (s == 0 && c->mm[1] >= 0)
+    if (s == 0 && c->mm[1] >= 0 && !c->dual)
         c->in_seg[src_of(c, c->mm[1], 0)] = true;
     for (int v = c->n - 1; v >= 0; v--) {
-        if (!c->in_seg[v] || v == c->mm[s])
+        if (!c->in_seg[v] || is_acc(c, s, v))
             continue;
         for (int k = 0; k < 2; k++) {
             cf_value src = src_of(c, v, k);
@@ -387,7 +431,7 @@ static cf_status plan_segment(lower_ctx *c, int s)
         if (st != CF_OK)
             return st;
         int e = 0;
-        if (v != mm && !is_leaf(c, v))
+        if (!is_acc(c, s, v) && !is_leaf(c, v))
             for (int k = 0; k < 2; k++) {
                 cf_value src = src_of(c, v, k);
                 if (src < 0)
@@ -439,14 +483,14 @@ static cf_status plan_segment(lower_ctx *c, int s)
             if (at > lu)
                 lu = at;
         }
-        if (s == 0 && c->mm[1] >= 0 && v == src_of(c, c->mm[1], 0)) {
+        if (s == 0 && c->mm[1] >= 0 && !c->dual && v == src_of(c, c->mm[1], 0)) {
             int at = c->n_stages - 1; /* feeds the second GEMM from the last stage */
             if (p < 0 || at < p)
                 p = at;
             if (at > lu)
                 lu = at;
         }
-        if (v == mm || p < 0 || p < c->earliest[v])
+        if (is_acc(c, s, v) || p < 0 || p < c->earliest[v])
             p = c->earliest[v]; /* the accumulator enters in stage 0; outputs-only values asap */
         c->place[v] = is_reduce(c, v) ? c->stage_of_red[v] : p;
         /* A value stored as an output is stored where it is placed. */
@@ -566,18 +610,20 @@ static cf_status emit_segment(lower_ctx *c, int s)
         stage_builder sb = {.spec = sp};
         memset(c->cur, 0, (size_t)c->n * sizeof *c->cur);
         /* Entries: the accumulator, the previous reduction's statistic, bypasses. */
-        if (k == 0) {
+        for (int a = 0; k == 0 && a < (c->dual ? 2 : 1); a++) {
+            cf_value mv = c->mm[s + a];
             cf_ir_node *acc = new_node(c, &sb, CF_IR_ACC, CF_SHAPE_TILE, s);
             if (!acc)
                 return oom(c);
-            acc->origin = c->mm[s];
-            acc->name = g->nodes[c->mm[s]].name;
-            c->cur[c->mm[s]] = acc;
+            acc->origin = mv;
+            acc->name = g->nodes[mv].name;
+            acc->arg = c->dual ? 1 + a : -1; /* GEMM_B, GEMM2_B: cf_lower adds them first */
+            c->cur[mv] = acc;
         }
         for (int v = 0; v < c->n; v++) {
             if (!c->in_seg[v] || is_leaf(c, v))
                 continue;
-            int a = v == c->mm[s] ? 0 : avail(c, v);
+            int a = is_acc(c, s, v) ? 0 : avail(c, v);
             bool stat = is_reduce(c, v) && a == k;
             bool carried = a < k && c->last_use[v] >= k;
             if (!stat && !carried)
@@ -596,7 +642,7 @@ static cf_status emit_segment(lower_ctx *c, int s)
         }
         /* Values placed here, in topological order; then this stage's stores. */
         for (int v = 0; v < c->n; v++) {
-            if (!c->in_seg[v] || v == c->mm[s] || is_leaf(c, v) || c->place[v] != k)
+            if (!c->in_seg[v] || is_acc(c, s, v) || is_leaf(c, v) || c->place[v] != k)
                 continue;
             const cf_node *gn = &g->nodes[v];
             cf_op_class cls = cf_op_class_of(gn->op);
@@ -628,7 +674,7 @@ static cf_status emit_segment(lower_ctx *c, int s)
             cf_value v = c->canon[o->value];
             if (!c->in_seg[v] || (c->seg[v] != s && !(s == 0 && c->seg[v] == -1)))
                 continue;
-            bool here = v == c->mm[s] ? k == 0 : is_leaf(c, v) ? k == 0 : avail(c, v) == k;
+            bool here = is_acc(c, s, v) ? k == 0 : is_leaf(c, v) ? k == 0 : avail(c, v) == k;
             if (!here)
                 continue;
             cf_ir_node *val = operand(c, &sb, s, v);
@@ -646,7 +692,7 @@ static cf_status emit_segment(lower_ctx *c, int s)
             if (!sp->terminal || sp->terminal->kind == CF_IR_STORE)
                 sp->terminal = st;
         }
-        if (s == 0 && c->mm[1] >= 0 && k == c->n_stages - 1) {
+        if (s == 0 && c->mm[1] >= 0 && !c->dual && k == c->n_stages - 1) {
             cf_value a = src_of(c, c->mm[1], 0), b = src_of(c, c->mm[1], 1);
             cf_ir_node *val = operand(c, &sb, s, a);
             cf_ir_node *mm = val ? new_node(c, &sb, CF_IR_MATMUL, CF_SHAPE_TILE, s) : NULL;
@@ -755,7 +801,8 @@ cf_status cf_lower(const cf_graph *g, cf_ir **out, cf_error *err)
         (st = check_domain(&c)) != CF_OK)
         goto done;
     cf_ir *ir = c.ir;
-    ir->n_gemms = c.mm[1] >= 0 ? 2 : 1;
+    ir->n_gemms = c.mm[1] >= 0 && !c.dual ? 2 : 1;
+    ir->dual = c.dual;
     const cf_node *mm0 = &g->nodes[c.mm[0]];
     const cf_node *X = &g->nodes[src_of(&c, c.mm[0], 0)], *W = &g->nodes[src_of(&c, c.mm[0], 1)];
     ir->dim_m = mm0->dims[0];
@@ -763,8 +810,10 @@ cf_status cf_lower(const cf_graph *g, cf_ir **out, cf_error *err)
     ir->dim_k = X->dims[1];
     if (ir->n_gemms == 2)
         ir->dim_n2 = g->nodes[c.mm[1]].dims[1];
+    const cf_node *W2 = c.dual ? &g->nodes[src_of(&c, c.mm[1], 1)] : NULL;
     if (arg_index(&c, CF_ARG_GEMM_A, X->name, X->dtype, X->index, false) < 0 ||
-        arg_index(&c, CF_ARG_GEMM_B, W->name, W->dtype, W->index, mm0->axis == 1) < 0) {
+        arg_index(&c, CF_ARG_GEMM_B, W->name, W->dtype, W->index, mm0->axis == 1) < 0 ||
+        (W2 && arg_index(&c, CF_ARG_GEMM2_B, W2->name, W2->dtype, W2->index, mm0->axis == 1) < 0)) {
         st = oom(&c);
         goto done;
     }

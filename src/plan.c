@@ -56,13 +56,14 @@ static int static_smem_bytes(const cf_ir *ir, const cf_plan *o)
 
 /* cf_sm90.cuh's CF_SMEM_BYTES, the one formula of the dynamic shared memory: 1024 bytes of
  * alignment slack, two mbarriers a stage and 96 bytes of others (+ the pair's handoff: two
- * mbarriers and 8 bytes a row), the operand ring, and both warpgroups' staging buffers
- * (stg_chunks 64-column chunks of bm rows at 128 bytes a row). */
-static long dynamic_smem_bytes(const cf_plan *o, int stg_chunks)
+ * mbarriers and 8 bytes a row), the operand ring (n_b weight tiles a stage: two for a dual
+ * GEMM), and both warpgroups' staging buffers (stg_chunks 64-column chunks of bm rows at 128
+ * bytes a row). */
+static long dynamic_smem_bytes(const cf_plan *o, int n_b, int stg_chunks)
 {
     const long tile_m = o->cooperative ? 2L * o->bm : o->bm;
-    return 1024 + 16L * o->stages + 96 + (o->pair_tiles ? 16 + 8L * o->bm : 0) + o->stages * (tile_m + o->bn) * 128L +
-           2L * stg_chunks * o->bm * 128;
+    return 1024 + 16L * o->stages + 96 + (o->pair_tiles ? 16 + 8L * o->bm : 0) +
+           o->stages * (tile_m + (long)n_b * o->bn) * 128L + 2L * stg_chunks * o->bm * 128;
 }
 
 cf_plan_smem cf_plan_smem_of(const cf_ir *ir, const cf_plan *o)
@@ -73,7 +74,7 @@ cf_plan_smem cf_plan_smem_of(const cf_ir *ir, const cf_plan *o)
     const int whole = o->bn / 64, choices[3] = {whole, (whole + 1) / 2, 1};
     for (int i = 0; i < 3; i++) {
         m.stg_chunks = choices[i];
-        m.dynamic_bytes = dynamic_smem_bytes(o, m.stg_chunks);
+        m.dynamic_bytes = dynamic_smem_bytes(o, ir->dual ? 2 : 1, m.stg_chunks);
         if (m.dynamic_bytes <= limit)
             break;
     }
@@ -202,6 +203,10 @@ static cf_plan_request defaults_of(const cf_graph *g, const cf_ir *ir, int64_t m
      * mainloop"). */
     cf_plan_request o = {.block_m = 128, .block_n = n > 0 && n <= 64 ? 64 : 128, .stages = 6, .cluster_n = 1,
                          .schedule = CF_SCHEDULE_PINGPONG};
+    /* A dual GEMM holds two accumulators: 128x64 tiles keep both at 64 registers, and a stage
+     * (X's 128 rows, both weights' 64 columns) moves as many bytes per FLOP as a 128x128 one. */
+    if (ir && ir->dual)
+        o.block_n = 64;
     /* reductions the IR keeps (a graph's dead ones need no row group) */
     const bool reduces = ir ? ir->n_stages[0] > 1 : g && has_reductions(g);
     if (g && !reduces && !has_class(g, CF_OPC_UNARY) && !has_class(g, CF_OPC_BINARY) && k >= 4096) {
@@ -356,7 +361,7 @@ cf_plan_request cf_plan_request_of(const cf_ir *ir, const cf_options *opt)
 /* ---- checking a request ---------------------------------------------------------------- */
 
 /* The sets each field takes, and the combinations the kernel cannot run. */
-static cf_status check_request(const cf_plan_request *o, bool reduces, cf_error *err)
+static cf_status check_request(const cf_plan_request *o, bool reduces, bool dual, cf_error *err)
 {
     /* A row inside one tile needs no exchange at all, so no L2 slots either. */
     const bool global = o->reduce_mode == CF_REDUCE_GLOBAL && reduces && o->cluster_n > 1;
@@ -368,6 +373,11 @@ static cf_status check_request(const cf_plan_request *o, bool reduces, cf_error 
     if (o->block_m * o->block_n > 16384)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
                          "block_m x block_n = %d x %d: more than 128 accumulator registers per thread",
+                         o->block_m, o->block_n);
+    if (dual && o->block_m * o->block_n > 8192)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                         "block_m x block_n = %d x %d: a dual GEMM's two accumulators take more than 128 registers "
+                         "per thread (at most 8192 elements a tile, e.g. 128x64 or 64x128)",
                          o->block_m, o->block_n);
     if (o->stages < 2 || o->stages > 12)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "stages %d: must be 2..12", o->stages);
@@ -481,7 +491,7 @@ cf_status cf_plan_make(const cf_ir *ir, int64_t M, int64_t N, int64_t K, const c
     cf_plan_request o = given;
     cf_plan_fill(&o, defaults_of(ir->graph, ir, M, N, K, dev->smem_per_block));
     const bool reduces = ir->n_stages[0] > 1;
-    cf_status st = check_request(&o, reduces, err);
+    cf_status st = check_request(&o, reduces, ir->dual, err);
     if (st == CF_OK)
         st = check_row_cover(&given, &o, N, reduces, err);
     if (st != CF_OK)
@@ -543,7 +553,11 @@ void cf_plan_shape(const cf_ir *ir, cf_plan *p, int64_t M, int64_t N, int64_t K,
     p->grid_ctas = groups * p->row_ctas;
     p->waves = groups > 0 ? (double)p->group_tiles / (double)groups : 0;
     p->wide = ir->n_stages[0] > 1 && N > (int64_t)p->bn * per_group;
-    if (p->wide)
+    if (p->wide && ir->dual)   /* the wide path's GEMM and row kernel take one weight */
+        snprintf(p->fallback, sizeof p->fallback,
+                 "rows of N=%lld are wider than the row group (%d columns): a dual GEMM has no wide-row path, "
+                 "it runs unfused (run --unfused)", (long long)N, p->bn * per_group);
+    else if (p->wide)
         snprintf(p->fallback, sizeof p->fallback,
                  "rows of N=%lld are wider than the row group (%d columns): the wide-row path (this GEMM to f32, "
                  "then the row kernel)", (long long)N, p->bn * per_group);
@@ -629,6 +643,7 @@ static double hbm_bytes(const cf_ir *ir, const cf_plan *p)
     double b = (M * K + K * N) * in;
     for (int i = 2; i < ir->n_args; i++) {
         const cf_ir_arg *a = &ir->args[i];
+        b += a->kind == CF_ARG_GEMM2_B && ir->dual ? K * N * in : 0;   /* the second weight */
         const double es = (double)cf_dtype_size(a->dtype);
         b += a->kind == CF_ARG_TENSOR ? M * N * es : a->kind == CF_ARG_VEC_N ? N * es : a->kind == CF_ARG_VEC_M ? M * es
              : a->kind == CF_ARG_OUTPUT && cf_graph_output_info(ir->graph, a->index).rank == 2 ? M * N * es
@@ -660,9 +675,10 @@ double cf_plan_predict(const cf_ir *ir, const cf_plan *p, const cf_device_facts 
     /* Mainloop of one tile: tensor-core time against its operand bytes from L2 at the SM's
      * share of L2 bandwidth (a cluster's multicast halves X's). */
     const double eff = p->bm == 128 ? MMA_EFF_128 : MMA_EFF_64;
-    const double mma = 2.0 * tile_m * p->bn * (double)p->k / (TC_FLOP_PER_SM_CLK * eff * clk_per_us);
+    const int n_b = ir->dual ? 2 : 1;   /* a dual GEMM's tile multiplies X by both weights' columns */
+    const double mma = 2.0 * tile_m * p->bn * n_b * (double)p->k / (TC_FLOP_PER_SM_CLK * eff * clk_per_us);
     const double x_bytes = tile_m * (double)p->k * 2 * (p->cluster_n > 1 ? 0.5 : 1.0);
-    const double l2 = (x_bytes + p->bn * (double)p->k * 2) / (L2_BYTES_PER_US / dev->sm_count);
+    const double l2 = (x_bytes + n_b * p->bn * (double)p->k * 2) / (L2_BYTES_PER_US / dev->sm_count);
     const double mainloop = overlap(mma, l2);
     /* Epilogue of one tile on the FP32 pipe, and the exchange: a post and the gather rounds of
      * 8 ranks per reduction, waited for at once, or (late finish) under the next mainloop but

@@ -361,6 +361,10 @@ static cf_status check_rows_ir(const cf_ir *ir, cf_error *err)
                          "the unfused row kernel runs the epilogue of one GEMM; a B2B IR (F(X*W1)*W2) needs "
                          "the second GEMM between its two epilogues: cf_unfused cuts the graph into one "
                          "row kernel per GEMM");
+    if (ir->dual)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0},
+                         "the unfused row kernel reads one GEMM output; a dual GEMM's epilogue reads two: "
+                         "cf_unfused runs it with the second GEMM's output as an input");
     for (const cf_ir_spec *s = ir->epi[0]; s; s = s->post)
         for (int i = 0; i < s->n_nodes; i++)
             if (s->nodes[i]->kind == CF_IR_MATMUL)

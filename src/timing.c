@@ -140,7 +140,7 @@ struct cf_time_cublas {
     int64_t mnk[CF_TIME_MAX_GEMMS][3];
     cf_rt_cublas_plan *plan[CF_TIME_MAX_GEMMS];
     cf_rt_devptr a[CF_TIME_MAX_GEMMS], b[CF_TIME_MAX_GEMMS], c[CF_TIME_MAX_GEMMS];
-    bool own_a[CF_TIME_MAX_GEMMS];
+    bool own_a[CF_TIME_MAX_GEMMS], own_b[CF_TIME_MAX_GEMMS];
 };
 
 cf_time_cublas *cf_time_cublas_new(void) { return calloc(1, sizeof(cf_time_cublas)); }
@@ -153,6 +153,8 @@ void cf_time_cublas_free(cf_time_cublas *c)
         cf_rt_cublas_plan_free(c->plan[j]);
         if (c->own_a[j] && c->a[j])
             cf_rt_free(c->a[j], NULL);
+        if (c->own_b[j] && c->b[j])
+            cf_rt_free(c->b[j], NULL);
         if (c->c[j])
             cf_rt_free(c->c[j], NULL);
     }
@@ -173,9 +175,12 @@ cf_status cf_time_cublas_add(cf_time_cublas *c, cf_dtype t, int64_t M, int64_t N
     c->b[j] = b;
     c->a[j] = a;
     c->own_a[j] = !a;
+    c->own_b[j] = !b;
     cf_status st = CF_OK;
     if (!a && (st = cf_rt_malloc(&c->a[j], (size_t)M * (size_t)K * es, err)) == CF_OK)
         st = cf_rt_memset_d8(c->a[j], 0, (size_t)M * (size_t)K * es, err);
+    if (st == CF_OK && !b && (st = cf_rt_malloc(&c->b[j], (size_t)K * (size_t)N * es, err)) == CF_OK)
+        st = cf_rt_memset_d8(c->b[j], 0, (size_t)K * (size_t)N * es, err);
     if (st == CF_OK)
         st = cf_rt_malloc(&c->c[j], (size_t)M * (size_t)N * es, err);
     if (st == CF_OK)

@@ -143,6 +143,12 @@ static void test_probe_sizes(const char *dir)
     snprintf(cmd, sizeof cmd, "run --shape M=128,N=128,K=64,P=2,Q=3 --check %s", path);
     CHECK_EQ_INT(4, cf_fake(cmd, buf, sizeof buf));
     CHECK_CONTAINS(buf, "check Y        bf16: 16384 elements");
+    /* a dual GEMM (SwiGLU) runs fused: three operand maps, both weights; with K = 20 (rows of 40
+     * bytes) X and both [N, K] weights go through padded copies */
+    CHECK_EQ_INT(4, cf_fake("run --shape M=128,N=128,K=64 --check examples/swiglu.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "check H        bf16: 16384 elements");
+    CHECK_EQ_INT(0, cf_fake("run --shape M=40,N=24,K=20 tests/specs/geglu_nk.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "ran ");
     /* 70 params: --param p65 was refused and the run read a bool[64] past its end */
     static char spec[16384], sum[8192];
     snprintf(spec, sizeof spec, "input X: bf16[M, K]\ninput W: bf16[K, N]\n");
@@ -403,8 +409,8 @@ int main(int argc, char **argv)
         CHECK(!strstr(buf, "CF_ASSERT_CACHED"));
     }
     /* the fused path declines them (exit 3) and points to --unfused */
-    CHECK_EQ_INT(3, cf("run --check --shape M=40,N=24,K=16 examples/swiglu.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "examples/swiglu.cf:9:7: cannot fuse: 'g' and 'u' are independent GEMMs");
+    CHECK_EQ_INT(3, cf("run --check --shape M=40,N=8192,K=16 tests/specs/swiglu_nk.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "the fused kernel is not available: a dual GEMM's rows of N=8192 are wider than a row group");
     CHECK_CONTAINS(buf, "`comfuse run --unfused` runs and checks the unfused path");
     CHECK_EQ_INT(3, cf("run --shape M=40,K=16,N1=24,N2=8 examples/b2b_gelu.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "the fused kernel is not available");

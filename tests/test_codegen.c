@@ -1513,6 +1513,106 @@ static void test_tile_inputs(void)
     free(src);
 }
 
+/* Two GEMMs over one X (issue 31 item 4): one ring stage holds X's tile and both weights',
+ * the consumer keeps a second accumulator (acc2), and the epilogue reads both; 128x64 tiles
+ * (two 64-register accumulators), no spills, in both weight layouts and both schedules.  The
+ * second accumulator, stored as it is, takes an array of its own. */
+static void test_dual(void)
+{
+    static const struct {
+        const char *spec;
+        cf_plan_request opt;
+        const char *src_needs, *ptx_needs;
+    } cases[] = {
+        {"examples/swiglu.cf", {0}, "const float u_1 = acc2[r];", "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"},
+        {"examples/swiglu.cf", {128, 64, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, 0, 0, 0}, "#define CF_PINGPONG 0",
+         "multicast::cluster"},
+        {"examples/swiglu.cf", {64, 128, 0, 0, 0, 0, 0, 0, 0}, "#define CF_BN 128",
+         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"},
+        {"tests/specs/geglu_nk.cf", {0}, "T0[r] = u_1;  /* kept for the store */",
+         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"},
+        {"tests/specs/swiglu_linear.cf", {0}, "acc2[r];  /* accumulator entry of X x Wu */",
+         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"},
+    };
+    char dir[] = "/tmp/cf_test_codegen_dual_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    setenv("CF_CACHE_DIR", dir, 1);
+    for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
+        cf_graph *g = parse(cases[i].spec);
+        cf_kernel *k = NULL;
+        cf_error err;
+        cf_plan_request opt = cases[i].opt;
+        CHECK_EQ_INT(CF_OK, g ? cf_kernel_build_req(g, &opt, 2048, 11008, 4096, cases[i].spec, &k, &err)
+                              : CF_ERR_INTERNAL);
+        const char *src = k ? cf_kernel_source(k) : NULL;
+        CHECK_CONTAINS(src, "#define CF_DUAL 1");
+        CHECK_CONTAINS(src, "float (&acc)[CF_ACC_REGS], float (&acc2)[CF_ACC_REGS], const cf_pre &pre)");
+        CHECK_CONTAINS(src, cases[i].src_needs);
+        const bool nk = strstr(cases[i].spec, "_nk") || strstr(cases[i].spec, "_linear");
+        CHECK_EQ_INT(nk, src && strstr(src, "#define CF_B_NK 1") != NULL);
+        if (!cases[i].opt.block_m)   /* the plan's own tile: both accumulators at 64 registers */
+            CHECK(src && strstr(src, "#define CF_BM 128\n#define CF_BN 64\n"));
+        cf_status st = k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL;
+        if (st != CF_OK)
+            fprintf(stderr, "%s: %s\n", cases[i].spec, err.msg);
+        CHECK_EQ_INT(CF_OK, st);
+        const char *ptx = k ? cf_kernel_ptx(k) : NULL;
+        CHECK_CONTAINS(ptx, cases[i].ptx_needs);
+        /* each k-block: both weights' tiles loaded beside X's, two accumulators' wgmma */
+        CHECK(ptx && count_of(ptx, "cp.async.bulk.tensor.2d.shared::cluster.global") >= 3);
+        CHECK(ptx && count_of(ptx, "wgmma.mma_async") >= 8);
+        cf_resources r;
+        CHECK_EQ_INT(CF_OK, k ? cf_kernel_resources(k, &r, &err) : CF_ERR_INTERNAL);
+        CHECK_EQ_INT(0, r.spill_bytes);
+        CHECK_EQ_INT(0, r.stack_bytes);
+        CHECK(!r.wgmma_serialized);
+        CHECK(r.smem_bytes > 0 && r.smem_bytes <= 232448);
+        cf_kernel_free(k);
+        cf_graph_free(g);
+    }
+    /* a stage holds X's 128 rows and two weights' 64 columns: the plan's bytes (the device header
+     * checks its layout against CF_SMEM_PLAN) */
+    cf_graph *g = parse("examples/swiglu.cf");
+    cf_ir *ir = NULL;
+    cf_plan p;
+    cf_error err;
+    CHECK(g && cf_lower(g, &ir, &err) == CF_OK);
+    if (ir) {
+        CHECK_EQ_INT(CF_OK, cf_plan_make(ir, 2048, 11008, 4096, NULL, NULL, &p, &err));
+        CHECK_EQ_INT(64, p.bn);
+        CHECK_EQ_INT(1024 + 16 * p.stages + 96 + p.stages * (128 + 2 * 64) * 128 + 2 * 1 * 128 * 128,
+                     (int)p.smem.dynamic_bytes);
+        cf_plan_request wide = {.block_m = 128, .block_n = 128};
+        CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_plan_make(ir, 2048, 11008, 4096, NULL, &wide, &p, &err));
+        CHECK_CONTAINS(err.msg, "a dual GEMM's two accumulators take more than 128 registers");
+    }
+    cf_ir_free(ir);
+    cf_graph_free(g);
+    /* with a row reduction (RMS of H) its tiles exchange row partials through L2 and finish at
+     * once; rows wider than a row group have no wide-row path (its GEMM takes one weight) */
+    g = parse("tests/specs/swiglu_nk.cf");
+    cf_kernel *k = NULL;
+    CHECK_EQ_INT(CF_OK, g ? cf_kernel_build_req(g, NULL, 2048, 4096, 4096, "rms", &k, &err) : CF_ERR_INTERNAL);
+    const char *src = k ? cf_kernel_source(k) : NULL;
+    CHECK_CONTAINS(src, "#define CF_DUAL 1");
+    CHECK_CONTAINS(src, "#define CF_RED_GLOBAL 1");
+    CHECK(src && !strstr(src, "CF_LATE_FINISH"));
+    CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
+    cf_resources r;
+    CHECK_EQ_INT(CF_OK, k ? cf_kernel_resources(k, &r, &err) : CF_ERR_INTERNAL);
+    CHECK_EQ_INT(0, r.spill_bytes);
+    CHECK(!r.late_finish);
+    cf_kernel_free(k);
+    k = NULL;
+    CHECK_EQ_INT(CF_OK, g ? cf_kernel_build_req(g, NULL, 2048, 11008, 4096, "rms", &k, &err) : CF_ERR_INTERNAL);
+    int64_t dims[3] = {0};   /* X: [M, K] declares M and K first */
+    dims[0] = 2048, dims[1] = 4096, dims[2] = 11008;
+    CHECK_EQ_INT(CF_ERR_UNSUPPORTED, k ? cf_kernel_prepare(k, dims, &err) : CF_OK);
+    CHECK_CONTAINS(err.msg, "a dual GEMM's rows of N=11008 are wider than a row group");
+    cf_kernel_free(k);
+    cf_graph_free(g);
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -1539,5 +1639,6 @@ int main(void)
     test_live_arrays();
     test_carried_correction();
     test_tile_inputs();
+    test_dual();
     return tu_finish("test_codegen");
 }

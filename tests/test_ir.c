@@ -187,6 +187,49 @@ static void test_b2b(void)
     cf_graph_free(g);
 }
 
+/* Dual GEMM (SwiGLU): two accumulators in one epilogue, each naming its weight; the second
+ * weight shaped and laid out like the first. */
+static void test_dual(void)
+{
+    cf_graph *g = parse("examples/swiglu.cf");
+    cf_ir *ir = NULL;
+    cf_error err;
+    CHECK(g && cf_lower(g, &ir, &err) == CF_OK);
+    if (!ir) {
+        cf_graph_free(g);
+        return;
+    }
+    EXPECT_OK(ir);
+    /* a0 X, a1 Wg, a2 Wu, a3 H; g.0 and u.1 the accumulators */
+    cf_ir_node *g0 = node(ir, 0), *u1 = node(ir, 1);
+    CHECK(g0 && u1 && g0->kind == CF_IR_ACC && u1->kind == CF_IR_ACC);
+    if (g0 && u1) {
+        CHECK(!cf_ir_acc_second(ir, g0));
+        CHECK(cf_ir_acc_second(ir, u1));
+        TAMPER(ir, ir->dual, false, "a GEMM2_B arg without B2B or a dual GEMM");
+        TAMPER(ir, ir->args[2].b_is_nk, true, "the dual GEMM's weights have different layouts");
+        TAMPER(ir, ir->args[2].kind, CF_ARG_VEC_N, "0 GEMM2_B args for 1 GEMM(s)");
+        TAMPER(ir, u1->arg, 1, "has 2 accumulator entries (0 of X*W2), not one of each");
+        TAMPER(ir, g0->arg, 2, "has 2 accumulator entries (2 of X*W2), not one of each");
+        TAMPER(ir, u1->arg, 3, "must name its weight");
+        TAMPER(ir, g0->arg, -1, "must name its weight");
+        TAMPER(ir, u1->stage, 1, "node filed under the wrong stage");
+        const cf_ir_node saved = *u1;
+        u1->kind = CF_IR_BCAST, u1->src = CF_BC_CONST;
+        EXPECT_BAD(ir, "has 1 accumulator entries (0 of X*W2)");
+        *u1 = saved;
+        EXPECT_OK(ir);
+        ir->n_gemms = 2;
+        ir->epi[1] = ir->epi[0];
+        EXPECT_BAD(ir, "a dual GEMM with 2 GEMM epilogues");
+        ir->n_gemms = 1;
+        ir->epi[1] = NULL;
+        EXPECT_OK(ir);
+    }
+    cf_ir_free(ir);
+    cf_graph_free(g);
+}
+
 int main(void)
 {
     cf_graph *g = parse("examples/gemm_bias_ln.cf");
@@ -198,6 +241,8 @@ int main(void)
         CHECK_EQ_INT(22, ir->n_nodes);   /* the ids the tests below name (comfuse explain) */
         if (ir->n_nodes == 22) {
             test_frame_and_args(ir);
+            /* outside a dual GEMM an accumulator names no weight */
+            TAMPER(ir, node(ir, 0)->arg, 1, "an accumulator names arg 1 outside a dual GEMM");
             test_edges_and_stages(ir);
             test_kinds(ir);
         }
@@ -206,5 +251,6 @@ int main(void)
     cf_ir_free(ir);
     cf_graph_free(g);
     test_b2b();
+    test_dual();
     return tu_finish("test_ir");
 }

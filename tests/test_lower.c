@@ -227,8 +227,17 @@ static void test_diagnostics(void)
     expect_reject(src, CF_ERR_UNSUPPORTED, "is a transpose");
     snprintf(src, sizeof src, "%sX2 = X * 2\noutput Y = X2 @ W\n", head);
     expect_reject(src, CF_ERR_UNSUPPORTED, "prologue fusion is outside the domain");
-    snprintf(src, sizeof src, "%sinput V: bf16[K, N]\noutput Y = (X @ W) + (X @ V)\n", head);
-    expect_reject(src, CF_ERR_UNSUPPORTED, "independent GEMMs");
+    snprintf(src, sizeof src, "%sinput Z: bf16[M, K]\ninput V: bf16[K, N]\noutput Y = (X @ W) + (Z @ V)\n", head);
+    expect_reject(src, CF_ERR_UNSUPPORTED, "independent GEMMs over different left operands ('X', 'Z')");
+    /* two GEMMs over one X fuse only with weights of one shape, layout and dtype */
+    snprintf(src, sizeof src, "%sinput V: bf16[K, N2]\noutput Y = (X @ W) + mean(X @ V)\n", head);
+    expect_reject(src, CF_ERR_UNSUPPORTED, "has N columns but 'matmul.");
+    snprintf(src, sizeof src, "%sinput V: bf16[N, K]\noutput Y = (X @ W) * (X @ V)\n", head);
+    expect_reject(src, CF_ERR_UNSUPPORTED, "as [N, K]; both weights of a dual GEMM need one layout");
+    snprintf(src, sizeof src, "%sinput V: f16[K, N]\noutput Y = (X @ W) * (X @ V)\n", head);
+    expect_reject(src, CF_ERR_UNSUPPORTED, "weight 'V' is f16 but weight 'W' is bf16");
+    snprintf(src, sizeof src, "%sinput V: bf16[K, N]\noutput Y = (X @ W) * (X @ (V * 2))\n", head);
+    expect_reject(src, CF_ERR_UNSUPPORTED, "both weights of a dual GEMM must be graph inputs");
     snprintf(src, sizeof src, "%sinput V: bf16[N, N2]\ninput U: bf16[N2, N3]\noutput Y = ((X @ W) @ V) @ U\n",
              head);
     expect_reject(src, CF_ERR_UNSUPPORTED, "third matmul");
@@ -241,6 +250,66 @@ static void test_diagnostics(void)
     expect_reject(src, CF_ERR_UNSUPPORTED, "takes bf16 or f16");
     snprintf(src, sizeof src, "%sinput b: f32[N]\nx = X @ W\noutput Y = x\noutput B: f32 = b * 2\n", head);
     expect_reject(src, CF_ERR_UNSUPPORTED, "output 'B' is a [N] vector");
+}
+
+/* Two GEMMs over one X (SwiGLU): one epilogue entered by both accumulators, each naming its
+ * weight; the second weight is GEMM2_B, shaped like GEMM_B, in either layout. */
+static void test_dual(void)
+{
+    static const struct {
+        const char *file;
+        bool nk;
+        int stages;
+    } cases[] = {{"examples/swiglu.cf", false, 1}, {"tests/specs/swiglu_nk.cf", true, 2}};
+    for (int c = 0; c < CF_ARRAY_LEN(cases); c++) {
+        cf_ir *ir = lower_file(cases[c].file);
+        CHECK(ir != NULL);
+        if (!ir)
+            continue;
+        CHECK(ir->dual);
+        CHECK_EQ_INT(1, ir->n_gemms);
+        CHECK_EQ_INT(cases[c].stages, ir->n_stages[0]);
+        CHECK(ir->n_args >= 3);
+        CHECK_EQ_INT(CF_ARG_GEMM2_B, ir->args[2].kind);
+        CHECK(ir->args[2].name && strcmp(ir->args[2].name, "Wu") == 0);
+        CHECK_EQ_INT(cases[c].nk, ir->args[1].b_is_nk);
+        CHECK_EQ_INT(cases[c].nk, ir->args[2].b_is_nk);
+        const cf_ir_spec *s0 = stage(ir, 0, 0);
+        CHECK_EQ_INT(2, count_kind(s0, CF_IR_ACC));
+        int seen = 0;
+        for (int i = 0; i < s0->n_nodes; i++) {
+            const cf_ir_node *n = s0->nodes[i];
+            if (n->kind != CF_IR_ACC)
+                continue;
+            bool second = cf_ir_acc_second(ir, n);
+            CHECK(n->name && strcmp(n->name, second ? "u" : "g") == 0);
+            CHECK_EQ_INT(second ? 2 : 1, n->arg);
+            seen |= second ? 2 : 1;
+        }
+        CHECK_EQ_INT(3, seen);
+        for (int k = 1; k < ir->n_stages[0]; k++)
+            CHECK_EQ_INT(0, count_kind(stage(ir, 0, k), CF_IR_ACC));
+        CHECK(computed_once(ir));
+        cf_strbuf sb = {0};
+        cf_ir_format(ir, &sb);
+        CHECK_CONTAINS(sb.data, "dual GEMM (two GEMMs over one X)");
+        CHECK_CONTAINS(sb.data, "accumulator of X x a2 (Wu)");
+        cf_sb_free(&sb);
+        free_ir(ir);
+    }
+    /* the dual epilogue may reduce over both accumulators and store either one */
+    cf_status st;
+    cf_error err;
+    cf_ir *ir = lower_src("input X: f16[M, K]\ninput A: f16[K, N]\ninput B: f16[K, N]\na = X @ A\nb = X @ B\n"
+                          "output P: f16 = a - mean(a * b)\noutput Q = b\n", &st, &err);
+    CHECK_EQ_INT(CF_OK, st);
+    if (ir) {
+        CHECK(ir->dual);
+        CHECK_EQ_INT(2, ir->n_stages[0]);
+        CHECK_EQ_INT(2, count_kind(stage(ir, 0, 0), CF_IR_ACC));
+        CHECK_EQ_INT(1, count_kind(stage(ir, 0, 0), CF_IR_STORE));   /* Q = b at once */
+    }
+    free_ir(ir);
 }
 
 static void test_b2b_reject_cross_read(void)
@@ -262,7 +331,7 @@ static void test_b2b_reject_cross_read(void)
 static void test_goldens(void)
 {
     static const char *names[] = {"gemm_bias_gelu", "gemm_bias_ln", "gemm_rmsnorm", "gemm_softmax",
-                                  "gemm_ln_softmax", "b2b_gelu", "b2b_ln", "b2b_softmax"};
+                                  "gemm_ln_softmax", "b2b_gelu", "b2b_ln", "b2b_softmax", "swiglu"};
     bool update = getenv("CF_UPDATE_GOLDEN") != NULL;
     for (int i = 0; i < CF_ARRAY_LEN(names); i++) {
         char spec[256], gold[256];
@@ -375,6 +444,7 @@ int main(void)
     test_cse_and_determinism();
     test_per_row_output_and_stat_reuse();
     test_diagnostics();
+    test_dual();
     test_b2b_reject_cross_read();
     test_goldens();
     test_limits();

@@ -17,7 +17,8 @@
  *     #define CF_B_NK 0          // 0: weight is [K,N] row-major; 1: weight is [N,K] row-major (nn.Linear)
  *     #define CF_IN_F16 0        // 1: operands are f16 instead of bf16
  *     #define CF_NUM_OUT 1       // number of TMA-stored outputs
- *     // optional: CF_PINGPONG (1), CF_MULTICAST (CF_CLUSTER_N > 1), CF_STG_CHUNKS (auto), CF_GROUP_M (8),
+ *     // optional: CF_DUAL (0; 1: two GEMMs over one X, a second weight args.tma_b2 and accumulator acc2),
+ *     //           CF_PINGPONG (1), CF_MULTICAST (CF_CLUSTER_N > 1), CF_STG_CHUNKS (auto), CF_GROUP_M (8),
  *     //           CF_REG_PRODUCER (40; 24 with four reductions), CF_REG_CONSUMER (232; 240)
  *     struct cf_epi_params { const float *bias; };       // generated, MUST come before the include
  *     #include "cf_sm90.cuh"
@@ -105,6 +106,13 @@
 #endif
 #ifndef CF_PINGPONG
 #define CF_PINGPONG 1
+#endif
+/* CF_DUAL: two GEMMs over one X (f(X*W1) (.) g(X*W2), SwiGLU).  Each ring stage holds the X
+ * tile once and both weights' tiles (W2's after W1's); a consumer keeps a second accumulator
+ * acc2 for X*W2, issues both wgmma per k-step, and cf_epilogue takes both.  Both weights have
+ * one layout (CF_B_NK).  No late finish: the epilogue runs once, right after the mainloop. */
+#ifndef CF_DUAL
+#define CF_DUAL 0
 #endif
 #ifndef CF_HAS_REDUCE
 #define CF_HAS_REDUCE 0                            /* set by epilogues that include cf_reduce.cuh */
@@ -195,7 +203,8 @@
 #define CF_A_BOX_ROWS CF_TILE_M
 #endif
 #define CF_B_STAGE_BYTES (CF_BN * CF_BK * 2)
-#define CF_STAGE_BYTES (CF_A_STAGE_BYTES + CF_B_STAGE_BYTES)
+#define CF_NUM_B (CF_DUAL ? 2 : 1)                 /* weight tiles per stage */
+#define CF_STAGE_BYTES (CF_A_STAGE_BYTES + CF_NUM_B * CF_B_STAGE_BYTES)
 #define CF_ACC_REGS ((CF_BM / 64) * (CF_BN / 2))  /* fp32 accumulators per consumer thread */
 #define CF_ACC_PER_MT (CF_BN / 2)                  /* registers per m64 sub-tile */
 
@@ -220,7 +229,7 @@
 #endif
 #define CF_STG_BYTES (CF_STG_CHUNKS * CF_STG_CHUNK_BYTES)
 /* Dynamic shared memory the host must pass (and set with CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES):
- *   1024 + 16*CF_STAGES + 64 + CF_STAGES*(CF_TILE_M + CF_BN)*128 + 2*CF_STG_CHUNKS*CF_BM*128 */
+ *   1024 + 16*CF_STAGES + 64 + CF_STAGES*(CF_TILE_M + CF_NUM_B*CF_BN)*128 + 2*CF_STG_CHUNKS*CF_BM*128 */
 #define CF_SMEM_BYTES (CF_SMEM_FIXED + CF_STAGES * CF_STAGE_BYTES + 2 * CF_STG_BYTES)
 
 #define CF_BAR_ORDER0 1
@@ -234,8 +243,8 @@
 #if CF_BN != 64 && CF_BN != 128 && CF_BN != 192 && CF_BN != 256
 #error "CF_BN must be 64, 128, 192 or 256"
 #endif
-#if CF_ACC_REGS > 128
-#error "more than 128 accumulator registers per thread would spill (CF_BM*CF_BN > 16384)"
+#if CF_ACC_REGS * CF_NUM_B > 128
+#error "more than 128 accumulator registers per thread would spill (CF_BM*CF_BN > 16384, 8192 with CF_DUAL)"
 #endif
 #if CF_SMEM_BYTES > CF_SMEM_LIMIT
 #error "shared memory over the 227 KB opt-in limit: lower CF_STAGES or CF_STG_CHUNKS"
@@ -254,6 +263,9 @@
 #endif
 #ifndef CF_LATE_FINISH
 #define CF_LATE_FINISH 0
+#endif
+#if CF_DUAL && (CF_LATE_FINISH || CF_FINISHER || CF_PAIR_TILES)
+#error "CF_DUAL: the epilogue of both accumulators runs right after the mainloop (no late finish)"
 #endif
 #if CF_POST_FIRST && (!CF_LATE_FINISH || CF_FINISHER || CF_PAIR_TILES)
 #error "CF_POST_FIRST: a consumer's own late finish of unpaired tiles"
@@ -322,6 +334,9 @@ struct alignas(64) cf_tma_desc { unsigned long long v[16]; };
 struct cf_gemm_args {
     cf_tma_desc tma_a;
     cf_tma_desc tma_b;
+#if CF_DUAL
+    cf_tma_desc tma_b2;   /* W2, laid out and boxed as tma_b */
+#endif
     cf_tma_desc tma_out[CF_NUM_OUT];
 #if CF_NUM_TIN
     cf_tma_desc tma_in[CF_NUM_TIN];   /* the tile inputs (cf_tin_*), in argument order */
@@ -1069,6 +1084,9 @@ __device__ __forceinline__ void cf_finish_parked(const cf_gemm_args &args, const
 #endif
     cf_epilogue_finish<false>(args, parked, late, nullptr);
 }
+#elif CF_DUAL
+__device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
+                                            float (&acc2)[CF_ACC_REGS], const cf_pre &pre);
 #else
 __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t, float (&acc)[CF_ACC_REGS],
                                             const cf_pre &pre);
@@ -1269,6 +1287,9 @@ __device__ __forceinline__ void cf_producer(const cf_gemm_args &args, const cf_c
     if (tid == 0) {
         cf_prefetch_tma(&args.tma_a);
         cf_prefetch_tma(&args.tma_b);
+#if CF_DUAL
+        cf_prefetch_tma(&args.tma_b2);
+#endif
         int stage = 0;
         unsigned phase = 0;
 #pragma unroll 1
@@ -1289,13 +1310,22 @@ __device__ __forceinline__ void cf_producer(const cf_gemm_args &args, const cf_c
 #else
                 cf_tma_load_2d(sa, &args.tma_a, fb, kb * CF_BK, m0);
 #endif
+#pragma unroll
+                for (int b = 0; b < CF_NUM_B; ++b) {   /* W1's tile, then (CF_DUAL) W2's */
+#if CF_DUAL
+                    const cf_tma_desc *tb = b ? &args.tma_b2 : &args.tma_b;
+#else
+                    const cf_tma_desc *tb = &args.tma_b;
+#endif
+                    const unsigned sbb = sb + b * CF_B_STAGE_BYTES;
 #if CF_B_NK
-                cf_tma_load_2d(sb, &args.tma_b, fb, kb * CF_BK, n0);
+                    cf_tma_load_2d(sbb, tb, fb, kb * CF_BK, n0);
 #else
 #pragma unroll
-                for (int j = 0; j < CF_BN / 64; ++j)
-                    cf_tma_load_2d(sb + j * (64 * 128), &args.tma_b, fb, n0 + 64 * j, kb * CF_BK);
+                    for (int j = 0; j < CF_BN / 64; ++j)
+                        cf_tma_load_2d(sbb + j * (64 * 128), tb, fb, n0 + 64 * j, kb * CF_BK);
 #endif
+                }
                 if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
             }
 #if CF_NUM_TIN
@@ -1379,7 +1409,9 @@ __device__ __forceinline__ void cf_producer(const cf_gemm_args &args, const cf_c
 /* ---------------- consumer warpgroups: mainloop and epilogue, tile after tile ---------------- */
 /* One k-block of the mainloop: its wgmma over the ring stage at sa (X) and sb (W); the first
  * k-block of a tile overwrites the accumulator. */
-__device__ __forceinline__ void cf_mma_kblock(float (&acc)[CF_ACC_REGS], unsigned sa, unsigned sb, int kb) {
+__device__ __forceinline__ void cf_mma_kblock(float (&acc)[CF_ACC_REGS], float (&acc2)[CF_ACC_REGS], unsigned sa,
+                                              unsigned sb, int kb) {
+    (void)acc2;   /* CF_DUAL: X * W2 */
 #pragma unroll
     for (int k = 0; k < CF_BK / 16; ++k) {
 #if CF_B_NK
@@ -1387,18 +1419,29 @@ __device__ __forceinline__ void cf_mma_kblock(float (&acc)[CF_ACC_REGS], unsigne
 #else
         const unsigned long long db = cf_desc(sb + 2048 * k, 64 * 128, 1024);
 #endif
+#if CF_DUAL   /* W2's tile follows W1's in the stage */
+#if CF_B_NK
+        const unsigned long long db2 = cf_desc(sb + CF_B_STAGE_BYTES + 32 * k, 16, 1024);
+#else
+        const unsigned long long db2 = cf_desc(sb + CF_B_STAGE_BYTES + 2048 * k, 64 * 128, 1024);
+#endif
+#endif
 #pragma unroll
         for (int mt = 0; mt < CF_BM / 64; ++mt) {
             const unsigned long long da = cf_desc(sa + mt * 8192 + 32 * k, 16, 1024);
             cf_wgmma_tile<CF_B_NK ? 0 : 1>(acc + mt * CF_ACC_PER_MT, da, db, (kb > 0 || k > 0) ? 1 : 0);
+#if CF_DUAL
+            /* the same X slice against W2's tile */
+            cf_wgmma_tile<CF_B_NK ? 0 : 1>(acc2 + mt * CF_ACC_PER_MT, da, db2, (kb > 0 || k > 0) ? 1 : 0);
+#endif
         }
     }
 }
 
 /* A consumer warpgroup's mainloop of its i-th tile: its turn for the tensor cores (PingPong),
  * the k-blocks from ring position pos on, the other warpgroup's turn, the accumulator complete. */
-__device__ __forceinline__ void cf_mainloop(const cf_cta &cta, const cf_tile &t, float (&acc)[CF_ACC_REGS], int i,
-                                            int istep, int pos, unsigned a_off) {
+__device__ __forceinline__ void cf_mainloop(const cf_cta &cta, const cf_tile &t, float (&acc)[CF_ACC_REGS],
+                                            float (&acc2)[CF_ACC_REGS], int i, int istep, int pos, unsigned a_off) {
     const int w = t.wg, nkb = cta.nkb, my_n = cta.my_n;
     const unsigned base = cta.base, bar_full = cta.bar_full, bar_empty = cta.bar_empty;
     (void)my_n;
@@ -1411,6 +1454,9 @@ __device__ __forceinline__ void cf_mainloop(const cf_cta &cta, const cf_tile &t,
 #endif
     CF_TR(w, i / istep, CF_TRE_TURN, t.tid);
     cf_fence_operand<CF_ACC_REGS>(acc);
+#if CF_DUAL
+    cf_fence_operand<CF_ACC_REGS>(acc2);
+#endif
 #if CF_TRACE_WAITS
     long long tr_data = 0, tr_mma = 0, tr_issue = 0, tr_rest = 0;
 #endif
@@ -1430,7 +1476,7 @@ __device__ __forceinline__ void cf_mainloop(const cf_cta &cta, const cf_tile &t,
         const unsigned sa = base + stage * CF_STAGE_BYTES + a_off;
         const unsigned sb = base + stage * CF_STAGE_BYTES + CF_A_STAGE_BYTES;
         cf_wgmma_fence();
-        cf_mma_kblock(acc, sa, sb, kb);
+        cf_mma_kblock(acc, acc2, sa, sb, kb);
         cf_wgmma_commit();
 #if CF_TRACE_WAITS
         tr_issue += clock64() - tr_i0;   /* the wgmma issue, the warpgroup's warps converging */
@@ -1465,6 +1511,9 @@ __device__ __forceinline__ void cf_mainloop(const cf_cta &cta, const cf_tile &t,
     cf_wgmma_wait<0>();
     cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
     cf_fence_operand<CF_ACC_REGS>(acc);
+#if CF_DUAL
+    cf_fence_operand<CF_ACC_REGS>(acc2);
+#endif
     CF_TR(w, i / istep, CF_TRE_ACC, t.tid);
 #if CF_TRACE_WAITS
     CF_TR_V(w, i / istep, CF_TRE_WAIT_DATA, t.tid, tr_data);
@@ -1489,6 +1538,11 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CF_REG_CONSUMER));
     const int w = wg - 1;
     float acc[CF_ACC_REGS];
+#if CF_DUAL
+    float acc2[CF_ACC_REGS];   /* X * W2 */
+#else
+    float (&acc2)[CF_ACC_REGS] = acc;   /* one accumulator: the mainloop's second is never touched */
+#endif
     cf_pre pre;
     cf_tile t = cf_wg_tile(args, M, N, tid, rank, CF_BAR_EPI0 + w);
     t.wg = w;
@@ -1530,7 +1584,7 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
             next.n0 = tn * CF_BN;
             cf_epilogue_preload(args, next, pre);
         }
-        cf_mainloop(cta, t, acc, i, istep, pos, a_off);
+        cf_mainloop(cta, t, acc, acc2, i, istep, pos, a_off);
 #if CF_XCHG_L2
         if (i == istart) t.epoch = cf_launch_epoch();
 #endif
@@ -1574,6 +1628,8 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
         late_prev = late;
         parked = t;
         parked_ok = true;
+#elif CF_DUAL
+        cf_epilogue(args, t, acc, acc2, pre);
 #else
         cf_epilogue(args, t, acc, pre);
 #endif
