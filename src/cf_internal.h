@@ -356,6 +356,10 @@ typedef struct cf_plan {
     bool wide;           /* rows wider than the row group: the wide-row path       */
     char fallback[160];  /* why a launch leaves the fused kernel, or ""           */
     double predicted_us; /* the cost model's time (cf_plan_predict)              */
+    /* [M,N] epilogue inputs fetched through the operand ring (cf_cg_tile_inputs): a bit per
+     * argument number, and their names for explain */
+    unsigned tin_args;
+    char tin_names[96];
 } cf_plan;
 
 /* The plan's own choices at this GEMM size (m, n, k 0 when unknown): cf_options_for, with
@@ -377,6 +381,10 @@ void cf_plan_shape(const cf_ir *ir, cf_plan *p, int64_t M, int64_t N, int64_t K,
                    int resident_ctas);
 /* The cost model: predicted microseconds of p at its shape on the H200 (0 without one). */
 double cf_plan_predict(const cf_ir *ir, const cf_plan *p, const cf_device_facts *dev);
+/* The [M,N] epilogue inputs Ψ can fetch through the operand ring for plan p and that pay their
+ * way there (cf_plan_ring_inputs_pay): a bit per argument number.  The plan decides with it
+ * (tin_args); Ψ renders what the plan says. */
+unsigned cf_cg_tile_inputs(const cf_ir *ir, const cf_plan *p);
 /* Whether [M,N] epilogue inputs pay their way through the operand ring (cf_tin_* in the device
  * header): a warpgroup holds their tin_stages stages through its epilogue up to stage depth
  * last_depth, and the producer, which fills the ring in order, stalls the other warpgroup's

@@ -196,6 +196,7 @@ typedef struct cg_ctx {
                             inputs fetched through the operand ring), or -1 */
     int n_tin;
     int tin_first, tin_last; /* the depths of the first and last stage that read one */
+    bool deciding_tin;   /* cf_cg_tile_inputs: choose them; else render the plan's tin_args */
 } cg_ctx;
 
 enum { MERGE_NONE, MERGE_VAR, MERGE_SOFTMAX };
@@ -1467,7 +1468,7 @@ static bool plan_tile_inputs(cg_ctx *e)
             first = sp->depth < first ? sp->depth : first;
             last = sp->depth;
         }
-        if (last < 0 || late_read)
+        if (last < 0 || late_read || (!e->deciding_tin && !(o->tin_args >> a & 1u)))
             continue;
         e->tin[a] = e->n_tin++;
         room -= o->bn / 64;
@@ -1475,12 +1476,27 @@ static bool plan_tile_inputs(cg_ctx *e)
         e->tin_last = last > e->tin_last ? last : e->tin_last;
     }
     const int tin_stages = (e->n_tin * (o->bn / 64) + per_stage - 1) / per_stage;
-    if (e->n_tin && !cf_plan_ring_inputs_pay(ir, o, e->tin_last, tin_stages)) {
+    if (e->deciding_tin && e->n_tin && !cf_plan_ring_inputs_pay(ir, o, e->tin_last, tin_stages)) {
         for (int a = 0; a < ir->n_args; a++)
             e->tin[a] = -1;   /* a long first part: the element loads, not a stalled mainloop */
         e->n_tin = 0;
     }
     return true;
+}
+
+static bool plan_epilogue(cg_ctx *e);
+static void plan_free(cg_ctx *e);
+
+unsigned cf_cg_tile_inputs(const cf_ir *ir, const cf_plan *p)
+{
+    cg_ctx e = {.ir = ir, .opt = p, .deciding_tin = true};
+    unsigned mask = 0;
+    if (cf_cg_check(ir, &(cf_error){0}) != CF_OK || !plan_epilogue(&e))
+        return 0;
+    for (int a = 0; a < ir->n_args && a < 32; a++)
+        mask |= e.tin[a] >= 0 ? 1u << a : 0;
+    plan_free(&e);
+    return mask;
 }
 
 /* Plans the epilogue before any of it is emitted: every value's storage, which

@@ -480,6 +480,18 @@ static void derive(const cf_ir *ir, cf_plan *p)
     p->gelu_at_store = cf_cg_gelu_stores(ir);
 }
 
+/* Which [M,N] inputs come through the operand ring (decided at the plan's own K) and their names. */
+static void tile_inputs(const cf_ir *ir, cf_plan *p)
+{
+    p->tin_args = cf_cg_tile_inputs(ir, p);
+    p->tin_names[0] = '\0';
+    for (int a = 0; a < ir->n_args && a < 32; a++)
+        if (p->tin_args >> a & 1u) {
+            const size_t used = strlen(p->tin_names);
+            snprintf(p->tin_names + used, sizeof p->tin_names - used, "%s%s", used ? ", " : "", ir->args[a].name);
+        }
+}
+
 cf_status cf_plan_make(const cf_ir *ir, int64_t M, int64_t N, int64_t K, const cf_device_facts *dev,
                        const cf_plan_request *req, cf_plan *out, cf_error *err)
 {
@@ -509,6 +521,8 @@ cf_status cf_plan_make(const cf_ir *ir, int64_t M, int64_t N, int64_t K, const c
                              "no --sync-finish, 2 or more CTAs a row) after the epilogue's only exchange");
     }
     cf_plan_shape(ir, &p, M, N, K, dev, 0);
+    if (cf_cg_check(ir, &(cf_error){0}) == CF_OK)
+        tile_inputs(ir, &p);
     *out = p;
     return CF_OK;
 }
@@ -820,6 +834,7 @@ void cf_plan_format(const cf_plan *p, cf_strbuf *sb)
     cf_sb_printf(sb, "  gather early: %s\n", yes_no(p->gather_early));
     cf_sb_printf(sb, "  finisher warpgroup: %s\n", yes_no(p->has_finisher));
     cf_sb_printf(sb, "  gelu at store: %d\n", p->gelu_at_store);
+    cf_sb_printf(sb, "  tile inputs: %s\n", p->tin_args ? p->tin_names : "none through the ring");
     cf_sb_printf(sb, "  threads: %d\n", p->threads);
     cf_sb_printf(sb, "  shared memory: %ld bytes dynamic (%d staging chunks) + %d static\n", p->smem.dynamic_bytes,
                  p->smem.stg_chunks, p->smem.static_bytes);

@@ -283,6 +283,32 @@ static void test_cli_plan(void)
     CHECK_CONTAINS(out, "which 12 CTAs do not divide");
 }
 
+/* The plan decides which [M,N] inputs come through the operand ring, explain names them, and
+ * Ψ renders exactly that: a residual with a light first part goes through the ring; a heavy first
+ * part at long K (all_elementwise, 1.06 ms element by element against 1.66 through the ring) does
+ * not, the same at a K of two k-blocks does; an f32 [M,N] input never does. */
+static void test_tile_inputs(void)
+{
+    cf_plan p;
+    cf_error err;
+    CHECK(plan_of("examples/gemm_residual_ln.cf", 8192, 768, 768, NULL, NULL, &p, &err));
+    CHECK_EQ_INT(1, __builtin_popcount(p.tin_args));
+    CHECK(strcmp(p.tin_names, "R") == 0);
+    CHECK(plan_of("tests/specs/all_elementwise.cf", 4096, 4096, 1024, NULL, NULL, &p, &err));
+    CHECK_EQ_INT(0, (int)p.tin_args);
+    CHECK(plan_of("tests/specs/all_elementwise.cf", 4096, 4096, 128, NULL, NULL, &p, &err));
+    CHECK(strcmp(p.tin_names, "R") == 0);
+    CHECK(plan_of("examples/gemm_bias_ln.cf", 8192, 4096, 4096, NULL, NULL, &p, &err));
+    CHECK_EQ_INT(0, (int)p.tin_args);
+    static char out[1 << 18];
+    CHECK_EQ_INT(0, cli("explain --shape M=8192,N=768,K=768 examples/gemm_residual_ln.cf", out, sizeof out));
+    CHECK_CONTAINS(out, "  tile inputs: R\n");
+    CHECK_EQ_INT(0, cli("emit --shape M=8192,N=768,K=768 examples/gemm_residual_ln.cf", out, sizeof out));
+    CHECK_CONTAINS(out, "#define CF_NUM_TIN 1  /* [M,N] inputs fetched through the operand ring: R */");
+    CHECK_EQ_INT(0, cli("explain --shape M=4096,N=4096,K=1024 tests/specs/all_elementwise.cf", out, sizeof out));
+    CHECK_CONTAINS(out, "  tile inputs: none through the ring\n");
+}
+
 int main(int argc, char **argv)
 {
     /* argv[0] is <build>/tests/test_plan: the CLI is <build>/comfuse */
@@ -296,6 +322,7 @@ int main(int argc, char **argv)
     }
     snprintf(bin + strlen(bin), sizeof bin - strlen(bin), "/comfuse");
     test_row_groups();
+    test_tile_inputs();
     test_stages_fit();
     test_model_monotone();
     test_overrides();
