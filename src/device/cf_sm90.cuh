@@ -1231,33 +1231,23 @@ __device__ __forceinline__ cf_cta cf_cta_of(const cf_gemm_args &args) {
 /* One thread, before any role starts: the ring's, the finisher's, the pair's and the exchange's
  * barriers. */
 __device__ __forceinline__ void cf_init_barriers(const cf_cta &cta) {
-    const unsigned base = cta.base, stg0 = cta.stg0, bar_full = cta.bar_full, bar_empty = cta.bar_empty;
-    const unsigned bar_fin = cta.bar_fin, bar_pair = cta.bar_pair;
-    const int M = cta.M, N = cta.N, tiles_m = cta.tiles_m, groups_n = cta.groups_n, nkb = cta.nkb;
-    const int nclusters = cta.nclusters, cid = cta.cid, my_n = cta.my_n, rank = cta.rank;
-#if CF_CLUSTER_N > 1
-    const int cl_rank = cta.cl_rank;
-    (void)cl_rank;
-#endif
-    (void)base, (void)stg0, (void)bar_full, (void)bar_empty, (void)bar_fin, (void)bar_pair, (void)M, (void)N;
-    (void)tiles_m, (void)groups_n, (void)nkb, (void)nclusters, (void)cid, (void)my_n, (void)rank;
 #pragma unroll 1
     for (int s = 0; s < CF_STAGES; ++s) {
-        cf_mbar_init(bar_full + 8 * s, 1);
+        cf_mbar_init(cta.bar_full + 8 * s, 1);
         /* one arrival per consumer warp (of every CTA of the cluster with multicast) */
-        cf_mbar_init(bar_empty + 8 * s, (CF_PINGPONG ? 4 : 8) * (CF_MULTICAST ? CF_CLUSTER_N : 1));
+        cf_mbar_init(cta.bar_empty + 8 * s, (CF_PINGPONG ? 4 : 8) * (CF_MULTICAST ? CF_CLUSTER_N : 1));
     }
 #if CF_FINISHER
     for (int w = 0; w < 2; ++w) {
-        cf_mbar_init(bar_fin + 16 * w, 128);   /* every consumer thread has parked its part */
+        cf_mbar_init(cta.bar_fin + 16 * w, 128);   /* every consumer thread has parked its part */
         /* the finisher's store has read the buffer; with CF_MID, every finisher thread has
          * restaged its part of the tile */
-        cf_mbar_init(bar_fin + 16 * w + 8, CF_MID ? 128 : 1);
+        cf_mbar_init(cta.bar_fin + 16 * w + 8, CF_MID ? 128 : 1);
     }
 #endif
 #if CF_PAIR_TILES
-    cf_mbar_init(bar_pair, 128);       /* WG0 has handed its row words over */
-    cf_mbar_init(bar_pair + 8, 128);   /* WG1 has read them */
+    cf_mbar_init(cta.bar_pair, 128);       /* WG0 has handed its row words over */
+    cf_mbar_init(cta.bar_pair + 8, 128);   /* WG1 has read them */
 #endif
 #if CF_HAS_REDUCE
     cf_reduce_init();
@@ -1270,16 +1260,6 @@ __device__ __forceinline__ void cf_init_barriers(const cf_cta &cta) {
 
 /* ---------------- producer warpgroup: the ring, in the consumers' order ---------------- */
 __device__ __forceinline__ void cf_producer(const cf_gemm_args &args, const cf_cta &cta, int tid) {
-    const unsigned base = cta.base, stg0 = cta.stg0, bar_full = cta.bar_full, bar_empty = cta.bar_empty;
-    const unsigned bar_fin = cta.bar_fin, bar_pair = cta.bar_pair;
-    const int M = cta.M, N = cta.N, tiles_m = cta.tiles_m, groups_n = cta.groups_n, nkb = cta.nkb;
-    const int nclusters = cta.nclusters, cid = cta.cid, my_n = cta.my_n, rank = cta.rank;
-#if CF_CLUSTER_N > 1
-    const int cl_rank = cta.cl_rank;
-    (void)cl_rank;
-#endif
-    (void)base, (void)stg0, (void)bar_full, (void)bar_empty, (void)bar_fin, (void)bar_pair, (void)M, (void)N;
-    (void)tiles_m, (void)groups_n, (void)nkb, (void)nclusters, (void)cid, (void)my_n, (void)rank;
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(CF_REG_PRODUCER));
 #if CF_XCHG_L2
     if (tid == 32) cf_count_launch(args);
@@ -1293,20 +1273,20 @@ __device__ __forceinline__ void cf_producer(const cf_gemm_args &args, const cf_c
         int stage = 0;
         unsigned phase = 0;
 #pragma unroll 1
-        for (int i = 0; i < my_n; ++i) {
+        for (int i = 0; i < cta.my_n; ++i) {
             int tm, tn;
-            cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
+            cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
             const int m0 = tm * CF_TILE_M, n0 = tn * CF_BN;
 #pragma unroll 1
-            for (int kb = 0; kb < nkb; ++kb) {
-                cf_mbar_wait(bar_empty + 8 * stage, phase ^ 1);
-                const unsigned fb = bar_full + 8 * stage;
+            for (int kb = 0; kb < cta.nkb; ++kb) {
+                cf_mbar_wait(cta.bar_empty + 8 * stage, phase ^ 1);
+                const unsigned fb = cta.bar_full + 8 * stage;
                 cf_mbar_expect_tx(fb, CF_STAGE_BYTES);
-                const unsigned sa = base + stage * CF_STAGE_BYTES;
+                const unsigned sa = cta.base + stage * CF_STAGE_BYTES;
                 const unsigned sb = sa + CF_A_STAGE_BYTES;
 #if CF_MULTICAST
-                cf_tma_load_2d_mc(sa + cl_rank * (CF_A_BOX_ROWS * 128), &args.tma_a, fb, kb * CF_BK,
-                                  m0 + cl_rank * CF_A_BOX_ROWS, (unsigned short)((1u << CF_CLUSTER_N) - 1));
+                cf_tma_load_2d_mc(sa + cta.cl_rank * (CF_A_BOX_ROWS * 128), &args.tma_a, fb, kb * CF_BK,
+                                  m0 + cta.cl_rank * CF_A_BOX_ROWS, (unsigned short)((1u << CF_CLUSTER_N) - 1));
 #else
                 cf_tma_load_2d(sa, &args.tma_a, fb, kb * CF_BK, m0);
 #endif
@@ -1332,17 +1312,17 @@ __device__ __forceinline__ void cf_producer(const cf_gemm_args &args, const cf_c
             /* the tile's [M, N] epilogue inputs, into the next stage(s) (cf_tin_*) */
 #pragma unroll 1
             for (int e = 0; e < CF_TIN_STAGES; ++e) {
-                cf_mbar_wait(bar_empty + 8 * stage, phase ^ 1);
-                const unsigned fb = bar_full + 8 * stage;
+                cf_mbar_wait(cta.bar_empty + 8 * stage, phase ^ 1);
+                const unsigned fb = cta.bar_full + 8 * stage;
                 const int j0 = e * CF_TIN_PER_STAGE, j1 = cf_imin(j0 + CF_TIN_PER_STAGE, CF_TIN_CHUNKS);
                 int loads = 0;   /* chunks wholly right of N are not loaded: no column there is read */
                 for (int j = j0; j < j1; ++j)
-                    loads += n0 + 64 * (j % (CF_BN / 64)) < N;
+                    loads += n0 + 64 * (j % (CF_BN / 64)) < cta.N;
                 cf_mbar_expect_tx(fb, loads * CF_TIN_CHUNK_BYTES);
                 for (int j = j0; j < j1; ++j) {
                     const int col = n0 + 64 * (j % (CF_BN / 64));
-                    if (col < N)
-                        cf_tma_load_2d(base + stage * CF_STAGE_BYTES + (j - j0) * CF_TIN_CHUNK_BYTES,
+                    if (col < cta.N)
+                        cf_tma_load_2d(cta.base + stage * CF_STAGE_BYTES + (j - j0) * CF_TIN_CHUNK_BYTES,
                                        &args.tma_in[j / (CF_BN / 64)], fb, col, m0);
                 }
                 if (++stage == CF_STAGES) { stage = 0; phase ^= 1; }
@@ -1359,30 +1339,20 @@ __device__ __forceinline__ void cf_producer(const cf_gemm_args &args, const cf_c
      * (pingpong: WG0, WG1, WG0, ...), as if it were the warpgroup that parked it: same thread
      * to fragment mapping, that warpgroup's staging buffer, its own named barrier. */
     __device__ __forceinline__ void cf_finisher(const cf_gemm_args &args, const cf_cta &cta, int tid) {
-    const unsigned base = cta.base, stg0 = cta.stg0, bar_full = cta.bar_full, bar_empty = cta.bar_empty;
-    const unsigned bar_fin = cta.bar_fin, bar_pair = cta.bar_pair;
-    const int M = cta.M, N = cta.N, tiles_m = cta.tiles_m, groups_n = cta.groups_n, nkb = cta.nkb;
-    const int nclusters = cta.nclusters, cid = cta.cid, my_n = cta.my_n, rank = cta.rank;
-#if CF_CLUSTER_N > 1
-    const int cl_rank = cta.cl_rank;
-    (void)cl_rank;
-#endif
-    (void)base, (void)stg0, (void)bar_full, (void)bar_empty, (void)bar_fin, (void)bar_pair, (void)M, (void)N;
-    (void)tiles_m, (void)groups_n, (void)nkb, (void)nclusters, (void)cid, (void)my_n, (void)rank;
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(CF_REG_FINISHER));
-    cf_tile t = cf_wg_tile(args, M, N, tid, rank, CF_BAR_FIN);
+    cf_tile t = cf_wg_tile(args, cta.M, cta.N, tid, cta.rank, CF_BAR_FIN);
 #if CF_XCHG_L2
     t.epoch = cf_launch_epoch();
 #endif
 #pragma unroll 1
-    for (int i = 0; i < my_n; ++i) {
+    for (int i = 0; i < cta.my_n; ++i) {
         const int w = i & 1;
         int tm, tn;
-        cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
+        cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
         t.wg = w; t.tile_m = tm; t.tile_n = tn;
         t.m0 = tm * CF_TILE_M; t.n0 = tn * CF_BN;
-        t.stg = stg0 + w * CF_STG_BYTES;
-        t.fin_bar = bar_fin + 16 * w;
+        t.stg = cta.stg0 + w * CF_STG_BYTES;
+        t.fin_bar = cta.bar_fin + 16 * w;
         CF_TR(w, i >> 1, CF_TRE_FIN_WAIT, t.tid);
         cf_mbar_wait(t.fin_bar, (unsigned)(i >> 1) & 1u);   /* that warpgroup's (i / 2)-th park */
         CF_TR(w, i >> 1, CF_TRE_FIN_WORK, t.tid);
@@ -1525,16 +1495,6 @@ __device__ __forceinline__ void cf_mainloop(const cf_cta &cta, const cf_tile &t,
 }
 
 __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_cta &cta, int tid, int wg) {
-    const unsigned base = cta.base, stg0 = cta.stg0, bar_full = cta.bar_full, bar_empty = cta.bar_empty;
-    const unsigned bar_fin = cta.bar_fin, bar_pair = cta.bar_pair;
-    const int M = cta.M, N = cta.N, tiles_m = cta.tiles_m, groups_n = cta.groups_n, nkb = cta.nkb;
-    const int nclusters = cta.nclusters, cid = cta.cid, my_n = cta.my_n, rank = cta.rank;
-#if CF_CLUSTER_N > 1
-    const int cl_rank = cta.cl_rank;
-    (void)cl_rank;
-#endif
-    (void)base, (void)stg0, (void)bar_full, (void)bar_empty, (void)bar_fin, (void)bar_pair, (void)M, (void)N;
-    (void)tiles_m, (void)groups_n, (void)nkb, (void)nclusters, (void)cid, (void)my_n, (void)rank;
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CF_REG_CONSUMER));
     const int w = wg - 1;
     float acc[CF_ACC_REGS];
@@ -1544,14 +1504,14 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
     float (&acc2)[CF_ACC_REGS] = acc;   /* one accumulator: the mainloop's second is never touched */
 #endif
     cf_pre pre;
-    cf_tile t = cf_wg_tile(args, M, N, tid, rank, CF_BAR_EPI0 + w);
+    cf_tile t = cf_wg_tile(args, cta.M, cta.N, tid, cta.rank, CF_BAR_EPI0 + w);
     t.wg = w;
-    t.stg = stg0 + w * CF_STG_BYTES;
-    t.fin_bar = bar_fin + 16 * w;
-    t.pair_bar = bar_pair;
-    t.ring = base;
-    t.ring_full = bar_full;
-    t.ring_empty = bar_empty;
+    t.stg = cta.stg0 + w * CF_STG_BYTES;
+    t.fin_bar = cta.bar_fin + 16 * w;
+    t.pair_bar = cta.bar_pair;
+    t.ring = cta.base;
+    t.ring_full = cta.bar_full;
+    t.ring_empty = cta.bar_empty;
 #if CF_PINGPONG
     const int istart = w, istep = 2;
     const unsigned a_off = 0;
@@ -1573,11 +1533,11 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
 #endif
 #endif
 #pragma unroll 1
-    for (int i = istart; i < my_n; i += istep) {
+    for (int i = istart; i < cta.my_n; i += istep) {
         int tm, tn;
-        cf_sched_tile(i, cid, nclusters, tiles_m, groups_n, rank, tm, tn);
-        const int pos = i * (nkb + CF_TIN_STAGES);   /* ring stages per tile: k-blocks, then inputs */
-        t.tin_pos = pos + nkb;
+        cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
+        const int pos = i * (cta.nkb + CF_TIN_STAGES);   /* ring stages per tile: k-blocks, then inputs */
+        t.tin_pos = pos + cta.nkb;
         {   /* this tile's vectors for the epilogue, loaded while its mainloop runs */
             cf_tile next = t;
             next.m0 = tm * CF_TILE_M + (CF_PINGPONG ? 0 : w * CF_BM);
@@ -1596,7 +1556,7 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
         /* A warpgroup's last tile is not parked: it finishes from registers after the loop,
          * so the tail has no park and unpark (LN 1.4 %, softmax 0.6 % faster at
          * K = 512; LN+softmax spills 44 bytes more with it and ran 0.9 % slower). */
-        t.kept = CF_KEEP_LAST && i + istep >= my_n;
+        t.kept = CF_KEEP_LAST && i + istep >= cta.my_n;
 #endif
 #if CF_LATE_FINISH && CF_FINISHER && !CF_MID
         cf_epilogue(args, t, acc, pre, late, cf_no_op{});   /* parks the tile for the finisher */
@@ -1654,7 +1614,7 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
     if (t.lane == 0) cf_bulk_wait_read<0>();
 #ifdef CF_TRACE
     cf_trace_at(w, CF_TRACE_TILES, CF_TRS_END, t.tid, clock64());
-    cf_trace_at(w, CF_TRACE_TILES, CF_TRS_TILES, t.tid, (my_n - w + 1) / 2);
+    cf_trace_at(w, CF_TRACE_TILES, CF_TRS_TILES, t.tid, (cta.my_n - w + 1) / 2);
     for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(w, CF_TRACE_TILES, CF_TRS_CAT0 + c, t.tid, cf_tr_cat[w][c]);
 #endif
 }
