@@ -83,6 +83,15 @@ static const struct {
      "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(fmaf(a, c * 1.44269504f, -(b * 1.44269504f))));\n"
      "    return y;\n"
      "}"},
+    {"op_recip",
+     "/* 1 / x within 1 ulp, subnormals and inf/NaN as IEEE; an IEEE division calls a slow path,\n"
+     " * and ptxas spilled the registers live across those calls. */\n"
+     "static __device__ __forceinline__ float op_recip(float x)\n"
+     "{\n"
+     "    float d;\n"
+     "    asm(\"rcp.approx.f32 %0, %1;\" : \"=f\"(d) : \"f\"(x));\n"
+     "    return d;\n"
+     "}"},
     {"op_relu", "static __device__ __forceinline__ float op_relu(float x) { return x < 0.0f ? 0.0f : x; }"},
     {"op_gelu_tanh",
      "static __device__ __forceinline__ float op_gelu_tanh(float x)\n"
@@ -122,17 +131,12 @@ static const struct {
      "    const float h = 0.5f * x;\n"
      "    return fmaf(h, copysignf(erf_t, s), h);\n"
      "}"},
-    {"op_silu", "static __device__ __forceinline__ float op_silu(float x) { return x / (1.0f + op_exp(-x)); }"},
-    {"op_sigmoid", "static __device__ __forceinline__ float op_sigmoid(float x) { return 1.0f / (1.0f + op_exp(-x)); }"},
-    {"op_recip",
-     "/* 1 / x within 1 ulp, subnormals and inf/NaN as IEEE; an IEEE division calls a slow path,\n"
-     " * and ptxas spilled the registers live across those calls. */\n"
-     "static __device__ __forceinline__ float op_recip(float x)\n"
-     "{\n"
-     "    float d;\n"
-     "    asm(\"rcp.approx.f32 %0, %1;\" : \"=f\"(d) : \"f\"(x));\n"
-     "    return d;\n"
-     "}"},
+    {"op_silu",
+     "/* x sigmoid(x) with rcp.approx (1 ulp): an IEEE division calls a slow path whose branch keeps\n"
+     " * ptxas from interleaving the epilogue's elements. */\n"
+     "static __device__ __forceinline__ float op_silu(float x) { return x * op_recip(1.0f + op_exp(-x)); }"},
+    {"op_sigmoid",
+     "static __device__ __forceinline__ float op_sigmoid(float x) { return op_recip(1.0f + op_exp(-x)); }"},
     {"op_max",
      "/* max.NaN: one instruction, NaN if either operand is NaN (torch semantics). */\n"
      "static __device__ __forceinline__ float op_max(float a, float b)\n"
