@@ -468,10 +468,11 @@ static void emit_compute(cg_ctx *c, const cf_ir_node *n)
         return;
     }
     const char *tmpl = op_expr(n->op);
-    /* Dividing a tile by a per-row (or per-column, or scalar) value: multiply
-     * by its reciprocal, which the unrolled loop computes once per row — one
-     * FMUL per element instead of an IEEE divide (within 2 ulp; op_recip). */
-    if (n->op == CF_OP_DIV && n->args[1]->shape != n->shape)
+    /* A division multiplies by the reciprocal (within 2 ulp; op_recip): by a per-row (or
+     * per-column, or scalar) value the unrolled loop computes it once per row, one FMUL an
+     * element; by a tile, an IEEE divide's slow-path branch would keep ptxas from
+     * interleaving the loop's elements. */
+    if (n->op == CF_OP_DIV)
         tmpl = "(%1 * op_recip(%2))";
     const cf_ir_node *d = exp_sub_of(n);   /* emit_nodes leaves out d's line if nothing else reads it */
     double k = 0;
