@@ -335,8 +335,9 @@ cf_options cf_options_for(const cf_graph *g, int64_t m, int64_t n, int64_t k)
 {
     cf_ir *ir = NULL;
     cf_error err;
-    /* a graph Φ rejects still gets the GEMM's shape (the unfused path ignores it) */
-    if (g && has_reductions(g) && cf_lower(g, &ir, &err) != CF_OK)
+    /* the plan reads the IR (reductions, a dual GEMM's two accumulators); a graph Φ rejects
+     * still gets the GEMM's shape (the unfused path ignores it) */
+    if (g && cf_lower(g, &ir, &err) != CF_OK)
         ir = NULL;
     cf_options o = public_of(defaults_of(g, ir, m, n, k, CF_SMEM_OPTIN), m > 0 ? m : 0, n > 0 ? n : 0, k > 0 ? k : 0);
     cf_ir_free(ir);

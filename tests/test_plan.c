@@ -238,6 +238,9 @@ static void test_cli_and_api_agree(void)
         {"examples/gemm_bias_ln.cf", 8192, 4096, 4096},  {"examples/gemm_softmax.cf", 16384, 512, 1024},
         {"examples/gemm_rmsnorm.cf", 16384, 2048, 1024}, {"examples/gemm.cf", 8192, 4096, 4096},
         {"examples/gemm_ln_softmax.cf", 4096, 2048, 512}, {"examples/gemm_bias_gelu.cf", 2048, 5120, 1024},
+        /* a dual GEMM (two accumulators: its own tile) and plans the cost model chose */
+        {"examples/swiglu.cf", 2048, 11008, 4096},       {"examples/gemm_rmsnorm.cf", 64, 4096, 4096},
+        {"examples/gemm_softmax.cf", 8192, 8192, 128},
     };
     static char out[1 << 18];
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
