@@ -101,15 +101,7 @@ static const char bench_usage[] =
 /* The kernel the plan makes of o's request at o's shape. */
 static cf_status build_planned(const cli_opts *o, const cf_graph *g, cf_kernel **k, cf_error *err)
 {
-    int64_t mnk[3] = {0, 0, 0};
-    cf_ir *ir = NULL;
-    if (o->have_shape && cf_lower(g, &ir, err) == CF_OK) {
-        const cf_dim d[3] = {ir->dim_m, ir->dim_n, ir->dim_k};
-        for (int i = 0; i < 3; i++)
-            mnk[i] = d[i] >= 0 ? o->dims[d[i]] : 0;
-    }
-    cf_ir_free(ir);
-    return cf_kernel_build_req(g, &o->kopt, mnk[0], mnk[1], mnk[2], o->spec, k, err);
+    return cf_kernel_build_dims(g, &o->kopt, o->have_shape ? o->dims : NULL, o->spec, k, err);
 }
 
 cf_status cli_build_kernel(const cli_opts *o, const cf_graph *g, bool compile, cf_kernel **k, cf_error *err)
@@ -223,26 +215,22 @@ void cli_note_kernel(const cli_opts *o, const cf_kernel *k)
                         "wgmma waits for the previous one\n");
 }
 
-/* The resources of the kernel Ψ makes for the spec (NVRTC; no GPU). */
-static void print_resources(const cli_opts *o, const cf_graph *g)
+/* The plan of k (a single-GEMM kernel) and its resources (NVRTC; no GPU). */
+static void print_kernel(const cli_opts *o, cf_kernel *k)
 {
-    cf_kernel *k = NULL;
     cf_error err;
     cf_resources r;
-    cf_status st = build_planned(o, g, &k, &err);
-    if (st == CF_OK) {
-        cf_strbuf sb = {0};
-        const cf_plan *p = cf_kernel_plan(k);
-        cf_plan_format(p, &sb);
-        fputs(sb.data ? sb.data : "", stdout);
-        cf_sb_free(&sb);
-        cf_plan best;
-        if (p->m && cf_plan_model_choice(cf_kernel_ir(k), p->m, p->n, p->k, NULL, &best, &err) == CF_OK)
-            printf("model's choice (not taken): tile %dx%d, row group %d CTAs%s: predicted %.1f us\n", best.bm,
-                   best.bn, best.row_ctas, best.pair_tiles ? " of two tiles" : "", best.predicted_us);
-        fflush(stdout);
-        st = cf_kernel_compile(k, &err);
-    }
+    cf_strbuf sb = {0};
+    const cf_plan *p = cf_kernel_plan(k);
+    cf_plan_format(p, &sb);
+    fputs(sb.data ? sb.data : "", stdout);
+    cf_sb_free(&sb);
+    cf_plan best;
+    if (p->m && cf_plan_model_choice(cf_kernel_ir(k), p->m, p->n, p->k, NULL, &best, &err) == CF_OK)
+        printf("model's choice (not taken): tile %dx%d, row group %d CTAs%s: predicted %.1f us\n", best.bm,
+               best.bn, best.row_ctas, best.pair_tiles ? " of two tiles" : "", best.predicted_us);
+    fflush(stdout);
+    cf_status st = cf_kernel_compile(k, &err);
     if (st == CF_OK)
         st = cf_kernel_resources(k, &r, &err);
     if (st == CF_OK)
@@ -262,6 +250,32 @@ static void print_resources(const cli_opts *o, const cf_graph *g)
             printf("  GELU of %d output%s computed by its store in packed 16-bit math (bf16: rel. error "
                    "~2.8e-3, f32 GELU ~1.7e-3)\n", r.gelu_at_store, r.gelu_at_store > 1 ? "s" : "");
     }
+}
+
+/* A B2B kernel: what it is, then each of its two kernels' plan and resources. */
+static void print_b2b(const cli_opts *o, const cf_kernel *k)
+{
+    cf_strbuf sb = {0};
+    cf_b2b_describe(cf_kernel_b2b(k), &sb);
+    fputs(sb.data ? sb.data : "", stdout);
+    cf_sb_free(&sb);
+    for (int i = 0; i < 2; i++) {
+        printf("---- B2B kernel %d of 2 ----\n", i + 1);
+        print_kernel(o, cf_b2b_part(cf_kernel_b2b(k), i));
+    }
+}
+
+/* The plan and resources of the kernel(s) Ψ makes for the spec (NVRTC; no GPU). */
+static void print_resources(const cli_opts *o, const cf_graph *g)
+{
+    cf_kernel *k = NULL;
+    cf_error err;
+    if (build_planned(o, g, &k, &err) != CF_OK)
+        printf("fused kernel: none (%s)\n", err.msg);
+    else if (cf_kernel_b2b(k))
+        print_b2b(o, k);
+    else
+        print_kernel(o, k);
     cf_kernel_free(k);
 }
 

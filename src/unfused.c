@@ -764,6 +764,50 @@ cf_status cf_unfused_launch(cf_unfused *u, const cf_launch_args *a, cf_error *er
     return st;
 }
 
+/* ---- a piece as a fused kernel (b2b.c) ----------------------------------------------------- */
+
+const cf_graph *cf_unfused_piece_graph(const cf_unfused *u, int i)
+{
+    return u && i >= 0 && i < u->n_pieces ? u->piece[i].graph : NULL;
+}
+
+const char *cf_unfused_piece_output_role(const cf_unfused *u, int i, int o)
+{
+    const uf_bind_kind k = u->piece[i].out[o].kind;
+    return k == UF_OUTPUT ? "output" : k == UF_OPERAND ? "operand" : "row value";
+}
+
+cf_value cf_unfused_piece_reads_gemm(const cf_unfused *u, int i)
+{
+    const uf_piece *p = &u->piece[i];
+    for (int k = 0; k < p->graph->n_inputs; k++)
+        if (p->in[k].kind == UF_GEMM_OUT)
+            return u->gemm[p->in[k].index].node;
+    return -1;
+}
+
+cf_status cf_unfused_piece_args(cf_unfused *u, int i, const cf_launch_args *a, cf_launch_args *pa, cf_error *err)
+{
+    CF_ASSERT(i >= 0 && i < u->n_pieces && cf_unfused_piece_reads_gemm(u, i) < 0);
+    cf_status st = CF_OK;
+    for (int j = 0; j < u->n_gemms && st == CF_OK; j++) {
+        const cf_unfused_gemm *m = &u->gemm[j];
+        if (m->a_input < 0)   /* a computed left operand, written by an earlier piece */
+            st = ensure(&u->operand[j], &u->operand_bytes[j],
+                        (size_t)a->dims[m->dim_m] * (size_t)a->dims[m->dim_k] * cf_dtype_size(m->dtype), err);
+    }
+    for (int r = 0; r < u->n_rows && st == CF_OK; r++)
+        st = ensure(&u->row_buf[r], &u->row_bytes[r],
+                    (size_t)a->dims[u->g->nodes[u->row_node[r]].dims[0]] * sizeof(float), err);
+    if (st != CF_OK)
+        return st;
+    const uf_where w = where_of(u, a);
+    bind_piece(u, i, &w);
+    *pa = (cf_launch_args){.dims = a->dims, .inputs = u->pin, .params = u->pparams, .outputs = u->pout,
+                           .stream = a->stream};
+    return CF_OK;
+}
+
 /* ---- the host model ---------------------------------------------------------------- */
 
 static double host_load(const void *p, cf_dtype t, size_t i)
