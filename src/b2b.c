@@ -39,13 +39,22 @@ void cf_b2b_free(cf_b2b *b)
     free(b);
 }
 
+/* Whether the cut is B2B's: two GEMMs, the second's left operand computed after the first. */
+static bool is_b2b_cut(const cf_unfused *u)
+{
+    return cf_unfused_num_gemms(u) == 2 && cf_unfused_gemm_at(u, 0)->a_input >= 0 &&
+           cf_unfused_gemm_at(u, 1)->a_input < 0;
+}
+
 /* The cut must be the B2B one: piece i right after GEMM i, reading no GEMM's f32 output. */
 static cf_status check_cut(const cf_b2b *b, cf_error *err)
 {
     const cf_unfused *u = b->u;
     char b1[96], b2[96];
-    if (cf_unfused_num_gemms(u) != 2 || cf_unfused_num_pieces(u) != 2 || cf_unfused_piece_gemm(u, 0) != 0 ||
-        cf_unfused_piece_gemm(u, 1) != 1)
+    if (!is_b2b_cut(u))
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0}, "not a B2B graph (GEMMs: %d; the second's left "
+                         "operand must be computed from the first's output)", cf_unfused_num_gemms(u));
+    if (cf_unfused_num_pieces(u) != 2 || cf_unfused_piece_gemm(u, 0) != 0 || cf_unfused_piece_gemm(u, 1) != 1)
         return cf_errorf(err, CF_ERR_INTERNAL, (cf_loc){0}, "B2B split: the cut at the GEMMs is not two pieces "
                          "(%d GEMMs, %d pieces)", cf_unfused_num_gemms(u), cf_unfused_num_pieces(u));
     for (int i = 0; i < 2; i++) {
@@ -60,15 +69,23 @@ static cf_status check_cut(const cf_b2b *b, cf_error *err)
     return CF_OK;
 }
 
-/* Part i's kernel, planned at its own GEMM's size (dims NULL: unknown). */
+bool cf_b2b_shaped(const cf_graph *g)
+{
+    cf_unfused *u = NULL;
+    const bool yes = cf_unfused_plan(g, &u, NULL) == CF_OK && is_b2b_cut(u);
+    cf_unfused_free(u);
+    return yes;
+}
+
+/* Part i's kernel, planned at its own GEMM's size (0: unknown). */
 static cf_status build_part(cf_b2b *b, int i, const cf_plan_request *req, const int64_t *dims, const char *title,
                             cf_error *err)
 {
     const cf_ir *pir = cf_unfused_piece_ir(b->u, i);
     int64_t mnk[3] = {0, 0, 0};
     const cf_dim d[3] = {pir->dim_m, pir->dim_n, pir->dim_k};
-    for (int j = 0; j < 3 && dims; j++)
-        mnk[j] = d[j] >= 0 ? dims[d[j]] : 0;
+    for (int j = 0; j < 3; j++)
+        mnk[j] = d[j] >= 0 && dims[d[j]] > 0 ? dims[d[j]] : 0;
     char t[512], b1[96];
     snprintf(t, sizeof t, "%s, B2B kernel %d of 2: GEMM '%s' and its epilogue%s", title ? title : "<graph>", i + 1,
              cf_graph_node_name(b->g, cf_unfused_gemm_at(b->u, i)->node, b1, sizeof b1),
@@ -83,10 +100,11 @@ static cf_status build_part(cf_b2b *b, int i, const cf_plan_request *req, const 
     return st;
 }
 
-cf_status cf_b2b_build(const cf_graph *g, const cf_plan_request *req, const int64_t *dims, const char *title,
-                       cf_b2b **out, cf_error *err)
+cf_status cf_b2b_build(const cf_graph *g, const cf_plan_request *req, const int64_t *dims, const int64_t *mnk,
+                       const char *title, cf_b2b **out, cf_error *err)
 {
     *out = NULL;
+    int64_t at[CF_MAX_DIMS] = {0};
     cf_b2b *b = calloc(1, sizeof *b);
     if (!b)
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
@@ -94,8 +112,12 @@ cf_status cf_b2b_build(const cf_graph *g, const cf_plan_request *req, const int6
     cf_status st = cf_unfused_plan(g, &b->u, err);
     if (st == CF_OK)
         st = check_cut(b, err);
+    if (st == CF_OK && !dims) {   /* the first GEMM's sizes, where known */
+        const cf_unfused_gemm *m = cf_unfused_gemm_at(b->u, 0);
+        at[m->dim_m] = mnk ? mnk[0] : 0, at[m->dim_n] = mnk ? mnk[1] : 0, at[m->dim_k] = mnk ? mnk[2] : 0;
+    }
     for (int i = 0; i < 2 && st == CF_OK; i++)
-        st = build_part(b, i, req, dims, title, err);
+        st = build_part(b, i, req, dims ? dims : at, title, err);
     for (int i = 0; i < 2 && st == CF_OK; i++)
         cf_sb_printf(&b->src, "%s// ---- B2B kernel %d of 2 ----\n%s", i ? "\n" : "", i + 1,
                      cf_kernel_source(b->part[i]));

@@ -856,11 +856,15 @@ cf_status cf_unfused_run_host(cf_unfused *u, const cf_bindings *b, double *const
  * [M, N1] in W2's dtype (and the per-row values of F the second epilogue reads, f32 [M]) into
  * buffers the object owns; launch 2 runs S*W2 and the second epilogue.  kernel.c wraps it: a
  * cf_kernel of a B2B graph is one of these (cf_b2b is declared in kernel.c's section). */
+/* Whether unfused.c cuts g into a B2B's two pieces (Φ may still decline g as one B2B IR: a
+ * second epilogue that reads per-row values of the first, which the split stores). */
+bool cf_b2b_shaped(const cf_graph *g);
 /* Builds both kernels' sources (no NVRTC), each planned from req at its own GEMM's size read
- * from dims (indexed by cf_dim; NULL: unknown).  CF_ERR_UNSUPPORTED naming the reason when the
- * split does not apply (the unfused path may still run g).  g must outlive the object. */
-cf_status cf_b2b_build(const cf_graph *g, const cf_plan_request *req, const int64_t *dims, const char *title,
-                       cf_b2b **out, cf_error *err);
+ * from dims (indexed by cf_dim), or when dims is NULL from mnk, the first GEMM's M, N, K (NULL
+ * or 0: unknown).  CF_ERR_UNSUPPORTED naming the reason when the split does not apply (the
+ * unfused path may still run g).  g must outlive the object. */
+cf_status cf_b2b_build(const cf_graph *g, const cf_plan_request *req, const int64_t *dims, const int64_t *mnk,
+                       const char *title, cf_b2b **out, cf_error *err);
 void cf_b2b_free(cf_b2b *b);
 /* Kernel i (0: X*W1 and F, 1: S*W2 and the second epilogue); its graph is a piece's. */
 cf_kernel *cf_b2b_part(const cf_b2b *b, int i);

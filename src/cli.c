@@ -260,7 +260,10 @@ static void print_b2b(const cli_opts *o, const cf_kernel *k)
     fputs(sb.data ? sb.data : "", stdout);
     cf_sb_free(&sb);
     for (int i = 0; i < 2; i++) {
+        const cf_kernel *p = cf_b2b_part(cf_kernel_b2b(k), i);
         printf("---- B2B kernel %d of 2 ----\n", i + 1);
+        if (!cf_kernel_ir(k))   /* no B2B IR was printed: each kernel's own */
+            cf_ir_print(cf_kernel_ir(p), stdout);
         print_kernel(o, cf_b2b_part(cf_kernel_b2b(k), i));
     }
 }
@@ -288,7 +291,11 @@ static int cmd_explain(int argc, char **argv)
     if (rc == 0) {
         cf_error err;
         cf_status st = cf_lower(g, &ir, &err);
-        if (st != CF_OK) {
+        if (st == CF_ERR_UNSUPPORTED && cf_b2b_shaped(g)) {   /* b2b.c may still run it as two kernels */
+            printf("Fusion Spec IR: none for the whole B2B graph (%s)\n", err.msg);
+            fflush(stdout);
+            print_resources(&o, g);
+        } else if (st != CF_OK) {
             fprintf(stderr, "comfuse: %s\n", err.msg);
             rc = cli_exit_code(st);
         } else {
@@ -301,6 +308,42 @@ static int cmd_explain(int argc, char **argv)
     cli_opts_free(&o);
     cf_graph_free(g);
     return rc < 0 ? 0 : rc;
+}
+
+/* `compile`: what was compiled and each kernel's resources (a B2B graph's: both kernels'). */
+static void print_compiled(const cli_opts *o, const cf_kernel *k)
+{
+    const cf_b2b *b2b = cf_kernel_b2b(k);
+    if (b2b) {
+        cf_strbuf sb = {0};
+        cf_b2b_describe(b2b, &sb);
+        printf("compiled %s for sm_90a: %s", o->spec, sb.data ? sb.data : "\n");
+        cf_sb_free(&sb);
+    }
+    for (int i = 0; i < (b2b ? 2 : 1); i++) {
+        const cf_kernel *p = b2b ? cf_b2b_part(b2b, i) : k;
+        cf_resources r;
+        cf_error err;
+        cf_kernel_resources(p, &r, &err);
+        if (b2b)
+            printf("B2B kernel %d of 2: %s in %.0f ms\n", i + 1, r.cache_hit ? "cache hit" : "NVRTC", r.compile_ms);
+        else
+            printf("compiled %s for sm_90a: %s in %.0f ms\n", o->spec, r.cache_hit ? "cache hit" : "NVRTC",
+                   r.compile_ms);
+        char lay[256];
+        printf("  tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n", r.block_m, r.block_n, r.stages,
+               cli_layout_text(&r, lay, sizeof lay), r.threads);
+        printf("  registers %d/thread, spills %d bytes, stack frame %d bytes, dynamic shared memory %d bytes\n",
+               r.registers, r.spill_bytes, r.stack_bytes, r.smem_bytes);
+        if (r.cache_path[0])
+            printf("  cubin: %s\n", r.cache_path);
+        else
+            printf("  cubin: (not cached: %s)\n", r.cache_note[0] ? r.cache_note : "no reason recorded");
+        const cf_ir *ir = cf_kernel_ir(p);
+        if (o->have_shape && ir->dim_n >= 0 && cf_kernel_wide(p, o->dims[ir->dim_n]))
+            printf("  rows of N=%lld are wider than the row group: launches run the wide-row path (this GEMM to "
+                   "f32, then the row kernel), both compiled\n", (long long)o->dims[ir->dim_n]);
+    }
 }
 
 /* emit / compile / run / bench once the options are parsed; returns the exit code. */
@@ -323,24 +366,7 @@ static int kernel_verb(const char *verb, const char *help, const cli_opts *o, co
     } else if (strcmp(verb, "emit") == 0) {
         fputs(cf_kernel_source(k), stdout);
     } else if (strcmp(verb, "compile") == 0) {
-        cf_resources r;
-        cf_error err;
-        cf_kernel_resources(k, &r, &err);
-        printf("compiled %s for sm_90a: %s in %.0f ms\n", o->spec, r.cache_hit ? "cache hit" : "NVRTC",
-               r.compile_ms);
-        char lay[256];
-        printf("  tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n", r.block_m, r.block_n, r.stages,
-               cli_layout_text(&r, lay, sizeof lay), r.threads);
-        printf("  registers %d/thread, spills %d bytes, stack frame %d bytes, dynamic shared memory %d bytes\n",
-               r.registers, r.spill_bytes, r.stack_bytes, r.smem_bytes);
-        if (r.cache_path[0])
-            printf("  cubin: %s\n", r.cache_path);
-        else
-            printf("  cubin: (not cached: %s)\n", r.cache_note[0] ? r.cache_note : "no reason recorded");
-        const cf_ir *ir = cf_kernel_ir(k);
-        if (o->have_shape && ir->dim_n >= 0 && cf_kernel_wide(k, o->dims[ir->dim_n]))
-            printf("  rows of N=%lld are wider than the row group: launches run the wide-row path (this GEMM to "
-                   "f32, then the row kernel), both compiled\n", (long long)o->dims[ir->dim_n]);
+        print_compiled(o, k);
         if (want_ptx)
             fputs(cf_kernel_ptx(k), stdout);
     }

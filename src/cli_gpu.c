@@ -377,11 +377,15 @@ static void hint_unfused(const cf_graph *g)
     cf_unfused_free(u);
 }
 
-/* Lowers g for the CLI; prints the error. */
+/* Lowers g for the CLI; prints the error.  CF_OK with *ir NULL where Φ declines a B2B graph the
+ * split into two fused kernels may still run (b2b.c: a second epilogue reading per-row values of
+ * the first); building the kernel says whether it does. */
 static cf_status lower_for_cli(const cf_graph *g, const char *verb, cf_ir **ir)
 {
     cf_error err;
     cf_status st = cf_lower(g, ir, &err);
+    if (st == CF_ERR_UNSUPPORTED && cf_b2b_shaped(g))
+        return CF_OK;
     if (st != CF_OK) {
         fprintf(stderr, "comfuse %s: %s\n", verb, err.msg);
         if (st == CF_ERR_UNSUPPORTED)
@@ -412,8 +416,9 @@ static cf_status build_for_run(const cf_graph *g, const cli_opts *o, cf_ir **ir,
     }
     if ((st = lower_for_cli(g, "run", ir)) != CF_OK)
         return st;
-    *dim_m = (*ir)->dim_m;
     st = build_fused(g, o, k, &err);
+    if (st == CF_OK)   /* a B2B kernel's rows are its first kernel's (the dims are numbered alike) */
+        *dim_m = cf_kernel_b2b(*k) ? cf_kernel_ir(cf_b2b_part(cf_kernel_b2b(*k), 0))->dim_m : (*ir)->dim_m;
     if (st == CF_ERR_UNSUPPORTED) {
         fprintf(stderr, "comfuse run: the fused kernel is not available: %s\n", err.msg);
         hint_unfused(g);
@@ -512,6 +517,8 @@ static cf_status cublas_setup(cf_time_cublas **out, const cf_unfused *u, const c
         st = cf_time_cublas_add(c, m->dtype, s->dims[m->dim_m], s->dims[m->dim_n], s->dims[m->dim_k],
                                 m->a_input >= 0 ? s->d_in[m->a_input] : 0, s->d_in[m->b_input], m->b_is_nk, err);
     }
+    if (!u && !ir)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0}, "no cuBLAS baseline: neither an IR nor an unfused plan");
     if (!u) {
         const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
         st = cf_time_cublas_add(c, A->dtype, s->dims[ir->dim_m], s->dims[ir->dim_n], s->dims[ir->dim_k],
@@ -747,7 +754,7 @@ static cf_status build_for_bench(const cf_graph *g, const cli_opts *o, cf_ir **i
 {
     cf_error err;
     cf_status st = cf_lower(g, ir, &err);
-    if (st == CF_OK)
+    if (st == CF_OK || (st == CF_ERR_UNSUPPORTED && cf_b2b_shaped(g)))   /* see lower_for_cli */
         st = build_fused(g, o, k, &err);
     if (st == CF_ERR_UNSUPPORTED) {
         set_why(no_fused, &err);

@@ -112,17 +112,27 @@ void cf_kernel_free(cf_kernel *k)
 static cf_status build_b2b(cf_kernel *k, const cf_plan_request *req, int64_t M, int64_t N, int64_t K,
                            const int64_t *dims, const char *title, cf_error *err)
 {
-    int64_t at[CF_MAX_DIMS] = {0};
-    if (!dims) {
-        const cf_dim d[3] = {k->ir->dim_m, k->ir->dim_n, k->ir->dim_k};
-        const int64_t v[3] = {M, N, K};
-        for (int i = 0; i < 3; i++)
-            if (d[i] >= 0)
-                at[d[i]] = v[i] > 0 ? v[i] : 0;
-    }
-    cf_status st = cf_b2b_build(k->graph, req, dims ? dims : at, title, &k->b2b, err);
+    const int64_t mnk[3] = {M, N, K};
+    cf_status st = cf_b2b_build(k->graph, req, dims, mnk, title, &k->b2b, err);
     if (st == CF_OK)
         k->plan = *cf_kernel_plan(cf_b2b_part(k->b2b, 0));
+    return st;
+}
+
+/* Φ declined g (err says why).  A B2B graph whose second epilogue reads per-row values of the
+ * first has no single B2B IR, but the split runs it (the first kernel stores those values); the
+ * split's own reason, if it declines too, follows Φ's. */
+static cf_status build_b2b_unlowered(cf_kernel *k, const cf_plan_request *req, int64_t M, int64_t N, int64_t K,
+                                     const int64_t *dims, const char *title, cf_error *err)
+{
+    cf_error phi = err ? *err : (cf_error){0}, e2;
+    if (!cf_b2b_shaped(k->graph))
+        return CF_ERR_UNSUPPORTED;
+    cf_status st = build_b2b(k, req, M, N, K, dims, title, &e2);
+    if (st == CF_ERR_UNSUPPORTED)
+        cf_errorf(err, st, (cf_loc){0}, "%s\n  and not as two fused kernels either: %s", phi.msg, e2.msg);
+    else if (st != CF_OK && err)
+        *err = e2;
     return st;
 }
 
@@ -140,8 +150,10 @@ static cf_status build_kernel(const cf_graph *g, const cf_plan_request *req, int
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     k->graph = g;
     cf_status st = cf_lower(g, &k->ir, err);
-    if (st == CF_OK && k->ir->n_gemms == 2) {
-        if ((st = build_b2b(k, req, M, N, K, dims, title, err)) != CF_OK)
+    if ((st == CF_OK && k->ir->n_gemms == 2) || st == CF_ERR_UNSUPPORTED) {
+        st = st == CF_OK ? build_b2b(k, req, M, N, K, dims, title, err)
+                         : build_b2b_unlowered(k, req, M, N, K, dims, title, err);
+        if (st != CF_OK)
             cf_kernel_free(k);
         else
             *out = k;
@@ -187,6 +199,8 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     /* the request the options make needs the IR (the plan's own choices at their shape) */
     cf_ir *ir = NULL;
     cf_status st = cf_lower(g, &ir, err);
+    if (st == CF_ERR_UNSUPPORTED && cf_b2b_shaped(g))   /* the split plans each kernel itself */
+        return cf_kernel_build_req(g, NULL, opt ? opt->m : 0, opt ? opt->n : 0, opt ? opt->k : 0, title, out, err);
     if (st != CF_OK)
         return st;
     const cf_plan_request req = cf_plan_request_of(ir, opt);

@@ -300,6 +300,9 @@ static bool name_taken(const cf_graph *g, const char *name)
 static const char *fresh_name(uf_ctx *c, cf_graph *pg, const char *base, char *buf, size_t n)
 {
     snprintf(buf, n, "%s", base);
+    for (char *p = buf; *p; p++)   /* an identifier (a fused kernel's field): "sum.12" -> "sum_12" */
+        if (!(*p == '_' || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+            *p = '_';
     for (int i = 2; name_taken(c->g, buf) || name_taken(pg, buf); i++)
         snprintf(buf, n, "%.40s_%d", base, i);
     return buf;
