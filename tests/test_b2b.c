@@ -230,6 +230,7 @@ static int input_named(const cf_graph *g, const char *name)
     for (int i = 0; i < cf_graph_num_inputs(g); i++)
         if (!strcmp(cf_graph_input_info(g, i).name, name))
             return i;
+    CHECK(!"no such input");
     return 0;
 }
 
@@ -292,6 +293,54 @@ static void test_launch(struct fake_cuda_counts *fc)
     cf_graph_free(g);
 }
 
+/* The hand-off the two launches share (unfused.c's bindings, as b2b.c launches them): kernel 1
+ * writes S and the row values where kernel 2 reads them, and the graph's outputs go to the
+ * caller's tensors.  b2b_rowstat has both kinds. */
+static void test_handoff(void)
+{
+    cf_graph *g = parse("tests/specs/b2b_rowstat.cf");
+    cf_unfused *u = NULL;
+    cf_error err;
+    CHECK_EQ_INT(CF_OK, cf_unfused_plan(g, &u, &err));
+    if (!u) {
+        cf_graph_free(g);
+        return;
+    }
+    int64_t dims[CF_MAX_DIMS];
+    b2b_dims(g, 40, 16, 24, 8, dims);
+    const uint64_t in[3] = {0x1000, 0x2000, 0x3000}, out[2] = {0x4000, 0x5000};   /* never dereferenced */
+    const cf_launch_args a = {dims, in, NULL, out, NULL};
+    cf_launch_args pa;
+    CHECK_EQ_INT(CF_OK, cf_unfused_piece_args(u, 0, &a, &pa, &err));
+    const cf_graph *g0 = cf_unfused_piece_graph(u, 0), *g1 = cf_unfused_piece_graph(u, 1);
+    uint64_t written[8] = {0}, s = 0;
+    const char *roles[8] = {0};
+    const int n0 = cf_graph_num_outputs(g0);
+    CHECK(n0 == 4 && cf_graph_num_outputs(g1) == 1);
+    for (int o = 0; o < n0 && o < 8; o++) {
+        written[o] = pa.outputs[o];
+        roles[o] = cf_unfused_piece_output_role(u, 0, o);
+        if (!strcmp(roles[o], "operand"))
+            s = written[o];
+        else if (!strcmp(roles[o], "output"))
+            CHECK(written[o] == out[1]);   /* R */
+        else
+            CHECK(written[o] != 0);
+    }
+    CHECK(pa.inputs[input_named(g0, "gemm_A")] == in[0] && pa.inputs[input_named(g0, "gemm_B")] == in[1]);
+    CHECK_EQ_INT(CF_OK, cf_unfused_piece_args(u, 1, &a, &pa, &err));
+    CHECK(s != 0 && pa.inputs[input_named(g1, "gemm_A")] == s);   /* kernel 2's GEMM reads S */
+    CHECK(pa.inputs[input_named(g1, "gemm_B")] == in[2]);         /* against W2 */
+    CHECK(pa.outputs[0] == out[0]);                                /* O */
+    int rows_read = 0;
+    for (int i = 0; i < cf_graph_num_inputs(g1); i++)
+        for (int o = 0; o < n0 && o < 8; o++)
+            rows_read += !strcmp(roles[o], "row value") && pa.inputs[i] == written[o];
+    CHECK_EQ_INT(2, rows_read);           /* r and sum(h), from where kernel 1 wrote them */
+    cf_unfused_free(u);
+    cf_graph_free(g);
+}
+
 static void run_on_fake(void)
 {
     cf_error err;
@@ -306,6 +355,7 @@ static void run_on_fake(void)
     CHECK(counts != NULL);
     if (counts)
         test_launch(counts());
+    test_handoff();
 }
 
 int main(int argc, char **argv)
