@@ -835,7 +835,8 @@ const cf_rows *cf_unfused_piece_rows(const cf_unfused *u, int i);
  * (a value it recomputes from it), which only the unfused path keeps; -1 for none.
  * cf_unfused_piece_args: piece i's launch arguments for a (pa's tables are u's, valid until the
  * next call): the caller's tensors, the GEMM's operands, and u's buffers for computed operands
- * (S) and row values, (re)allocated for a's dims.  Only for a piece that reads no GEMM output. */
+ * (S) and row values, (re)allocated for a's dims (CF_ERR_INVALID_ARG while a->stream is captured
+ * into a CUDA graph and they must grow).  Only for a piece that reads no GEMM output. */
 const cf_graph *cf_unfused_piece_graph(const cf_unfused *u, int i);
 cf_value cf_unfused_piece_reads_gemm(const cf_unfused *u, int i);
 /* What piece i's output o is: "output" (the graph's), "operand" (a later GEMM's left operand,

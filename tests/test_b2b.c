@@ -243,6 +243,8 @@ static uint64_t desc_addr(const struct fake_cuda_counts *fc, int i)
 
 /* One launch is two kernel launches; the second reads S (its first descriptor: neither X nor any
  * tensor of the caller) against W2 and writes O; S is the object's, allocated once per size. */
+static void (*fake_capture)(int);
+
 static void test_launch(struct fake_cuda_counts *fc)
 {
     cf_graph *g = parse("examples/b2b_ln.cf");
@@ -283,6 +285,17 @@ static void test_launch(struct fake_cuda_counts *fc)
         CHECK_EQ_INT(2, fc->launches);
         CHECK(fc->allocs >= 1);
         CHECK(desc_addr(fc, 0) != s);
+        /* under CUDA-graph capture: the sizes launched before replay, a larger one is refused */
+        fake_capture(1);
+        *fc = (struct fake_cuda_counts){0};
+        CHECK_EQ_INT(CF_OK, cf_kernel_launch(k, &a, &err));
+        CHECK_EQ_INT(2, fc->launches);
+        dims[cf_graph_dim(g, "M")] = 1024;
+        *fc = (struct fake_cuda_counts){0};
+        CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_launch(k, &a, &err));
+        CHECK_CONTAINS(err.msg, "CUDA-graph capture of a B2B launch at M=1024: its S buffer is not allocated");
+        CHECK_EQ_INT(0, fc->launches + fc->allocs);
+        fake_capture(0);
     }
     for (int i = 0; i < n_in; i++)
         if (in[i])
@@ -352,8 +365,9 @@ static void run_on_fake(void)
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     struct fake_cuda_counts *(*counts)(void) =
         lib ? (struct fake_cuda_counts * (*)(void)) dlsym(lib, "fake_cuda_counts") : NULL;
-    CHECK(counts != NULL);
-    if (counts)
+    fake_capture = lib ? (void (*)(int))dlsym(lib, "fake_cuda_set_capturing") : NULL;
+    CHECK(counts && fake_capture);
+    if (counts && fake_capture)
         test_launch(counts());
     test_handoff();
 }
