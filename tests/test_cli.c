@@ -351,6 +351,17 @@ int main(int argc, char **argv)
     CHECK_CONTAINS(buf, "---- B2B kernel 2 of 2 ----\nplan:\n");
     CHECK_CONTAINS(buf, "  reductions: 0, exchange: none");
     CHECK(!strstr(buf, "fused kernel: none"));
+    /* Φ has no single IR for b2b_rowstat (per-row values of the first epilogue in the second):
+     * the split runs it, kernel 1 storing those values; each kernel's IR is printed */
+    CHECK_EQ_INT(0, cf("explain tests/specs/b2b_rowstat.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "Fusion Spec IR: none for the whole B2B graph (tests/specs/b2b_rowstat.cf:11:27: cannot fuse");
+    CHECK_CONTAINS(buf, "r f32 [per row, for kernel 2], sum_12 f32 [per row, for kernel 2]\n");
+    const char *first_ir = strstr(buf, "Fusion Spec IR: GEMM + epilogue");
+    CHECK(first_ir && strstr(first_ir + 1, "Fusion Spec IR: GEMM + epilogue"));
+    CHECK_EQ_INT(0, cf("compile --shape M=1000,K=520,N1=1000,N2=264 tests/specs/b2b_gelu_nk.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "compiled tests/specs/b2b_gelu_nk.cf for sm_90a: B2B: two fused kernels, S [M,N1] bf16");
+    CHECK_CONTAINS(buf, "B2B kernel 1 of 2: ");
+    CHECK_CONTAINS(buf, "B2B kernel 2 of 2: ");
 
     /* Errors: a parse error names file:line:col (status 1); a spec outside
      * the domain exits 3 so a caller can fall back. */
