@@ -31,6 +31,10 @@ def gemm_bias_gelu(x, w, b, g, be):
     return F.gelu(x @ w + b, approximate="tanh").to(torch.bfloat16)
 
 
+def gemm_bias_gelu_erf(x, w, b, g, be):
+    return F.gelu(x @ w + b).to(torch.bfloat16)
+
+
 def gemm_bias_ln(x, w, b, g, be):
     y = 0.5 * (x @ w).float() + b
     return F.layer_norm(y, (y.shape[-1],), g, be, eps=1e-5).to(torch.bfloat16)
@@ -63,10 +67,19 @@ def gemm_rmsnorm_res2(x, w, b, g, be, r):
     return h.to(torch.bfloat16), y.to(torch.bfloat16)
 
 
-WORKLOADS = {f.__name__: f for f in (gemm, gemm_bias_gelu, gemm_bias_ln, gemm_rmsnorm, gemm_softmax, gemm_ln_softmax)}
+def swiglu(x, w, b, g, be, w2):
+    """examples/swiglu.cf: silu(X @ Wg) * (X @ Wu), two GEMMs over one X (the gated MLP)."""
+    return F.silu(x @ w) * (x @ w2)
+
+
+WORKLOADS = {f.__name__: f for f in (gemm, gemm_bias_gelu, gemm_bias_gelu_erf, gemm_bias_ln, gemm_rmsnorm,
+                                     gemm_softmax, gemm_ln_softmax)}
 # Workloads with a residual R: bf16[M, N] input; torch versions take it as r.
 RESIDUAL = {f.__name__: f for f in (gemm_residual_ln, gemm_rmsnorm_res2)}
-ALL_WORKLOADS = {**WORKLOADS, **RESIDUAL}
+# Dual GEMMs: a second weight W2 [K, N] over the same X; torch versions take it as w2, and their
+# cuBLAS baseline is one GEMM over both weights side by side ([K, 2N]), as `comfuse bench`'s.
+DUAL = {f.__name__: f for f in (swiglu,)}
+ALL_WORKLOADS = {**WORKLOADS, **RESIDUAL, **DUAL}
 
 
 def time_ms(fn):

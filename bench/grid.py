@@ -69,7 +69,9 @@ SMALL_M = 128
 # Workloads whose epilogue chains several row reductions (the 1.35 bound).
 CHAINED = {"gemm_ln_softmax"}
 # Workloads without a row reduction: wide rows are no special case for them.
-ELEMENTWISE = {"gemm", "gemm_bias_gelu"}
+ELEMENTWISE = {"gemm", "gemm_bias_gelu", "gemm_bias_gelu_erf", "swiglu"}
+# Dual GEMMs: issue 31's bound against cuBLAS doing one GEMM over both weights ([K, 2N]).
+BOUND_DUAL = 1.05
 
 
 def cell(workload, model, layer, short, m, m_desc, n, k, quick=False):
@@ -97,6 +99,23 @@ CELLS = [
          8192, "batch 1 x seq 8192", 24576, 3072),
     cell("gemm_bias_gelu", "Gemma 7B", "mlp.gate_proj + GELU (tanh), GeGLU's up-multiply left out", "gate_proj+GELU",
          64, D64, 24576, 3072),
+    # The exact (erf) GELU, as BERT's config ("hidden_act": "gelu") and F.gelu's default run it.
+    cell("gemm_bias_gelu_erf", "BERT-base", "FFN-up (intermediate.dense) + bias + GELU (erf, as HF runs it)",
+         "FFN-up+GELU(erf)", 8192, "batch 16 x seq 512", 3072, 768),
+    cell("gemm_bias_gelu_erf", "BERT-base", "FFN-up (intermediate.dense) + bias + GELU (erf, as HF runs it)",
+         "FFN-up+GELU(erf)", 512, "batch 1 x seq 512", 3072, 768, quick=True),
+    cell("gemm_bias_gelu_erf", "BERT-large", "FFN-up (intermediate.dense) + bias + GELU (erf, as HF runs it)",
+         "FFN-up+GELU(erf)", 2048, "batch 4 x seq 512", 4096, 1024),
+    # Gated MLPs: act(x W_gate) * (x W_up) as one dual GEMM (LLaMA, Mistral, Qwen2: SwiGLU).
+    cell("swiglu", "LLaMA-2 7B", "mlp: silu(gate_proj(x)) * up_proj(x)", "gate/up SwiGLU",
+         2048, "batch 1 x seq 2048", 11008, 4096, quick=True),
+    cell("swiglu", "LLaMA-2 7B", "mlp: silu(gate_proj(x)) * up_proj(x)", "gate/up SwiGLU",
+         512, "batch 1 x seq 512", 11008, 4096),
+    cell("swiglu", "LLaMA-2 7B", "mlp: silu(gate_proj(x)) * up_proj(x)", "gate/up SwiGLU", 64, D64, 11008, 4096),
+    cell("swiglu", "LLaMA-3 8B", "mlp: silu(gate_proj(x)) * up_proj(x)", "gate/up SwiGLU",
+         4096, "batch 1 x seq 4096", 14336, 4096),
+    cell("swiglu", "Qwen2 1.5B", "mlp: silu(gate_proj(x)) * up_proj(x)", "gate/up SwiGLU",
+         2048, "batch 1 x seq 2048", 8960, 1536),
     # GEMM + 0.5 scale + bias + LayerNorm: post-LN output projections with the residual left out
     # (gemm_residual_ln below has it); the spec's 0.5 scale is in the torch version too.
     cell("gemm_bias_ln", "BERT-base", "FFN-out (output.dense) + bias + LayerNorm, residual left out",
@@ -227,6 +246,8 @@ def bound_of(c):
         b, why = BOUND_SMALL_OR_WIDE, "M<=128" if c["M"] <= SMALL_M else "wide rows"
     if c["workload"] in CHAINED and BOUND_CHAINED > b:
         b, why = BOUND_CHAINED, "chained reductions"
+    if c["workload"] in common.DUAL:
+        b, why = BOUND_DUAL, "dual GEMM vs [K, 2N]"
     return b, why
 
 
@@ -543,7 +564,16 @@ def make_inputs(torch, c):
     args = [x, w, b, g, be]
     if c["workload"] in common.RESIDUAL:
         args.append(torch.randn(m, n, device=dev, dtype=torch.bfloat16))
+    if c["workload"] in common.DUAL:
+        args.append(torch.randn(k, n, device=dev, dtype=torch.bfloat16) / k ** 0.5)
     return args
+
+
+def cublas_operands(torch, c, inputs):
+    """(X, W) of cuBLAS's GEMM alone: a dual GEMM's weights side by side, [K, 2N]."""
+    if c["workload"] in common.DUAL:
+        return inputs[0], torch.cat([inputs[1], inputs[5]], 1)
+    return inputs[0], inputs[1]
 
 
 def raise_recompile_limits(torch):
@@ -626,7 +656,7 @@ def gpu_run(args, cells, binary, out_dir):
             if time.time() - t0 > 1.0:
                 r["notes"].append(f"torch.compile recompiled at timing ({time.time() - t0:.1f} s)")
             timed(r, "compile_ms", lambda: cfn(*inputs))
-        x, w = inputs[0], inputs[1]
+        x, w = cublas_operands(torch, c, inputs)
         timed(r, "cublas_ms", lambda: x @ w)
         inputs = x = w = None
         torch.cuda.empty_cache()  # leave comfuse's process the memory

@@ -356,6 +356,8 @@ typedef struct cf_plan {
     bool wide;           /* rows wider than the row group: the wide-row path       */
     char fallback[160];  /* why a launch leaves the fused kernel, or ""           */
     double predicted_us; /* the cost model's time (cf_plan_predict)              */
+    double rules_us;     /* where the model's choice replaced the rules' plan: the
+                            rules' predicted time; 0 where the rules' plan stands */
     /* [M,N] epilogue inputs fetched through the operand ring (cf_cg_tile_inputs): a bit per
      * argument number, and their names for explain */
     unsigned tin_args;

@@ -228,9 +228,12 @@ static void print_kernel(const cli_opts *o, cf_kernel *k)
     fputs(sb.data ? sb.data : "", stdout);
     cf_sb_free(&sb);
     cf_plan best;
-    if (p->m && cf_plan_model_choice(cf_kernel_ir(k), p->m, p->n, p->k, NULL, &best, &err) == CF_OK)
-        printf("model's choice (not taken): tile %dx%d, row group %d CTAs%s: predicted %.1f us\n", best.bm,
-               best.bn, best.row_ctas, best.pair_tiles ? " of two tiles" : "", best.predicted_us);
+    if (p->m && p->rules_us <= 0 &&
+        cf_plan_model_choice(cf_kernel_ir(k), p->m, p->n, p->k, NULL, &best, &err) == CF_OK &&
+        (best.bm != p->bm || best.bn != p->bn || best.row_ctas != p->row_ctas || best.pair_tiles != p->pair_tiles))
+        printf("model's choice (not taken: the rules' class, or under 10%% less time): tile %dx%d, row "
+               "group %d CTAs%s: predicted %.1f us\n", best.bm, best.bn, best.row_ctas,
+               best.pair_tiles ? " of two tiles" : "", best.predicted_us);
     fflush(stdout);
     cf_status st = cf_kernel_compile(k, &err);
     if (st == CF_OK)

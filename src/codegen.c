@@ -83,6 +83,15 @@ static const struct {
      "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(fmaf(a, c * 1.44269504f, -(b * 1.44269504f))));\n"
      "    return y;\n"
      "}"},
+    {"op_recip",
+     "/* 1 / x within 1 ulp, subnormals and inf/NaN as IEEE; an IEEE division calls a slow path,\n"
+     " * and ptxas spilled the registers live across those calls. */\n"
+     "static __device__ __forceinline__ float op_recip(float x)\n"
+     "{\n"
+     "    float d;\n"
+     "    asm(\"rcp.approx.f32 %0, %1;\" : \"=f\"(d) : \"f\"(x));\n"
+     "    return d;\n"
+     "}"},
     {"op_relu", "static __device__ __forceinline__ float op_relu(float x) { return x < 0.0f ? 0.0f : x; }"},
     {"op_gelu_tanh",
      "static __device__ __forceinline__ float op_gelu_tanh(float x)\n"
@@ -96,18 +105,38 @@ static const struct {
      "    return fmaf(h, th, h);\n"
      "}"},
     {"op_gelu_erf",
-     "static __device__ __forceinline__ float op_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }"},
-    {"op_silu", "static __device__ __forceinline__ float op_silu(float x) { return x / (1.0f + op_exp(-x)); }"},
-    {"op_sigmoid", "static __device__ __forceinline__ float op_sigmoid(float x) { return 1.0f / (1.0f + op_exp(-x)); }"},
-    {"op_recip",
-     "/* 1 / x within 1 ulp, subnormals and inf/NaN as IEEE; an IEEE division calls a slow path,\n"
-     " * and ptxas spilled the registers live across those calls. */\n"
-     "static __device__ __forceinline__ float op_recip(float x)\n"
+     "/* 0.5 x (1 + erf(x / sqrt 2)) with erf free of branches: CUDA's erff branches on |x| < 1,\n"
+     " * and the branch keeps ptxas from interleaving an unrolled epilogue's elements, leaving the\n"
+     " * FP32 pipe waiting on each one's dependent chain.  Minimax fits: s P(s^2) for |s| < 1,\n"
+     " * 1 - 2^Q(|s|) above (|s| clamped at 4, where erf rounds to 1 in f32); |error| <= 1.3e-7. */\n"
+     "static __device__ __forceinline__ float op_gelu_erf(float x)\n"
      "{\n"
-     "    float d;\n"
-     "    asm(\"rcp.approx.f32 %0, %1;\" : \"=f\"(d) : \"f\"(x));\n"
-     "    return d;\n"
+     "    const float s = x * 0.70710678f, t = fabsf(s), z = t * t, u = fminf(t, 4.0f);\n"
+     "    float p = -5.631536478e-04f;\n"
+     "    p = fmaf(p, z, 4.917582963e-03f);\n"
+     "    p = fmaf(p, z, -2.671134286e-02f);\n"
+     "    p = fmaf(p, z, 1.128018126e-01f);\n"
+     "    p = fmaf(p, z, -3.761232793e-01f);\n"
+     "    p = fmaf(p, z, 1.128379107e+00f);\n"
+     "    float q = 2.677274169e-04f;\n"
+     "    q = fmaf(q, u, -4.240963608e-03f);\n"
+     "    q = fmaf(q, u, 3.145845234e-02f);\n"
+     "    q = fmaf(q, u, -1.486515552e-01f);\n"
+     "    q = fmaf(q, u, -9.207649827e-01f);\n"
+     "    q = fmaf(q, u, -1.625975132e+00f);\n"
+     "    q = fmaf(q, u, -5.103009171e-04f);\n"
+     "    float e;\n"
+     "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(q));\n"
+     "    const float erf_t = t >= 1.0f ? 1.0f - e : t * p;  /* NaN takes t * p: NaN */\n"
+     "    const float h = 0.5f * x;\n"
+     "    return fmaf(h, copysignf(erf_t, s), h);\n"
      "}"},
+    {"op_silu",
+     "/* x sigmoid(x) with rcp.approx (1 ulp): an IEEE division calls a slow path whose branch keeps\n"
+     " * ptxas from interleaving the epilogue's elements. */\n"
+     "static __device__ __forceinline__ float op_silu(float x) { return x * op_recip(1.0f + op_exp(-x)); }"},
+    {"op_sigmoid",
+     "static __device__ __forceinline__ float op_sigmoid(float x) { return op_recip(1.0f + op_exp(-x)); }"},
     {"op_max",
      "/* max.NaN: one instruction, NaN if either operand is NaN (torch semantics). */\n"
      "static __device__ __forceinline__ float op_max(float a, float b)\n"
@@ -303,11 +332,7 @@ static void emit_bcast(cg_ctx *c, const cf_ir_node *n)
         line(c, "const float %s = p.%s;  /* runtime scalar */", id, a->name);
         break;
     case CF_BC_VEC_N:
-        if (a->dtype == CF_F32)
-            line(c, "const float %s = cv_%s[cf_col_slot(r)];  /* row-vector broadcast */", id, id);
-        else
-            line(c, "const float %s = col < t.N ? %s(p.%s, col) : 0.0f;  /* row-vector broadcast */", id,
-                 load_fn(a->dtype), a->name);
+        line(c, "const float %s = cv_%s[cf_col_slot(r)];  /* row-vector broadcast */", id, id);
         break;
     case CF_BC_VEC_M:
         line(c, "const float %s = row < t.M ? %s(p.%s, row) : 0.0f;  /* column-vector broadcast */", id,
@@ -933,7 +958,19 @@ static void emit_red_init(cg_ctx *c, const cf_ir_node *red, bool in_late_struct)
     line(c, "    red_%s[s] = cf_red_identity<%s>();", id, red_op(red->op));
 }
 
-/* f32 row vectors of stage sp: every column this thread touches, loaded at once before the
+/* Loads the columns of [N] vector n this thread holds into dst_prefix+id (16-bit ones
+ * converted to f32 as they load). */
+static void emit_load_cols(cg_ctx *c, const cf_ir_node *n, const char *dst_prefix, const char *id)
+{
+    const cf_ir_arg *a = &c->ir->args[n->arg];
+    if (a->dtype == CF_F32)
+        line(c, "cf_load_cols(t, p.%s, %s%s);", a->name, dst_prefix, id);
+    else
+        line(c, "cf_load_cols(t, p.%s, %s%s, %s);  /* %s, converted to f32 */", a->name, dst_prefix, id,
+             a->dtype == CF_F16 ? "true" : "false", cf_dtype_name(a->dtype));
+}
+
+/* Row vectors of stage sp: every column this thread touches, loaded at once before the
  * loop (independent loads; one latency instead of one per register), or taken from cf_pre. */
 static void emit_col_loads(cg_ctx *c, const cf_ir_spec *sp)
 {
@@ -943,10 +980,10 @@ static void emit_col_loads(cg_ctx *c, const cf_ir_spec *sp)
         if (preloaded(c->ir, sp, n)) {
             ident(n, id, sizeof id);
             line(c, "const float (&cv_%s)[CF_COLS] = pre.cv_%s;  /* loaded before the mainloop */", id, id);
-        } else if (n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N && c->ir->args[n->arg].dtype == CF_F32) {
+        } else if (n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N) {
             ident(n, id, sizeof id);
             line(c, "float cv_%s[CF_COLS];", id);
-            line(c, "cf_load_cols(t, p.%s, cv_%s);", c->ir->args[n->arg].name, id);
+            emit_load_cols(c, n, "cv_", id);
         }
     }
 }
@@ -1318,7 +1355,7 @@ static void emit_mid(cg_ctx *c, const cf_ir_spec *s2)
     emit_finish_open(c, s3->terminal);
 }
 
-/* cf_epilogue_preload, before each tile's mainloop: the f32 row vectors of an
+/* cf_epilogue_preload, before each tile's mainloop: the row vectors ([N], any dtype) of an
  * elementwise epilogue into registers (cf_pre), so their latency hides under
  * the mainloop; the other [N] and [M] vector inputs, the slices the tile reads,
  * into L1.  Loaded only when the epilogue begins, a vector costs a global-memory
@@ -1327,8 +1364,7 @@ static void emit_mid(cg_ctx *c, const cf_ir_spec *s2)
  * registers for the exchange: 32 more through the mainloop made LN spill. */
 static bool preloaded(const cf_ir *ir, const cf_ir_spec *sp, const cf_ir_node *n)
 {
-    return ir->n_stages[0] == 1 && sp->depth == 0 && n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N &&
-           ir->args[n->arg].dtype == CF_F32;
+    return ir->n_stages[0] == 1 && sp->depth == 0 && n->kind == CF_IR_BCAST && n->src == CF_BC_VEC_N;
 }
 
 static void emit_pre_struct(cg_ctx *c)
@@ -1371,7 +1407,7 @@ static void emit_preload(cg_ctx *c)
     for (int i = 0; ir->epi[0] && i < ir->epi[0]->n_nodes; i++) {
         const cf_ir_node *n = ir->epi[0]->nodes[i];
         if (preloaded(ir, ir->epi[0], n)) {
-            line(c, "cf_load_cols(t, p.%s, pre.cv_%s);", ir->args[n->arg].name, ident(n, id, sizeof id));
+            emit_load_cols(c, n, "pre.cv_", ident(n, id, sizeof id));
             if (seen)
                 seen[n->arg] = true;
         }

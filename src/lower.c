@@ -594,10 +594,148 @@ static cf_ir_node *operand(lower_ctx *c, stage_builder *sb, int s, cf_value v)
     return NULL; /* a bug in placement: the verifier-level assert below catches it */
 }
 
+/* A stage's entries: the accumulators (stage 0), the previous reduction's statistic and the
+ * values carried past it (placeholders referring to the previous stage's nodes). */
+static cf_status stage_entries(lower_ctx *c, stage_builder *sb, int s, int k)
+{
+    const cf_graph *g = c->g;
+    for (int a = 0; k == 0 && a < (c->dual ? 2 : 1); a++) {
+        cf_value mv = c->mm[s + a];
+        cf_ir_node *acc = new_node(c, sb, CF_IR_ACC, CF_SHAPE_TILE, s);
+        if (!acc)
+            return oom(c);
+        acc->origin = mv;
+        acc->name = g->nodes[mv].name;
+        acc->arg = c->dual ? 1 + a : -1; /* GEMM_B, GEMM2_B: cf_lower adds them first */
+        c->cur[mv] = acc;
+    }
+    for (int v = 0; v < c->n; v++) {
+        if (!c->in_seg[v] || is_leaf(c, v))
+            continue;
+        int a = is_acc(c, s, v) ? 0 : avail(c, v);
+        bool stat = is_reduce(c, v) && a == k;
+        bool carried = a < k && c->last_use[v] >= k;
+        if (!stat && !carried)
+            continue;
+        cf_shape sh;
+        shape_in_seg(c, s, v, &sh);
+        cf_ir_node *ph = new_node(c, sb, CF_IR_PLACEHOLDER, sh, s);
+        if (!ph)
+            return oom(c);
+        ph->is_stat = stat;
+        ph->ref = c->prev[v];
+        ph->origin = v;
+        ph->name = g->nodes[v].name;
+        CF_ASSERT(ph->ref);
+        c->cur[v] = ph;
+    }
+    return CF_OK;
+}
+
+/* The values placed in stage k, in topological order; a reduction becomes its terminal. */
+static cf_status stage_values(lower_ctx *c, stage_builder *sb, int s, int k)
+{
+    for (int v = 0; v < c->n; v++) {
+        if (!c->in_seg[v] || is_acc(c, s, v) || is_leaf(c, v) || c->place[v] != k)
+            continue;
+        const cf_node *gn = &c->g->nodes[v];
+        cf_op_class cls = cf_op_class_of(gn->op);
+        cf_shape sh;
+        shape_in_seg(c, s, v, &sh);
+        cf_ir_node *args[2] = {NULL, NULL};
+        int nargs = cls == CF_OPC_BINARY ? 2 : 1;
+        for (int i = 0; i < nargs; i++) {
+            args[i] = operand(c, sb, s, src_of(c, v, i));
+            if (!args[i])
+                return c->err && c->err->status ? c->err->status : oom(c);
+        }
+        cf_ir_node *x = new_node(c, sb, cls == CF_OPC_REDUCE ? CF_IR_REDUCE : CF_IR_COMPUTE, sh, s);
+        if (!x)
+            return oom(c);
+        x->op = gn->op;
+        x->nargs = nargs;
+        x->args[0] = args[0];
+        x->args[1] = args[1];
+        x->origin = v;
+        x->name = gn->name;
+        if (cls == CF_OPC_REDUCE)
+            sb->spec->terminal = x; /* the reduction's result lives on in the next stage */
+        else
+            c->cur[v] = x;
+    }
+    return CF_OK;
+}
+
+/* The graph outputs whose value is complete in stage k. */
+static cf_status stage_stores(lower_ctx *c, stage_builder *sb, int s, int k)
+{
+    const cf_graph *g = c->g;
+    cf_ir_spec *sp = sb->spec;
+    for (int i = 0; i < g->n_outputs; i++) {
+        const cf_output *o = &g->outputs[i];
+        cf_value v = c->canon[o->value];
+        if (!c->in_seg[v] || (c->seg[v] != s && !(s == 0 && c->seg[v] == -1)))
+            continue;
+        bool here = is_acc(c, s, v) ? k == 0 : is_leaf(c, v) ? k == 0 : avail(c, v) == k;
+        if (!here)
+            continue;
+        cf_ir_node *val = operand(c, sb, s, v);
+        if (!val)
+            return oom(c);
+        cf_ir_node *st = new_node(c, sb, CF_IR_STORE, val->shape, s);
+        if (!st)
+            return oom(c);
+        st->nargs = 1;
+        st->args[0] = val;
+        st->name = o->name;
+        st->arg = arg_index(c, CF_ARG_OUTPUT, o->name, o->dtype, i, false);
+        if (st->arg < 0)
+            return oom(c);
+        if (!sp->terminal || sp->terminal->kind == CF_IR_STORE)
+            sp->terminal = st;
+    }
+    return CF_OK;
+}
+
+/* B2B: the first epilogue's last stage ends in the second GEMM, fed by its left operand. */
+static cf_status stage_b2b_matmul(lower_ctx *c, stage_builder *sb, int s)
+{
+    const cf_graph *g = c->g;
+    cf_value a = src_of(c, c->mm[1], 0), b = src_of(c, c->mm[1], 1);
+    cf_ir_node *val = operand(c, sb, s, a);
+    cf_ir_node *mm = val ? new_node(c, sb, CF_IR_MATMUL, CF_SHAPE_TILE, s) : NULL;
+    if (!mm)
+        return oom(c);
+    mm->nargs = 1;
+    mm->args[0] = val;
+    mm->origin = c->mm[1];
+    mm->name = g->nodes[c->mm[1]].name;
+    mm->arg = arg_index(c, CF_ARG_GEMM2_B, g->nodes[b].name, g->nodes[b].dtype, g->nodes[b].index,
+                        g->nodes[c->mm[1]].axis == 1);
+    if (mm->arg < 0)
+        return oom(c);
+    sb->spec->terminal = mm;
+    return CF_OK;
+}
+
+/* The terminal reduction goes last: its stage ends with it. */
+static void reduction_last(lower_ctx *c, cf_ir_spec *sp)
+{
+    if (!sp->terminal || sp->terminal->kind != CF_IR_REDUCE)
+        return;
+    int at = -1;
+    for (int i = 0; i < sp->n_nodes; i++)
+        if (sp->nodes[i] == sp->terminal)
+            at = i;
+    memmove(&sp->nodes[at], &sp->nodes[at + 1], (size_t)(sp->n_nodes - at - 1) * sizeof *sp->nodes);
+    sp->nodes[sp->n_nodes - 1] = sp->terminal;
+    c->cur[sp->terminal->origin] = sp->terminal;
+}
+
+/* Segment s (the epilogue of GEMM s) as a chain of stages, one per reduction depth. */
 static cf_status emit_segment(lower_ctx *c, int s)
 {
     cf_ir *ir = c->ir;
-    const cf_graph *g = c->g;
     cf_ir_spec **link = &ir->epi[s];
     memset(c->prev, 0, (size_t)c->n * sizeof *c->prev);
     for (int k = 0; k < c->n_stages; k++) {
@@ -609,115 +747,16 @@ static cf_status emit_segment(lower_ctx *c, int s)
         link = &sp->post;
         stage_builder sb = {.spec = sp};
         memset(c->cur, 0, (size_t)c->n * sizeof *c->cur);
-        /* Entries: the accumulator, the previous reduction's statistic, bypasses. */
-        for (int a = 0; k == 0 && a < (c->dual ? 2 : 1); a++) {
-            cf_value mv = c->mm[s + a];
-            cf_ir_node *acc = new_node(c, &sb, CF_IR_ACC, CF_SHAPE_TILE, s);
-            if (!acc)
-                return oom(c);
-            acc->origin = mv;
-            acc->name = g->nodes[mv].name;
-            acc->arg = c->dual ? 1 + a : -1; /* GEMM_B, GEMM2_B: cf_lower adds them first */
-            c->cur[mv] = acc;
-        }
-        for (int v = 0; v < c->n; v++) {
-            if (!c->in_seg[v] || is_leaf(c, v))
-                continue;
-            int a = is_acc(c, s, v) ? 0 : avail(c, v);
-            bool stat = is_reduce(c, v) && a == k;
-            bool carried = a < k && c->last_use[v] >= k;
-            if (!stat && !carried)
-                continue;
-            cf_shape sh;
-            shape_in_seg(c, s, v, &sh);
-            cf_ir_node *ph = new_node(c, &sb, CF_IR_PLACEHOLDER, sh, s);
-            if (!ph)
-                return oom(c);
-            ph->is_stat = stat;
-            ph->ref = c->prev[v];
-            ph->origin = v;
-            ph->name = g->nodes[v].name;
-            CF_ASSERT(ph->ref);
-            c->cur[v] = ph;
-        }
-        /* Values placed here, in topological order; then this stage's stores. */
-        for (int v = 0; v < c->n; v++) {
-            if (!c->in_seg[v] || is_acc(c, s, v) || is_leaf(c, v) || c->place[v] != k)
-                continue;
-            const cf_node *gn = &g->nodes[v];
-            cf_op_class cls = cf_op_class_of(gn->op);
-            cf_shape sh;
-            shape_in_seg(c, s, v, &sh);
-            cf_ir_node *args[2] = {NULL, NULL};
-            int nargs = cls == CF_OPC_BINARY ? 2 : 1;
-            for (int i = 0; i < nargs; i++) {
-                args[i] = operand(c, &sb, s, src_of(c, v, i));
-                if (!args[i])
-                    return c->err && c->err->status ? c->err->status : oom(c);
-            }
-            cf_ir_node *x = new_node(c, &sb, cls == CF_OPC_REDUCE ? CF_IR_REDUCE : CF_IR_COMPUTE, sh, s);
-            if (!x)
-                return oom(c);
-            x->op = gn->op;
-            x->nargs = nargs;
-            x->args[0] = args[0];
-            x->args[1] = args[1];
-            x->origin = v;
-            x->name = gn->name;
-            if (cls == CF_OPC_REDUCE)
-                sp->terminal = x; /* the reduction's result lives on in the next stage */
-            else
-                c->cur[v] = x;
-        }
-        for (int i = 0; i < g->n_outputs; i++) {
-            const cf_output *o = &g->outputs[i];
-            cf_value v = c->canon[o->value];
-            if (!c->in_seg[v] || (c->seg[v] != s && !(s == 0 && c->seg[v] == -1)))
-                continue;
-            bool here = is_acc(c, s, v) ? k == 0 : is_leaf(c, v) ? k == 0 : avail(c, v) == k;
-            if (!here)
-                continue;
-            cf_ir_node *val = operand(c, &sb, s, v);
-            if (!val)
-                return oom(c);
-            cf_ir_node *st = new_node(c, &sb, CF_IR_STORE, val->shape, s);
-            if (!st)
-                return oom(c);
-            st->nargs = 1;
-            st->args[0] = val;
-            st->name = o->name;
-            st->arg = arg_index(c, CF_ARG_OUTPUT, o->name, o->dtype, i, false);
-            if (st->arg < 0)
-                return oom(c);
-            if (!sp->terminal || sp->terminal->kind == CF_IR_STORE)
-                sp->terminal = st;
-        }
-        if (s == 0 && c->mm[1] >= 0 && !c->dual && k == c->n_stages - 1) {
-            cf_value a = src_of(c, c->mm[1], 0), b = src_of(c, c->mm[1], 1);
-            cf_ir_node *val = operand(c, &sb, s, a);
-            cf_ir_node *mm = val ? new_node(c, &sb, CF_IR_MATMUL, CF_SHAPE_TILE, s) : NULL;
-            if (!mm)
-                return oom(c);
-            mm->nargs = 1;
-            mm->args[0] = val;
-            mm->origin = c->mm[1];
-            mm->name = g->nodes[c->mm[1]].name;
-            mm->arg = arg_index(c, CF_ARG_GEMM2_B, g->nodes[b].name, g->nodes[b].dtype,
-                                g->nodes[b].index, g->nodes[c->mm[1]].axis == 1);
-            if (mm->arg < 0)
-                return oom(c);
-            sp->terminal = mm;
-        }
-        /* The terminal reduction goes last: its stage ends with it. */
-        if (sp->terminal && sp->terminal->kind == CF_IR_REDUCE) {
-            int at = -1;
-            for (int i = 0; i < sp->n_nodes; i++)
-                if (sp->nodes[i] == sp->terminal)
-                    at = i;
-            memmove(&sp->nodes[at], &sp->nodes[at + 1], (size_t)(sp->n_nodes - at - 1) * sizeof *sp->nodes);
-            sp->nodes[sp->n_nodes - 1] = sp->terminal;
-            c->cur[sp->terminal->origin] = sp->terminal;
-        }
+        cf_status st = stage_entries(c, &sb, s, k);
+        if (st == CF_OK)
+            st = stage_values(c, &sb, s, k);
+        if (st == CF_OK)
+            st = stage_stores(c, &sb, s, k);
+        if (st == CF_OK && s == 0 && c->mm[1] >= 0 && !c->dual && k == c->n_stages - 1)
+            st = stage_b2b_matmul(c, &sb, s);
+        if (st != CF_OK)
+            return st;
+        reduction_last(c, sp);
         cf_ir_node **t = c->prev;
         c->prev = c->cur;
         c->cur = t;

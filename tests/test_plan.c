@@ -149,6 +149,36 @@ static void test_model_monotone(void)
     CHECK(p.predicted_us == 0 && p.grid_ctas == 0);
 }
 
+/* The model replaces the rules' plan outside the class the rules were fitted to (two or more
+ * waves of row groups of at most 16 CTAs), and only where it predicts 10 % less time; a
+ * request, even of one field, is planned by the rules. */
+static void test_model_takes_over(void)
+{
+    static const struct { const char *spec; int64_t m, n, k; bool model; } cells[] = {
+        {"examples/gemm_rmsnorm.cf", 64, 4096, 4096, true},        /* one row block: 32 of 132 SMs */
+        {"examples/gemm_bias_gelu.cf", 64, 24576, 3072, true},     /* 1.45 waves of 128x128 tiles */
+        {"examples/gemm_softmax.cf", 8192, 8192, 128, true},       /* rows of 64 CTAs */
+        {"examples/gemm_rmsnorm.cf", 16384, 1024, 1024, false},    /* the rules' class */
+        {"examples/gemm_bias_ln.cf", 4096, 2048, 512, false},
+        {"examples/gemm_softmax.cf", 4096, 2048, 512, false},
+    };
+    for (int i = 0; i < CF_ARRAY_LEN(cells); i++) {
+        cf_plan p, rules;
+        cf_error err;
+        CHECK(plan_of(cells[i].spec, cells[i].m, cells[i].n, cells[i].k, NULL, NULL, &p, &err));
+        CHECK_EQ_INT(cells[i].model, p.rules_us > 0);
+        if (p.rules_us > 0)
+            CHECK(p.predicted_us < 0.9 * p.rules_us);
+        /* any field requested: the rules plan the rest */
+        cf_plan_request r = {.stages = p.stages};
+        CHECK(plan_of(cells[i].spec, cells[i].m, cells[i].n, cells[i].k, NULL, &r, &rules, &err));
+        CHECK(rules.rules_us == 0);
+        if (cells[i].model)
+            CHECK(rules.bm != p.bm || rules.bn != p.bn || rules.row_ctas != p.row_ctas ||
+                  rules.pair_tiles != p.pair_tiles);
+    }
+}
+
 static void test_overrides(void)
 {
     cf_plan_request r = {0};
@@ -255,9 +285,16 @@ static void test_cli_plan(void)
                                         "  pair tiles: ", "  multicast: ", "  gather early: ",
                                         "  finisher warpgroup: ", "  gelu at store: ", "  threads: ",
                                         "  shared memory: ", "  tiles: 64 x 40", "  grid: ", "  fallback: none",
-                                        "predicted: ", "model's choice (not taken): tile "};
+                                        "predicted: "};
     for (int i = 0; i < CF_ARRAY_LEN(lines); i++)
         CHECK_CONTAINS(out, lines[i]);
+    /* a model's choice not taken is shown beside the plan; one taken says so */
+    CHECK_EQ_INT(0, cli("explain --shape M=2048,N=5120,K=5120 examples/gemm_rmsnorm.cf", out, sizeof out));
+    CHECK_CONTAINS(out, "model's choice (not taken: the rules' class, or under 10% less time): tile ");
+    CHECK(!strstr(out, "chosen by: "));
+    CHECK_EQ_INT(0, cli("explain --shape M=64,N=4096,K=4096 examples/gemm_rmsnorm.cf", out, sizeof out));
+    CHECK_CONTAINS(out, "chosen by: the cost model (the rules' plan: predicted ");
+    CHECK(!strstr(out, "model's choice (not taken"));
     /* without a shape: the plan's decisions, no grid and no prediction */
     CHECK_EQ_INT(0, cli("explain examples/gemm_rmsnorm.cf", out, sizeof out));
     CHECK_CONTAINS(out, "  grid: unknown without a shape");
@@ -325,6 +362,7 @@ int main(int argc, char **argv)
     test_tile_inputs();
     test_stages_fit();
     test_model_monotone();
+    test_model_takes_over();
     test_overrides();
     test_cli_and_api_agree();
     test_cli_plan();

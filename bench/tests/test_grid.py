@@ -13,8 +13,8 @@ import common  # noqa: E402
 import grid  # noqa: E402
 
 ROOT = os.path.dirname(BENCH)
-SEVEN = {"gemm_bias_gelu", "gemm_bias_ln", "gemm_rmsnorm", "gemm_softmax", "gemm_ln_softmax",
-         "gemm_residual_ln", "gemm_rmsnorm_res2"}
+SEVEN = {"gemm_bias_gelu", "gemm_bias_gelu_erf", "gemm_bias_ln", "gemm_rmsnorm", "gemm_softmax",
+         "gemm_ln_softmax", "gemm_residual_ln", "gemm_rmsnorm_res2", "swiglu"}
 
 
 def test_grid_has_48_named_cells_of_every_workload_and_m():
@@ -49,7 +49,7 @@ def test_every_workload_has_a_spec_and_a_torch_function():
 
 def test_quick_is_a_dozen_cells_of_every_workload():
     q = grid.select(grid.CELLS, quick=True)
-    assert 10 <= len(q) <= 14
+    assert 10 <= len(q) <= 16
     assert {c["workload"] for c in q} == SEVEN
 
 
@@ -61,6 +61,21 @@ def test_cells_filter_matches_workload_or_name_case_insensitively():
     assert grid.select(grid.CELLS, filt="no such model") == []
     assert grid.select(grid.CELLS, quick=True, filt="gemm_softmax") == \
         [c for c in grid.select(grid.CELLS, quick=True) if c["workload"] == "gemm_softmax"]
+
+
+def test_dual_cells_take_both_weights_and_the_k_2n_baseline():
+    c = mk("swiglu", 2048, 11008)
+    assert grid.bound_of(c) == (grid.BOUND_DUAL, "dual GEMM vs [K, 2N]")
+    assert "input Wu: bf16[K, N]" in open(common.spec_path(ROOT, "swiglu")).read()
+    cat = []
+
+    class T:
+        def cat(self, ts, dim=0):
+            cat.append((ts, dim))
+            return "Wcat"
+    inputs = ["x", "wg", "b", "g", "be", "wu"]
+    assert grid.cublas_operands(T(), c, inputs) == ("x", "Wcat") and cat == [(["wg", "wu"], 1)]
+    assert grid.cublas_operands(T(), mk("gemm_rmsnorm", 64, 4096), inputs[:5]) == ("x", "wg")
 
 
 def mk(workload, m, n, k=4096):
@@ -211,6 +226,7 @@ def fake_torch(monkeypatch):
     torch.compile = lambda fn, dynamic=None: torch.compiled.append(dynamic) or (lambda *a: None)
     torch.manual_seed = lambda s: None
     torch.randn = torch.rand = lambda *a, **k: FakeTensor()
+    torch.cat = lambda ts, dim=0: FakeTensor()
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setitem(sys.modules, "torch._dynamo", dynamo)
     return torch
