@@ -416,7 +416,15 @@ const cf_plan *cf_kernel_plan(const cf_kernel *k);
 /* cf_kernel_build from a request at a shape (m, n, k 0 when unknown): what the CLI calls. */
 cf_status cf_kernel_build_req(const cf_graph *g, const cf_plan_request *req, int64_t m, int64_t n, int64_t k,
                               const char *title, cf_kernel **out, cf_error *err);
-/* The cost model's time for a launch at M, N, K, in microseconds: on the device and with the
+/* cf_kernel_build_req at a launch's dims (indexed by cf_dim; NULL: unknown), which also size a
+ * B2B graph's second GEMM (N2). */
+cf_status cf_kernel_build_dims(const cf_graph *g, const cf_plan_request *req, const int64_t *dims,
+                               const char *title, cf_kernel **out, cf_error *err);
+typedef struct cf_b2b cf_b2b;
+/* A B2B graph's kernel is two fused kernels (b2b.c); NULL for any other.  Its plan and
+ * resources are its first kernel's, its source and PTX both kernels'. */
+const cf_b2b *cf_kernel_b2b(const cf_kernel *k);
+/* The cost model's time for a launch at M, N, K, in microseconds (0 for a B2B kernel): on the device and with the
  * residency the driver gives once the kernel is loaded, else the H200's estimate. */
 double cf_kernel_predict_us(const cf_kernel *k, int64_t M, int64_t N, int64_t K);
 /* Whether a launch with N columns takes the wide-row path (rows wider than one
@@ -823,10 +831,56 @@ int cf_unfused_piece_gemm(const cf_unfused *u, int i);
 /* The piece's IR (its graph: the piece over buffers) and, after cf_unfused_build, its row kernel. */
 const cf_ir *cf_unfused_piece_ir(const cf_unfused *u, int i);
 const cf_rows *cf_unfused_piece_rows(const cf_unfused *u, int i);
+/* For b2b.c, which runs each piece as a fused kernel over its own GEMM (piece i's graph: that
+ * GEMM a matmul over inputs bound to its operands, the rest as in the original, dims numbered
+ * alike).  cf_unfused_piece_reads_gemm: the GEMM whose f32 output piece i reads from a buffer
+ * (a value it recomputes from it), which only the unfused path keeps; -1 for none.
+ * cf_unfused_piece_args: piece i's launch arguments for a (pa's tables are u's, valid until the
+ * next call): the caller's tensors, the GEMM's operands, and u's buffers for computed operands
+ * (S) and row values, (re)allocated for a's dims (CF_ERR_INVALID_ARG while a->stream is captured
+ * into a CUDA graph and they must grow).  Only for a piece that reads no GEMM output. */
+const cf_graph *cf_unfused_piece_graph(const cf_unfused *u, int i);
+cf_value cf_unfused_piece_reads_gemm(const cf_unfused *u, int i);
+/* What piece i's output o is: "output" (the graph's), "operand" (a later GEMM's left operand,
+ * in its dtype) or "row value" (an f32 [M] value a later piece reads). */
+const char *cf_unfused_piece_output_role(const cf_unfused *u, int i, int o);
+
+cf_status cf_unfused_piece_args(cf_unfused *u, int i, const cf_launch_args *a, cf_launch_args *pa, cf_error *err);
 /* The plan run on the CPU with the same decomposition and bindings as a launch:
  * each GEMM in f64 kept as f32, each piece by cf_ir_interpret (which computes
  * its own GEMM in f64), computed operands rounded to their GEMM's dtype.
  * Host pointers and outputs as for cf_reference_run.  For tests. */
 cf_status cf_unfused_run_host(cf_unfused *u, const cf_bindings *b, double *const *outputs, cf_error *err);
+
+/* ---- b2b.c: a B2B graph as two fused kernels, S through global memory ------- */
+
+/* O = G(F(X*W1)*W2) without an on-chip B2B kernel: unfused.c's cut gives two single-GEMM
+ * graphs, each a fused kernel (Φ, plan, Ψ, NVRTC).  Launch 1 runs X*W1 and F and stores S
+ * [M, N1] in W2's dtype (and the per-row values of F the second epilogue reads, f32 [M]) into
+ * buffers the object owns; launch 2 runs S*W2 and the second epilogue.  kernel.c wraps it: a
+ * cf_kernel of a B2B graph is one of these (cf_b2b is declared in kernel.c's section). */
+/* Whether unfused.c cuts g into a B2B's two pieces (Φ may still decline g as one B2B IR: a
+ * second epilogue that reads per-row values of the first, which the split stores). */
+bool cf_b2b_shaped(const cf_graph *g);
+/* Builds both kernels' sources (no NVRTC), each planned from req at its own GEMM's size read
+ * from dims (indexed by cf_dim), or when dims is NULL from mnk, the first GEMM's M, N, K (NULL
+ * or 0: unknown).  CF_ERR_UNSUPPORTED naming the reason when the split does not apply (the
+ * unfused path may still run g).  g must outlive the object. */
+cf_status cf_b2b_build(const cf_graph *g, const cf_plan_request *req, const int64_t *dims, const int64_t *mnk,
+                       const char *title, cf_b2b **out, cf_error *err);
+void cf_b2b_free(cf_b2b *b);
+/* Kernel i (0: X*W1 and F, 1: S*W2 and the second epilogue); its graph is a piece's. */
+cf_kernel *cf_b2b_part(const cf_b2b *b, int i);
+/* Both kernels' sources (PTX after compiling), one after the other under a comment line. */
+const char *cf_b2b_source(const cf_b2b *b);
+const char *cf_b2b_ptx(const cf_b2b *b);
+cf_status cf_b2b_compile(cf_b2b *b, cf_error *err);
+cf_status cf_b2b_prepare(cf_b2b *b, const int64_t *dims, cf_error *err);
+/* Both launches on a->stream (a as for cf_kernel_launch on the B2B graph). */
+cf_status cf_b2b_launch(cf_b2b *b, const cf_launch_args *a, cf_error *err);
+/* The cost model's time of both launches at dims, in microseconds. */
+double cf_b2b_predict_us(const cf_b2b *b, const int64_t *dims);
+/* "B2B: two fused kernels, S [M,N1] bf16 through global memory ..." and a line per kernel. */
+void cf_b2b_describe(const cf_b2b *b, cf_strbuf *sb);
 
 #endif /* CF_INTERNAL_H */

@@ -38,7 +38,9 @@ static const char explain_usage[] =
     "one a line, and with --shape the grid and the cost model's predicted time;\n"
     "then the fused kernel's resources: registers, spills, shared memory, cluster\n"
     "shape (compiled with NVRTC for the kernel options below, chosen from --shape\n"
-    "when given).  Needs no GPU.\n\n";
+    "when given).  A B2B graph runs, until there is an on-chip B2B kernel, as two\n"
+    "fused kernels with S through device memory: both plans are printed.  Needs\n"
+    "no GPU.\n\n";
 
 static const char emit_usage[] =
     "usage: comfuse emit [kernel options] [--unfused] SPEC.cf\n"
@@ -101,15 +103,7 @@ static const char bench_usage[] =
 /* The kernel the plan makes of o's request at o's shape. */
 static cf_status build_planned(const cli_opts *o, const cf_graph *g, cf_kernel **k, cf_error *err)
 {
-    int64_t mnk[3] = {0, 0, 0};
-    cf_ir *ir = NULL;
-    if (o->have_shape && cf_lower(g, &ir, err) == CF_OK) {
-        const cf_dim d[3] = {ir->dim_m, ir->dim_n, ir->dim_k};
-        for (int i = 0; i < 3; i++)
-            mnk[i] = d[i] >= 0 ? o->dims[d[i]] : 0;
-    }
-    cf_ir_free(ir);
-    return cf_kernel_build_req(g, &o->kopt, mnk[0], mnk[1], mnk[2], o->spec, k, err);
+    return cf_kernel_build_dims(g, &o->kopt, o->have_shape ? o->dims : NULL, o->spec, k, err);
 }
 
 cf_status cli_build_kernel(const cli_opts *o, const cf_graph *g, bool compile, cf_kernel **k, cf_error *err)
@@ -223,30 +217,25 @@ void cli_note_kernel(const cli_opts *o, const cf_kernel *k)
                         "wgmma waits for the previous one\n");
 }
 
-/* The resources of the kernel Ψ makes for the spec (NVRTC; no GPU). */
-static void print_resources(const cli_opts *o, const cf_graph *g)
+/* The plan of k (a single-GEMM kernel) and its resources (NVRTC; no GPU). */
+static void print_kernel(const cli_opts *o, cf_kernel *k)
 {
-    cf_kernel *k = NULL;
     cf_error err;
     cf_resources r;
-    cf_status st = build_planned(o, g, &k, &err);
-    if (st == CF_OK) {
-        cf_strbuf sb = {0};
-        const cf_plan *p = cf_kernel_plan(k);
-        cf_plan_format(p, &sb);
-        fputs(sb.data ? sb.data : "", stdout);
-        cf_sb_free(&sb);
-        cf_plan best;
-        if (p->m && p->rules_us <= 0 &&
-            cf_plan_model_choice(cf_kernel_ir(k), p->m, p->n, p->k, NULL, &best, &err) == CF_OK &&
-            (best.bm != p->bm || best.bn != p->bn || best.row_ctas != p->row_ctas ||
-             best.pair_tiles != p->pair_tiles))
-            printf("model's choice (not taken: the rules' class, or under 10%% less time): tile %dx%d, row "
-                   "group %d CTAs%s: predicted %.1f us\n", best.bm, best.bn, best.row_ctas,
-                   best.pair_tiles ? " of two tiles" : "", best.predicted_us);
-        fflush(stdout);
-        st = cf_kernel_compile(k, &err);
-    }
+    cf_strbuf sb = {0};
+    const cf_plan *p = cf_kernel_plan(k);
+    cf_plan_format(p, &sb);
+    fputs(sb.data ? sb.data : "", stdout);
+    cf_sb_free(&sb);
+    cf_plan best;
+    if (p->m && p->rules_us <= 0 &&
+        cf_plan_model_choice(cf_kernel_ir(k), p->m, p->n, p->k, NULL, &best, &err) == CF_OK &&
+        (best.bm != p->bm || best.bn != p->bn || best.row_ctas != p->row_ctas || best.pair_tiles != p->pair_tiles))
+        printf("model's choice (not taken: the rules' class, or under 10%% less time): tile %dx%d, row "
+               "group %d CTAs%s: predicted %.1f us\n", best.bm, best.bn, best.row_ctas,
+               best.pair_tiles ? " of two tiles" : "", best.predicted_us);
+    fflush(stdout);
+    cf_status st = cf_kernel_compile(k, &err);
     if (st == CF_OK)
         st = cf_kernel_resources(k, &r, &err);
     if (st == CF_OK)
@@ -266,6 +255,35 @@ static void print_resources(const cli_opts *o, const cf_graph *g)
             printf("  GELU of %d output%s computed by its store in packed 16-bit math (bf16: rel. error "
                    "~2.8e-3, f32 GELU ~1.7e-3)\n", r.gelu_at_store, r.gelu_at_store > 1 ? "s" : "");
     }
+}
+
+/* A B2B kernel: what it is, then each of its two kernels' plan and resources. */
+static void print_b2b(const cli_opts *o, const cf_kernel *k)
+{
+    cf_strbuf sb = {0};
+    cf_b2b_describe(cf_kernel_b2b(k), &sb);
+    fputs(sb.data ? sb.data : "", stdout);
+    cf_sb_free(&sb);
+    for (int i = 0; i < 2; i++) {
+        const cf_kernel *p = cf_b2b_part(cf_kernel_b2b(k), i);
+        printf("---- B2B kernel %d of 2 ----\n", i + 1);
+        if (!cf_kernel_ir(k))   /* no B2B IR was printed: each kernel's own */
+            cf_ir_print(cf_kernel_ir(p), stdout);
+        print_kernel(o, cf_b2b_part(cf_kernel_b2b(k), i));
+    }
+}
+
+/* The plan and resources of the kernel(s) Ψ makes for the spec (NVRTC; no GPU). */
+static void print_resources(const cli_opts *o, const cf_graph *g)
+{
+    cf_kernel *k = NULL;
+    cf_error err;
+    if (build_planned(o, g, &k, &err) != CF_OK)
+        printf("fused kernel: none (%s)\n", err.msg);
+    else if (cf_kernel_b2b(k))
+        print_b2b(o, k);
+    else
+        print_kernel(o, k);
     cf_kernel_free(k);
 }
 
@@ -278,7 +296,11 @@ static int cmd_explain(int argc, char **argv)
     if (rc == 0) {
         cf_error err;
         cf_status st = cf_lower(g, &ir, &err);
-        if (st != CF_OK) {
+        if (st == CF_ERR_UNSUPPORTED && cf_b2b_shaped(g)) {   /* b2b.c may still run it as two kernels */
+            printf("Fusion Spec IR: none for the whole B2B graph (%s)\n", err.msg);
+            fflush(stdout);
+            print_resources(&o, g);
+        } else if (st != CF_OK) {
             fprintf(stderr, "comfuse: %s\n", err.msg);
             rc = cli_exit_code(st);
         } else {
@@ -291,6 +313,42 @@ static int cmd_explain(int argc, char **argv)
     cli_opts_free(&o);
     cf_graph_free(g);
     return rc < 0 ? 0 : rc;
+}
+
+/* `compile`: what was compiled and each kernel's resources (a B2B graph's: both kernels'). */
+static void print_compiled(const cli_opts *o, const cf_kernel *k)
+{
+    const cf_b2b *b2b = cf_kernel_b2b(k);
+    if (b2b) {
+        cf_strbuf sb = {0};
+        cf_b2b_describe(b2b, &sb);
+        printf("compiled %s for sm_90a: %s", o->spec, sb.data ? sb.data : "\n");
+        cf_sb_free(&sb);
+    }
+    for (int i = 0; i < (b2b ? 2 : 1); i++) {
+        const cf_kernel *p = b2b ? cf_b2b_part(b2b, i) : k;
+        cf_resources r;
+        cf_error err;
+        cf_kernel_resources(p, &r, &err);
+        if (b2b)
+            printf("B2B kernel %d of 2: %s in %.0f ms\n", i + 1, r.cache_hit ? "cache hit" : "NVRTC", r.compile_ms);
+        else
+            printf("compiled %s for sm_90a: %s in %.0f ms\n", o->spec, r.cache_hit ? "cache hit" : "NVRTC",
+                   r.compile_ms);
+        char lay[256];
+        printf("  tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n", r.block_m, r.block_n, r.stages,
+               cli_layout_text(&r, lay, sizeof lay), r.threads);
+        printf("  registers %d/thread, spills %d bytes, stack frame %d bytes, dynamic shared memory %d bytes\n",
+               r.registers, r.spill_bytes, r.stack_bytes, r.smem_bytes);
+        if (r.cache_path[0])
+            printf("  cubin: %s\n", r.cache_path);
+        else
+            printf("  cubin: (not cached: %s)\n", r.cache_note[0] ? r.cache_note : "no reason recorded");
+        const cf_ir *ir = cf_kernel_ir(p);
+        if (o->have_shape && ir->dim_n >= 0 && cf_kernel_wide(p, o->dims[ir->dim_n]))
+            printf("  rows of N=%lld are wider than the row group: launches run the wide-row path (this GEMM to "
+                   "f32, then the row kernel), both compiled\n", (long long)o->dims[ir->dim_n]);
+    }
 }
 
 /* emit / compile / run / bench once the options are parsed; returns the exit code. */
@@ -313,24 +371,7 @@ static int kernel_verb(const char *verb, const char *help, const cli_opts *o, co
     } else if (strcmp(verb, "emit") == 0) {
         fputs(cf_kernel_source(k), stdout);
     } else if (strcmp(verb, "compile") == 0) {
-        cf_resources r;
-        cf_error err;
-        cf_kernel_resources(k, &r, &err);
-        printf("compiled %s for sm_90a: %s in %.0f ms\n", o->spec, r.cache_hit ? "cache hit" : "NVRTC",
-               r.compile_ms);
-        char lay[256];
-        printf("  tile %dx%d per consumer warpgroup, %d stages, %s, %d threads\n", r.block_m, r.block_n, r.stages,
-               cli_layout_text(&r, lay, sizeof lay), r.threads);
-        printf("  registers %d/thread, spills %d bytes, stack frame %d bytes, dynamic shared memory %d bytes\n",
-               r.registers, r.spill_bytes, r.stack_bytes, r.smem_bytes);
-        if (r.cache_path[0])
-            printf("  cubin: %s\n", r.cache_path);
-        else
-            printf("  cubin: (not cached: %s)\n", r.cache_note[0] ? r.cache_note : "no reason recorded");
-        const cf_ir *ir = cf_kernel_ir(k);
-        if (o->have_shape && ir->dim_n >= 0 && cf_kernel_wide(k, o->dims[ir->dim_n]))
-            printf("  rows of N=%lld are wider than the row group: launches run the wide-row path (this GEMM to "
-                   "f32, then the row kernel), both compiled\n", (long long)o->dims[ir->dim_n]);
+        print_compiled(o, k);
         if (want_ptx)
             fputs(cf_kernel_ptx(k), stdout);
     }

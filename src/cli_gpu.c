@@ -377,11 +377,15 @@ static void hint_unfused(const cf_graph *g)
     cf_unfused_free(u);
 }
 
-/* Lowers g for the CLI; prints the error. */
+/* Lowers g for the CLI; prints the error.  CF_OK with *ir NULL where Φ declines a B2B graph the
+ * split into two fused kernels may still run (b2b.c: a second epilogue reading per-row values of
+ * the first); building the kernel says whether it does. */
 static cf_status lower_for_cli(const cf_graph *g, const char *verb, cf_ir **ir)
 {
     cf_error err;
     cf_status st = cf_lower(g, ir, &err);
+    if (st == CF_ERR_UNSUPPORTED && cf_b2b_shaped(g))
+        return CF_OK;
     if (st != CF_OK) {
         fprintf(stderr, "comfuse %s: %s\n", verb, err.msg);
         if (st == CF_ERR_UNSUPPORTED)
@@ -412,8 +416,9 @@ static cf_status build_for_run(const cf_graph *g, const cli_opts *o, cf_ir **ir,
     }
     if ((st = lower_for_cli(g, "run", ir)) != CF_OK)
         return st;
-    *dim_m = (*ir)->dim_m;
     st = build_fused(g, o, k, &err);
+    if (st == CF_OK)   /* a B2B kernel's rows are its first kernel's (the dims are numbered alike) */
+        *dim_m = cf_kernel_b2b(*k) ? cf_kernel_ir(cf_b2b_part(cf_kernel_b2b(*k), 0))->dim_m : (*ir)->dim_m;
     if (st == CF_ERR_UNSUPPORTED) {
         fprintf(stderr, "comfuse run: the fused kernel is not available: %s\n", err.msg);
         hint_unfused(g);
@@ -425,6 +430,14 @@ static cf_status build_for_run(const cf_graph *g, const cli_opts *o, cf_ir **ir,
 
 static void print_ran(const cli_opts *o, const cf_ir *ir, const cf_kernel *k, const cf_unfused *u, const session *s)
 {
+    if (!u && cf_kernel_b2b(k)) {
+        cf_strbuf sb = {0};
+        cf_b2b_describe(cf_kernel_b2b(k), &sb);
+        printf("ran %s at %s (seed %llu): %s", o->spec, o->shape_text, (unsigned long long)o->seed,
+               sb.data ? sb.data : "\n");
+        cf_sb_free(&sb);
+        return;
+    }
     if (!u) {
         printf("ran %s at %s (seed %llu)%s\n", o->spec, o->shape_text, (unsigned long long)o->seed,
                cf_kernel_wide(k, s->dims[ir->dim_n]) ? ": rows wider than one cluster, so our GEMM -> f32 C -> row kernel"
@@ -504,10 +517,18 @@ static cf_status cublas_setup(cf_time_cublas **out, const cf_unfused *u, const c
         st = cf_time_cublas_add(c, m->dtype, s->dims[m->dim_m], s->dims[m->dim_n], s->dims[m->dim_k],
                                 m->a_input >= 0 ? s->d_in[m->a_input] : 0, s->d_in[m->b_input], m->b_is_nk, err);
     }
+    if (!u && !ir)
+        return cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0}, "no cuBLAS baseline: neither an IR nor an unfused plan");
     if (!u) {
         const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
         st = cf_time_cublas_add(c, A->dtype, s->dims[ir->dim_m], s->dims[ir->dim_n], s->dims[ir->dim_k],
                                 s->d_in[A->index], s->d_in[B->index], B->b_is_nk, err);
+    }
+    for (int i = 0; !u && ir->n_gemms == 2 && i < ir->n_args && st == CF_OK; i++) {
+        const cf_ir_arg *W2 = &ir->args[i];   /* B2B: S*W2 right after, over a zeroed S of its own */
+        if (W2->kind == CF_ARG_GEMM2_B)
+            st = cf_time_cublas_add(c, W2->dtype, s->dims[ir->dim_m], s->dims[ir->dim_n2], s->dims[ir->dim_n], 0,
+                                    s->d_in[W2->index], W2->b_is_nk, err);
     }
     return st;
 }
@@ -733,7 +754,7 @@ static cf_status build_for_bench(const cf_graph *g, const cli_opts *o, cf_ir **i
 {
     cf_error err;
     cf_status st = cf_lower(g, ir, &err);
-    if (st == CF_OK)
+    if (st == CF_OK || (st == CF_ERR_UNSUPPORTED && cf_b2b_shaped(g)))   /* see lower_for_cli */
         st = build_fused(g, o, k, &err);
     if (st == CF_ERR_UNSUPPORTED) {
         set_why(no_fused, &err);
@@ -824,19 +845,32 @@ static cf_status bench_time(bench *b, int iters, cf_error *err)
     return st;
 }
 
-/* The fused kernel's row of the table, and its shape line. */
+/* A fused kernel's shape line. */
+static void report_kernel_shape(const char *what, const cf_resources *r)
+{
+    char lay[256];
+    printf("  %-22s %dx%d tiles, %d stages, %s, %d regs, %d+%d B smem, %d CTAs resident\n", what, r->block_m,
+           r->block_n, r->stages, cli_layout_text(r, lay, sizeof lay), r->registers, r->smem_bytes,
+           r->static_smem_bytes, r->resident_ctas);
+}
+
+/* The fused kernel's row of the table, and its shape line (a B2B kernel's: each of its two). */
 static void report_fused(const bench *b, double flops, double bytes, double floor_ms, bool have_r,
                          const cf_resources *r)
 {
     const float t = b->fused.median_ms;
+    const cf_b2b *b2b = cf_kernel_b2b(b->k);
     printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n",
-           cf_kernel_wide(b->k, b->s.dims[b->ir->dim_n]) ? "comfuse (wide rows)" : "comfuse fused", t,
-           flops / t / 1e9, bytes / t / 1e6, b->fused.ratio, t / floor_ms);
-    char lay[256];
-    if (have_r)
-        printf("  %-22s %dx%d tiles, %d stages, %s, %d regs, %d+%d B smem, %d CTAs resident\n", "  fused kernel:",
-               r->block_m, r->block_n, r->stages, cli_layout_text(r, lay, sizeof lay), r->registers, r->smem_bytes,
-               r->static_smem_bytes, r->resident_ctas);
+           b2b                                          ? "comfuse B2B, 2 kernels"
+           : cf_kernel_wide(b->k, b->s.dims[b->ir->dim_n]) ? "comfuse (wide rows)"
+                                                          : "comfuse fused",
+           t, flops / t / 1e9, bytes / t / 1e6, b->fused.ratio, t / floor_ms);
+    cf_resources rp;
+    for (int i = 0; b2b && i < 2; i++)
+        if (cf_kernel_resources(cf_b2b_part(b2b, i), &rp, NULL) == CF_OK)
+            report_kernel_shape(i ? "  kernel 2 (S*W2):" : "  kernel 1 (X*W1, F):", &rp);
+    if (have_r && !b2b)
+        report_kernel_shape("  fused kernel:", r);
 }
 
 static void bench_report(bench *b, const cli_opts *o)
@@ -871,15 +905,17 @@ static void bench_report(bench *b, const cli_opts *o)
     printf("  %-22s %9.4f %9s %9s\n", "floor", floor_ms, "", "");
     /* the plan's cost model beside the measurement (bench/grid.py: predicted vs measured) */
     const cf_ir *ir = b->ir;
-    const double pred_ms = b->k ? cf_kernel_predict_us(b->k, b->s.dims[ir->dim_m], b->s.dims[ir->dim_n],
-                                                       b->s.dims[ir->dim_k]) / 1e3 : 0;
+    const double pred_ms = !b->k               ? 0
+                           : cf_kernel_b2b(b->k) ? cf_b2b_predict_us(cf_kernel_b2b(b->k), b->s.dims) / 1e3
+                                                 : cf_kernel_predict_us(b->k, b->s.dims[ir->dim_m], b->s.dims[ir->dim_n],
+                                                                        b->s.dims[ir->dim_k]) / 1e3;
     char pred_col[32] = "-";
     if (pred_ms > 0) {
         printf("  %-22s %9.4f %9s %9s %10s %10s  (measured/predicted %.3f)\n", "predicted (plan model)", pred_ms,
                "", "", "", "", b->fused.median_ms / pred_ms);
         snprintf(pred_col, sizeof pred_col, "%.5f", pred_ms);
     }
-    if (have_r && getenv("CF_TRACE")) {
+    if (have_r && getenv("CF_TRACE") && !cf_kernel_b2b(b->k)) {
         /* the trace reads a CTA's tiles as alternating warpgroups' (with a finisher too) */
         fused_ctx f = {b->k, &b->s};
         if (r.schedule != CF_SCHEDULE_COOPERATIVE)

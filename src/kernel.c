@@ -39,6 +39,8 @@ struct tmap {
 struct cf_kernel {
     const cf_graph *graph;
     cf_ir *ir;
+    cf_b2b *b2b;         /* a B2B graph: two fused kernels (b2b.c), and nothing below but
+                            plan (its first kernel's) and compiled is used */
     cf_plan plan;        /* every launch decision (plan.c); Psi rendered it */
     cf_strbuf src;
     cf_rt_cubin cubin;
@@ -80,6 +82,7 @@ void cf_kernel_free(cf_kernel *k)
 {
     if (!k)
         return;
+    cf_b2b_free(k->b2b);
     if (k->module)
         cf_rt_module_unload(k->module, NULL);
     if (k->wide.c)
@@ -105,9 +108,38 @@ void cf_kernel_free(cf_kernel *k)
     free(k);
 }
 
-/* Lowers g, plans the kernel at M, N, K (0: unknown) from req, and renders the plan. */
-cf_status cf_kernel_build_req(const cf_graph *g, const cf_plan_request *req, int64_t M, int64_t N, int64_t K,
-                              const char *title, cf_kernel **out, cf_error *err)
+/* A B2B graph's two kernels (b2b.c), planned at dims, or else at the first GEMM's M, N, K. */
+static cf_status build_b2b(cf_kernel *k, const cf_plan_request *req, int64_t M, int64_t N, int64_t K,
+                           const int64_t *dims, const char *title, cf_error *err)
+{
+    const int64_t mnk[3] = {M, N, K};
+    cf_status st = cf_b2b_build(k->graph, req, dims, mnk, title, &k->b2b, err);
+    if (st == CF_OK)
+        k->plan = *cf_kernel_plan(cf_b2b_part(k->b2b, 0));
+    return st;
+}
+
+/* Φ declined g (err says why).  A B2B graph whose second epilogue reads per-row values of the
+ * first has no single B2B IR, but the split runs it (the first kernel stores those values); the
+ * split's own reason, if it declines too, follows Φ's. */
+static cf_status build_b2b_unlowered(cf_kernel *k, const cf_plan_request *req, int64_t M, int64_t N, int64_t K,
+                                     const int64_t *dims, const char *title, cf_error *err)
+{
+    cf_error phi = err ? *err : (cf_error){0}, e2;
+    if (!cf_b2b_shaped(k->graph))
+        return CF_ERR_UNSUPPORTED;
+    cf_status st = build_b2b(k, req, M, N, K, dims, title, &e2);
+    if (st == CF_ERR_UNSUPPORTED)
+        cf_errorf(err, st, (cf_loc){0}, "%s\n  and not as two fused kernels either: %s", phi.msg, e2.msg);
+    else if (st != CF_OK && err)
+        *err = e2;
+    return st;
+}
+
+/* Lowers g, plans the kernel at M, N, K (0: unknown) or at dims (when not NULL) from req, and
+ * renders the plan. */
+static cf_status build_kernel(const cf_graph *g, const cf_plan_request *req, int64_t M, int64_t N, int64_t K,
+                              const int64_t *dims, const char *title, cf_kernel **out, cf_error *err)
 {
     cf_error_clear(err);
     if (!g || !out)
@@ -118,6 +150,19 @@ cf_status cf_kernel_build_req(const cf_graph *g, const cf_plan_request *req, int
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     k->graph = g;
     cf_status st = cf_lower(g, &k->ir, err);
+    if ((st == CF_OK && k->ir->n_gemms == 2) || st == CF_ERR_UNSUPPORTED) {
+        st = st == CF_OK ? build_b2b(k, req, M, N, K, dims, title, err)
+                         : build_b2b_unlowered(k, req, M, N, K, dims, title, err);
+        if (st != CF_OK)
+            cf_kernel_free(k);
+        else
+            *out = k;
+        return st;
+    }
+    if (st == CF_OK && dims) {
+        const cf_dim d[3] = {k->ir->dim_m, k->ir->dim_n, k->ir->dim_k};
+        M = d[0] >= 0 ? dims[d[0]] : 0, N = d[1] >= 0 ? dims[d[1]] : 0, K = d[2] >= 0 ? dims[d[2]] : 0;
+    }
     if (st == CF_OK)
         st = cf_plan_make(k->ir, M, N, K, NULL, req, &k->plan, err);
     if (st == CF_OK)
@@ -133,6 +178,18 @@ cf_status cf_kernel_build_req(const cf_graph *g, const cf_plan_request *req, int
     return CF_OK;
 }
 
+cf_status cf_kernel_build_req(const cf_graph *g, const cf_plan_request *req, int64_t M, int64_t N, int64_t K,
+                              const char *title, cf_kernel **out, cf_error *err)
+{
+    return build_kernel(g, req, M, N, K, NULL, title, out, err);
+}
+
+cf_status cf_kernel_build_dims(const cf_graph *g, const cf_plan_request *req, const int64_t *dims,
+                               const char *title, cf_kernel **out, cf_error *err)
+{
+    return build_kernel(g, req, 0, 0, 0, dims, title, out, err);
+}
+
 cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *title, cf_kernel **out,
                           cf_error *err)
 {
@@ -142,6 +199,8 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
     /* the request the options make needs the IR (the plan's own choices at their shape) */
     cf_ir *ir = NULL;
     cf_status st = cf_lower(g, &ir, err);
+    if (st == CF_ERR_UNSUPPORTED && cf_b2b_shaped(g))   /* the split plans each kernel itself */
+        return cf_kernel_build_req(g, NULL, opt ? opt->m : 0, opt ? opt->n : 0, opt ? opt->k : 0, title, out, err);
     if (st != CF_OK)
         return st;
     const cf_plan_request req = cf_plan_request_of(ir, opt);
@@ -152,8 +211,15 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
 const cf_ir *cf_kernel_ir(const cf_kernel *k) { return k ? k->ir : NULL; }
 const cf_plan_request *cf_kernel_options(const cf_kernel *k) { return k ? &k->plan.req : NULL; }
 const cf_plan *cf_kernel_plan(const cf_kernel *k) { return k ? &k->plan : NULL; }
-const char *cf_kernel_source(const cf_kernel *k) { return k ? k->src.data : NULL; }
-const char *cf_kernel_ptx(const cf_kernel *k) { return k && k->compiled ? k->cubin.ptx : NULL; }
+const cf_b2b *cf_kernel_b2b(const cf_kernel *k) { return k ? k->b2b : NULL; }
+const char *cf_kernel_source(const cf_kernel *k)
+{
+    return !k ? NULL : k->b2b ? cf_b2b_source(k->b2b) : k->src.data;
+}
+const char *cf_kernel_ptx(const cf_kernel *k)
+{
+    return !k || !k->compiled ? NULL : k->b2b ? cf_b2b_ptx(k->b2b) : k->cubin.ptx;
+}
 
 /* Reads cf_kernel_info (a byte-initialised .global array) out of the PTX,
  * so the configuration is known without a GPU. */
@@ -193,6 +259,11 @@ cf_status cf_kernel_compile(cf_kernel *k, cf_error *err)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_compile: NULL kernel");
     if (k->compiled)
         return CF_OK;
+    if (k->b2b) {
+        cf_status st = cf_b2b_compile(k->b2b, err);
+        k->compiled = st == CF_OK;
+        return st;
+    }
     /* CF_TRACE=1 (diagnostics, bench): per-tile clock64 stamps, see cf_sm90.cuh; CF_TRACE=2 also
      * times the mainloop's waits */
     const char *trace_env = getenv("CF_TRACE");
@@ -206,6 +277,20 @@ cf_status cf_kernel_compile(cf_kernel *k, cf_error *err)
     return st;
 }
 
+/* A B2B kernel's: its first kernel's, with both compiles' time and cache state. */
+static cf_status b2b_resources(const cf_b2b *b, cf_resources *r, cf_error *err)
+{
+    cf_resources r2;
+    cf_status st = cf_kernel_resources(cf_b2b_part(b, 0), r, err);
+    if (st == CF_OK)
+        st = cf_kernel_resources(cf_b2b_part(b, 1), &r2, err);
+    if (st == CF_OK) {
+        r->compile_ms += r2.compile_ms;
+        r->cache_hit = r->cache_hit && r2.cache_hit;
+    }
+    return st;
+}
+
 cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err)
 {
     cf_error_clear(err);
@@ -213,6 +298,8 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_resources: NULL argument");
     if (!k->compiled)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_resources: compile the kernel first");
+    if (k->b2b)
+        return b2b_resources(k->b2b, r, err);
     memset(r, 0, sizeof *r);
     r->threads = k->info[INFO_THREADS];
     r->registers = k->cubin.registers;
@@ -423,7 +510,7 @@ static int64_t row_group_tiles(const cf_kernel *k)
 
 bool cf_kernel_wide(const cf_kernel *k, int64_t n)
 {
-    return k && k->compiled && k->ir->n_stages[0] > 1 && n > (int64_t)k->info[INFO_BN] * row_group_tiles(k);
+    return k && !k->b2b && k->compiled && k->ir->n_stages[0] > 1 && n > (int64_t)k->info[INFO_BN] * row_group_tiles(k);
 }
 
 /* The GEMM of the wide path: the same X and W, C = X @ W kept in f32. */
@@ -465,6 +552,11 @@ cf_status cf_kernel_prepare(cf_kernel *k, const int64_t *dims, cf_error *err)
     cf_error_clear(err);
     if (!k || !dims)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_prepare: NULL argument");
+    if (k->b2b) {
+        cf_status st = cf_b2b_prepare(k->b2b, dims, err);
+        k->compiled = st == CF_OK;
+        return st;
+    }
     cf_status st = cf_kernel_compile(k, err);
     const cf_ir *ir = k->ir;
     const int64_t M = ir->dim_m >= 0 ? dims[ir->dim_m] : 0, N = ir->dim_n >= 0 ? dims[ir->dim_n] : 0,
@@ -643,6 +735,8 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     cf_status st;
     if (!k->compiled && (st = cf_kernel_compile(k, err)) != CF_OK)
         return st;
+    if (k->b2b)
+        return cf_b2b_launch(k->b2b, a, err);
     const cf_ir *ir = k->ir;
     const cf_graph *g = k->graph;
     int64_t M = dim_of(a, ir->dim_m), N = dim_of(a, ir->dim_n), K = dim_of(a, ir->dim_k);
@@ -736,6 +830,8 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
 
 double cf_kernel_predict_us(const cf_kernel *k, int64_t M, int64_t N, int64_t K)
 {
+    if (k->b2b)   /* the second kernel's N2 is not among M, N, K: cf_b2b_predict_us */
+        return 0;
     cf_plan at = k->plan;
     cf_device_facts dev = cf_device_facts_h200();
     if (k->module)   /* loaded: the driver's device and residency */

@@ -300,6 +300,9 @@ static bool name_taken(const cf_graph *g, const char *name)
 static const char *fresh_name(uf_ctx *c, cf_graph *pg, const char *base, char *buf, size_t n)
 {
     snprintf(buf, n, "%s", base);
+    for (char *p = buf; *p; p++)   /* an identifier (a fused kernel's field): "sum.12" -> "sum_12" */
+        if (!(*p == '_' || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')))
+            *p = '_';
     for (int i = 2; name_taken(c->g, buf) || name_taken(pg, buf); i++)
         snprintf(buf, n, "%.40s_%d", base, i);
     return buf;
@@ -762,6 +765,75 @@ cf_status cf_unfused_launch(cf_unfused *u, const cf_launch_args *a, cf_error *er
             st = run_piece(u, m->piece, a, err);
     }
     return st;
+}
+
+/* ---- a piece as a fused kernel (b2b.c) ----------------------------------------------------- */
+
+const cf_graph *cf_unfused_piece_graph(const cf_unfused *u, int i)
+{
+    return u && i >= 0 && i < u->n_pieces ? u->piece[i].graph : NULL;
+}
+
+const char *cf_unfused_piece_output_role(const cf_unfused *u, int i, int o)
+{
+    const uf_bind_kind k = u->piece[i].out[o].kind;
+    return k == UF_OUTPUT ? "output" : k == UF_OPERAND ? "operand" : "row value";
+}
+
+cf_value cf_unfused_piece_reads_gemm(const cf_unfused *u, int i)
+{
+    const uf_piece *p = &u->piece[i];
+    for (int k = 0; k < p->graph->n_inputs; k++)
+        if (p->in[k].kind == UF_GEMM_OUT)
+            return u->gemm[p->in[k].index].node;
+    return -1;
+}
+
+static size_t operand_bytes(const cf_unfused *u, int j, const int64_t *dims)
+{
+    const cf_unfused_gemm *m = &u->gemm[j];
+    return m->a_input >= 0 ? 0 : (size_t)dims[m->dim_m] * (size_t)dims[m->dim_k] * cf_dtype_size(m->dtype);
+}
+
+static size_t row_bytes(const cf_unfused *u, int r, const int64_t *dims)
+{
+    return (size_t)dims[u->g->nodes[u->row_node[r]].dims[0]] * sizeof(float);
+}
+
+/* The computed operands' and row values' buffers for dims; allocating is not allowed while the
+ * stream is captured into a CUDA graph, so a launch at a larger size than any before is refused
+ * there. */
+static cf_status piece_buffers(cf_unfused *u, const cf_launch_args *a, cf_error *err)
+{
+    bool grow = false, capturing = false;
+    for (int j = 0; j < u->n_gemms; j++)
+        grow = grow || operand_bytes(u, j, a->dims) > u->operand_bytes[j];
+    for (int r = 0; r < u->n_rows; r++)
+        grow = grow || row_bytes(u, r, a->dims) > u->row_bytes[r];
+    cf_status st = grow ? cf_rt_stream_capturing(a->stream, &capturing, err) : CF_OK;
+    if (st == CF_OK && capturing)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "CUDA-graph capture of a B2B launch at M=%lld: "
+                         "its S buffer is not allocated for it yet (launch it once before capture, at the "
+                         "largest M)", (long long)a->dims[u->gemm[0].dim_m]);
+    for (int j = 0; j < u->n_gemms && st == CF_OK; j++)
+        if (u->gemm[j].a_input < 0)   /* a computed left operand, written by an earlier piece */
+            st = ensure(&u->operand[j], &u->operand_bytes[j], operand_bytes(u, j, a->dims), err);
+    for (int r = 0; r < u->n_rows && st == CF_OK; r++)
+        st = ensure(&u->row_buf[r], &u->row_bytes[r], row_bytes(u, r, a->dims), err);
+    return st;
+}
+
+cf_status cf_unfused_piece_args(cf_unfused *u, int i, const cf_launch_args *a, cf_launch_args *pa, cf_error *err)
+{
+    CF_ASSERT(i >= 0 && i < u->n_pieces && cf_unfused_piece_reads_gemm(u, i) < 0);
+    cf_status st = piece_buffers(u, a, err);
+    if (st != CF_OK)
+        return st;
+    const uf_where w = where_of(u, a);
+    bind_piece(u, i, &w);
+    *pa = (cf_launch_args){.dims = a->dims, .inputs = u->pin, .params = u->pparams, .outputs = u->pout,
+                           .stream = a->stream};
+    return CF_OK;
 }
 
 /* ---- the host model ---------------------------------------------------------------- */
