@@ -11,7 +11,14 @@ scalar, an [N] row vector (bias, gamma), an [M] column (keepdim statistics) or a
 
     TILE   lead + (N,)        VEC_M  lead + (1,) (keepdim) or lead        VEC_N  (N,)
 
-where lead is the matmul's X.shape[:-1] (M = its product).  Nothing here needs a GPU.
+where lead is the matmul's X.shape[:-1] (M = its product).
+
+A dual GEMM: a second matmul reading the same X, with weights of the same shape, layout
+and dtype (LLaMA's gate_proj and up_proj), joins the region when the two results meet in
+an elementwise node the region absorbs (silu(a) * b, gelu(a) * b, any f(a) op g(b)); the
+cf_graph then has inputs X, W, W2 and both GEMMs enter one epilogue (Φ's dual GEMM).  A
+matmul that repeats the region's own GEMM (lin(x) written twice) is read as that GEMM's
+value.  Nothing here needs a GPU.
 """
 import operator
 
@@ -331,12 +338,12 @@ def _module_call(g, node, mod):
 # ---- regions ------------------------------------------------------------------
 
 class Region:
-    """A matmul and the epilogue nodes fused with it.
+    """A matmul (or a dual GEMM's two) and the epilogue nodes fused with it.
 
-    nodes: region nodes in graph order (the matmul first); inputs: external operand
-    nodes in cf input order (X, W, then first use), roles[i] what input i is ("X", "W",
-    TILE, VEC_M, VEC_N): a node may be both X and a residual; outputs: region nodes read
-    outside.  cls[n]: TILE / VEC_M of every region node; in_cls[e]: the class of an
+    nodes: region nodes in graph order (the matmul first; a dual GEMM's second matmul,
+    mm2, next); inputs: external operand nodes in cf input order (X, W, [W2,] then first
+    use), roles[i] what input i is ("X", "W", "W2", TILE, VEC_M, VEC_N): a node may be
+    both X and a residual; outputs: region nodes read outside.  cls[n]: TILE / VEC_M of every region node; in_cls[e]: the class of an
     external read by the epilogue.
     """
 
