@@ -221,6 +221,26 @@ def test_dual_region_f16_and_dynamic_m():
         _check_reference(f, (x,))
 
 
+@pytest.mark.parametrize("form", ["kn", "t"])
+def test_dual_with_matmul_operator(form):
+    """x @ Wg * ... with [K, N] weights, and x @ W.t() (nn.Linear's [N, K] read transposed):
+    a dual GEMM in either layout; the fallback recomputes both transposes."""
+    def fn(x, wg, wu):
+        if form == "t":
+            return F.gelu(x @ wg.t(), approximate="tanh") * (x @ wu.t())
+        return F.silu(x @ wg) * (x @ wu)
+    shape = (128, 64) if form == "t" else (64, 128)
+    args = (torch.randn(2, 3, 64, dtype=BF), torch.randn(*shape, dtype=BF), torch.randn(*shape, dtype=BF))
+    f, lines = _fused(fn, *args)
+    m = _dual(f)
+    # x @ w.t() reads w as nn.Linear's [N, K] (labelled linear, as for one GEMM)
+    assert m.label == ("linear+linear->gelu->mul" if form == "t" else "matmul+matmul->silu->mul"), m.label
+    assert m._w_shape == ((128, 64) if form == "t" else (64, 128))
+    assert m.region.wt_node2 is not None if form == "t" else m.region.wt_node2 is None
+    _check_reference(f, args)
+    assert torch.equal(f(*args), fn(*args))
+
+
 def test_dual_any_elementwise_combination():
     """f(a) (op) g(b) with an epilogue after: tanh(a) + sigmoid(b + 1) * 2, then a row RMSNorm."""
     def fn(x, wg, wu, gamma):
