@@ -343,8 +343,8 @@ class Region:
     nodes: region nodes in graph order (the matmul first; a dual GEMM's second matmul,
     mm2, next); inputs: external operand nodes in cf input order (X, W, [W2,] then first
     use), roles[i] what input i is ("X", "W", "W2", TILE, VEC_M, VEC_N): a node may be
-    both X and a residual; outputs: region nodes read outside.  cls[n]: TILE / VEC_M of every region node; in_cls[e]: the class of an
-    external read by the epilogue.
+    both X and a residual; outputs: region nodes read outside.  cls[n]: TILE / VEC_M of
+    every region node; in_cls[e]: the class of an external read by the epilogue.
     """
 
     def __init__(self, index, mm):

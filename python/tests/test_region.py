@@ -330,7 +330,7 @@ def test_recipe_tells_operand_order():
     assert fa.regions()[0].recipe != fb.regions()[0].recipe
 
 
-def test_dual_kernel_compiles(tmp_path, monkeypatch):
+def test_dual_kernel_compiles(tmp_path, monkeypatch, caplog):
     """The dual region's kernel builds and NVRTC-compiles for sm_90a at both M buckets it
     would use (no GPU needed): 128x64 tiles, both weights' TMA descriptors."""
     from comfuse import runtime
@@ -351,6 +351,10 @@ def test_dual_kernel_compiles(tmp_path, monkeypatch):
     assert k.resources()["registers"] > 0
     m.warmup((8, 1000))                 # both buckets, through the runtime's own options
     assert len([key for key in runtime._kernels if key[0] == m.recipe]) == 2
+    with caplog.at_level(logging.INFO, logger="comfuse"):
+        m._note("fused")                # the log line of the first fused call
+    msgs = [r.getMessage() for r in caplog.records if " fused: " in r.getMessage()]
+    assert len(msgs) == 1 and "linear+linear->silu->mul (dual GEMM: gate_proj, up_proj; N=136, K=64, bf16" in msgs[0]
 
 
 FALLBACKS = {
