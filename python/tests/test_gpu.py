@@ -186,3 +186,19 @@ def _dual_args(f, x):
     f(x)
     h.remove()
     return seen[0]
+
+
+def test_operand_order_gets_its_own_kernel():
+    """h - r and r - h in one process: before the recipe named operands, both regions keyed
+    the kernel cache alike and the second ran the first's kernel (a wrong sign)."""
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    w = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(300, 256, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn(300, 512, device="cuda", dtype=torch.bfloat16)
+    fa = comfuse.fuse(lambda x, w, r: F.linear(x, w) - r)
+    fb = comfuse.fuse(lambda x, w, r: r - F.linear(x, w))
+    with torch.no_grad():
+        ya, yb = fa(x, w, r), fb(x, w, r)
+    assert fa.regions()[0].last == "fused" and fb.regions()[0].last == "fused"
+    assert _rel(ya, F.linear(x, w) - r) < 1e-2 and _rel(yb, r - F.linear(x, w)) < 1e-2
