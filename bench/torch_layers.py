@@ -12,7 +12,11 @@ C) and the region call (checks, output allocation, launch): their difference is 
 launch overhead.  host_r and host_k are the host µs of one region call and of one bare
 launch (perf_counter around the call after a sync): the CPU time an idle GPU waits for.
 --models adds a BERT layer and a LLaMA decoder layer end to end, with the regions the
-comfuse backend fused in them and its fused and fallback call counts.
+comfuse backend fused in them (the LLaMA MLP's gate_proj and up_proj as one dual GEMM) and
+its fused and fallback call counts.
+gated_mlp rows: LLaMA's MLP, down(silu(gate(x)) * up(x)) with N = --mlp-n (default 11008)
+and K = --k; its dual region (gate, up, SiLU, product in one kernel) is compared in the
+line below it with cuBLAS doing one GEMM over the two weights concatenated ([K, 2N]).
 The C figure for the same shape: build/comfuse bench --shape M=..,N=..,K=.. SPEC.
 """
 import argparse
@@ -95,15 +99,29 @@ def region_rows(mods, call, iters):
         h.remove()
     out = []
     for mod, rargs in seen.items():
+        label = mod.label + (" (dual GEMM: %s)" % ", ".join(mod.dual) if mod.dual else "")
         if mod.last != "fused":
-            out.append("    region %-40s N=%d K=%d: %s" % (mod.label, mod.N, mod.K, mod.last))
+            out.append("    region %-40s N=%d K=%d: %s" % (label, mod.N, mod.K, mod.last))
             continue
         t_eager = time_ms(lambda: mod.fallback(*rargs), iters)
         t_region = time_ms(lambda: mod(*rargs), iters)
         t_kernel = time_ms(kernel_alone(mod, rargs), iters)
-        out.append("    region %-40s N=%d K=%d: eager ops %.4f  region %.4f  kernel %.4f ms"
-                   % (mod.label, mod.N, mod.K, t_eager, t_region, t_kernel))
+        extra = ""
+        if mod.dual:
+            extra = "  cuBLAS [K, 2N] GEMM %.4f ms" % time_ms(concat_gemm(rargs), iters)
+        out.append("    region %-40s N=%d K=%d: eager ops %.4f  region %.4f  kernel %.4f ms%s"
+                   % (label, mod.N, mod.K, t_eager, t_region, t_kernel, extra))
     return out
+
+
+def concat_gemm(rargs):
+    """A dual region's reference: cuBLAS doing one GEMM over both weights concatenated
+    (X @ [Wg; Wu]^T, [M, 2N]), what `comfuse bench` compares a dual GEMM with."""
+    x, wg, wu = rargs[0], rargs[1], rargs[2]
+    w = torch.cat([wg, wu], 0 if wg.shape[1] == x.shape[-1] else 1)      # [2N, K] or [K, 2N]
+    if wg.shape[1] == x.shape[-1]:
+        return lambda: torch.nn.functional.linear(x, w)
+    return lambda: x @ w
 
 
 def bench_layer(name, make, args, iters):
@@ -135,6 +153,10 @@ def bench_layer(name, make, args, iters):
         status = "fused"
     print("%-22s %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.1f %7.1f   %s"
           % (name, eager, t_ind, t_cf, t_cfi, t_region, t_kernel, h_region, h_kernel, status))
+    if seen and seen[0][0].dual:
+        rmod, rargs = seen[0]
+        print("    region %s (dual GEMM: %s) N=%d K=%d: %s; cuBLAS [K, 2N] GEMM %.4f ms"
+              % (rmod.label, ", ".join(rmod.dual), rmod.N, rmod.K, rmod.last, time_ms(concat_gemm(rargs), iters)))
 
 
 def main():
@@ -144,6 +166,7 @@ def main():
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--models", action="store_true", help="also a BERT layer and a LLaMA decoder layer")
+    ap.add_argument("--mlp-n", type=int, default=11008, help="the gated MLP's intermediate size (0: no MLP rows)")
     a = ap.parse_args()
     torch.manual_seed(0)
     dt = torch.bfloat16
@@ -154,6 +177,10 @@ def main():
         for name in sorted(layers.PLAIN):
             args = layers.inputs_for(name, (a.m,), a.k, a.n, dt, "cuda")
             bench_layer(name, lambda: layers.PLAIN[name](a.k, a.n).to("cuda", dt).eval(), args, a.iters)
+        for act in ("silu", "gelu_tanh") if a.mlp_n else ():
+            x = torch.randn(a.m, a.k, device="cuda", dtype=dt)
+            bench_layer("gated_mlp_" + act, lambda: layers.GatedMLP(a.k, a.mlp_n, act=act).to("cuda", dt).eval(),
+                        (x,), a.iters)
         if a.models:
             sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
             import gpu_check

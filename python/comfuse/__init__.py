@@ -7,6 +7,8 @@
     print("\\n".join(comfuse.explain(layer, x)))            # one line per region
     comfuse.stats()                                         # compile time, cache hits, fallbacks
 
+Two projections of one input that meet elementwise (LLaMA's silu(gate(x)) * up(x), GeGLU)
+fuse as one dual GEMM: one kernel loads each X tile once for both weights.
 Regions comfuse cannot fuse (an op outside the domain, a dtype, CPU tensors, autograd
 needing gradients, no GPU) run through PyTorch unchanged.  Set logging for "comfuse"
 to INFO to see one line per region saying whether it was fused.

@@ -11,7 +11,14 @@ scalar, an [N] row vector (bias, gamma), an [M] column (keepdim statistics) or a
 
     TILE   lead + (N,)        VEC_M  lead + (1,) (keepdim) or lead        VEC_N  (N,)
 
-where lead is the matmul's X.shape[:-1] (M = its product).  Nothing here needs a GPU.
+where lead is the matmul's X.shape[:-1] (M = its product).
+
+A dual GEMM: a second matmul reading the same X, with weights of the same shape, layout
+and dtype (LLaMA's gate_proj and up_proj), joins the region when the two results meet in
+an elementwise node the region absorbs (silu(a) * b, gelu(a) * b, any f(a) op g(b)); the
+cf_graph then has inputs X, W, W2 and both GEMMs enter one epilogue (Φ's dual GEMM).  A
+matmul that repeats the region's own GEMM (lin(x) written twice) is read as that GEMM's
+value.  Nothing here needs a GPU.
 """
 import operator
 
@@ -331,13 +338,13 @@ def _module_call(g, node, mod):
 # ---- regions ------------------------------------------------------------------
 
 class Region:
-    """A matmul and the epilogue nodes fused with it.
+    """A matmul (or a dual GEMM's two) and the epilogue nodes fused with it.
 
-    nodes: region nodes in graph order (the matmul first); inputs: external operand
-    nodes in cf input order (X, W, then first use), roles[i] what input i is ("X", "W",
-    TILE, VEC_M, VEC_N): a node may be both X and a residual; outputs: region nodes read
-    outside.  cls[n]: TILE / VEC_M of every region node; in_cls[e]: the class of an
-    external read by the epilogue.
+    nodes: region nodes in graph order (the matmul first; a dual GEMM's second matmul,
+    mm2, next); inputs: external operand nodes in cf input order (X, W, [W2,] then first
+    use), roles[i] what input i is ("X", "W", "W2", TILE, VEC_M, VEC_N): a node may be
+    both X and a residual; outputs: region nodes read outside.  cls[n]: TILE / VEC_M of
+    every region node; in_cls[e]: the class of an external read by the epilogue.
     """
 
     def __init__(self, index, mm):
@@ -359,6 +366,12 @@ class Region:
         self.graph = None             # capi.Graph once translated
         self.recipe = None            # hashable description: the kernel cache key
         self.wt_node = None           # x @ w.t(): the .t() node the matmul reads
+        self.mm2 = None               # a dual GEMM's second matmul (X @ W2), nodes[1]
+        self.wt_node2 = None          # its .t() node
+        self.min_end = 2              # plan keeps at least nodes[:min_end] (a dual: its combination)
+        self.dual_notes = []          # why mm did not pair with a matmul over the same X
+        self.planned = False
+        self.alias = {}               # a matmul that repeats one of the region's GEMMs -> that GEMM
 
     def substitute(self, old, new):
         """An external input was replaced (another region's output became a getitem)."""
@@ -369,14 +382,48 @@ class Region:
             s.operands = [new if o is old else o for o in s.operands]
         if self.wt_node is old:
             self.wt_node = new
+        if self.wt_node2 is old:
+            self.wt_node2 = new
+
+    def gemms(self):
+        return [self.mm] if self.mm2 is None else [self.mm, self.mm2]
+
+    def n_gemm_inputs(self):
+        """X, W (and W2): the leading cf inputs."""
+        return 2 if self.mm2 is None else 3
+
+    def dual_names(self):
+        """The two projections' names (from their weights) of a dual GEMM, else None."""
+        if self.mm2 is None:
+            return None
+        return [gemm_name(m, self.steps[m]) for m in self.gemms()]
 
     def label(self):
         parts = []
         for n in self.nodes:
+            if n is self.mm2:
+                continue
             s = self.steps.get(n)
             parts.append(s.op if s is not None and s.op else (s.kind if s is not None else n.name))
-        return "->".join(["linear" if self.steps[self.mm].attrs.get("layout") == "nk" else "matmul"]
-                         + parts[1:])
+        head = ["linear" if self.steps[m].attrs.get("layout") == "nk" else "matmul"
+                for m in self.gemms() if m in self.steps]
+        return "->".join(["+".join(head)] + parts[1:])
+
+
+def gemm_name(mm, step):
+    """A readable name for a matmul: its weight's module path tail (gate_proj), from a
+    get_attr target (mlp.gate_proj.weight) or a dynamo placeholder
+    (l_self_modules_mlp_modules_gate_proj_parameters_weight_); else the node's name."""
+    w = step.operands[1] if len(step.operands) > 1 else None
+    if not isinstance(w, torch.fx.Node):
+        return mm.name
+    if w.op == "get_attr" and isinstance(w.target, str):
+        parts = w.target.split(".")
+        return parts[-2] if len(parts) > 1 and parts[-1] == "weight" else parts[-1]
+    name = w.name
+    if "_parameters_" in name:
+        return name.split("_parameters_")[0].split("_modules_")[-1]
+    return name.strip("_")[2:] if name.startswith("l_") else name
 
 
 def _wt_source(w):
@@ -395,15 +442,16 @@ def _wt_source(w):
     return w, "kn"
 
 
-def start_region(index, mm, step):
-    r = Region(index, mm)
-    r.steps[mm] = step
+def _gemm_shape(mm, step):
+    """(w source, wt node, N, K, dtype, lead) of a matmul step, normalising x @ w.t() to an
+    [N, K] weight (step is updated); NotFusible outside what the GEMM takes."""
     x, w = step.operands[0], step.operands[1]
+    wt = None
     if step.attrs["layout"] == "kn":
         w0 = w
         w, layout = _wt_source(w)
         if w is not w0:
-            r.wt_node = w0     # the fallback sub-graph recomputes the transpose view
+            wt = w0            # the fallback sub-graph recomputes the transpose view
         step.attrs["layout"] = layout
         step.operands[1] = w
     xm, wm = meta(x), meta(w)
@@ -423,13 +471,46 @@ def start_region(index, mm, step):
     if N % 8 or K % 8:
         raise NotFusible("N=%d, K=%d: TMA needs rows of a multiple of 16 bytes (N and K multiples of 8)"
                          % (N, K))
-    r.N, r.K, r.dtype, r.lead = N, K, xm[1], xm[0][:-1]
-    r.inputs = [x, w]
+    return w, wt, N, K, xm[1], xm[0][:-1]
+
+
+def start_region(index, mm, step):
+    r = Region(index, mm)
+    r.steps[mm] = step
+    w, r.wt_node, r.N, r.K, r.dtype, r.lead = _gemm_shape(mm, step)
+    r.inputs = [step.operands[0], w]
     r.roles = ["X", "W"]
     bias = step.operands[2] if len(step.operands) > 2 else None
     if bias is not None:
         _classify_external(r, bias, TILE, mm)
     return r
+
+
+def add_second_gemm(r, mm2, step2):
+    """Makes r (a fresh region of r.mm alone) a dual GEMM with mm2, a matmul over the same X:
+    NotFusible when the two GEMMs differ in N, K, dtype or weight layout, or W2 is computed."""
+    w2, wt2, N, K, dt, lead = _gemm_shape(mm2, step2)
+    step = r.steps[r.mm]
+    if (N, K, dt, lead) != (r.N, r.K, r.dtype, r.lead):
+        raise NotFusible("'%s' is %sx%s %s, '%s' %sx%s %s" % (r.mm.name, r.N, r.K, DT.get(r.dtype), mm2.name, N, K,
+                                                             DT.get(dt)))
+    if step2.attrs["layout"] != step.attrs["layout"]:
+        raise NotFusible("'%s' and '%s' hold their weights in different layouts ([N, K] and [K, N]); a dual GEMM "
+                         "takes one" % (r.mm.name, mm2.name))
+    if not isinstance(w2, torch.fx.Node) or w2.op not in ("placeholder", "get_attr"):
+        raise NotFusible("the weight of '%s' is computed ('%s'); a dual GEMM's weights are inputs"
+                         % (mm2.name, getattr(w2, "name", w2)))
+    r.mm2, r.wt_node2 = mm2, wt2
+    r.nodes.insert(1, mm2)
+    r.steps[mm2] = step2
+    r.cls[mm2] = TILE
+    r.keep[mm2] = True
+    # W2 is the third cf input: after X and W, before the first bias
+    r.inputs.insert(2, w2)
+    r.roles.insert(2, "W2")
+    bias2 = step2.operands[2] if len(step2.operands) > 2 else None
+    if bias2 is not None:
+        _classify_external(r, bias2, TILE, mm2)
 
 
 def _classify_external(r, e, against, at):
@@ -582,7 +663,10 @@ def _check_step(r, node, step, base, nm):
 
 
 def find_regions(gm):
-    """All regions of gm's graph, each grown greedily; regions never overlap."""
+    """All regions of gm's graph, each grown greedily; regions never overlap.  A matmul
+    whose X another matmul reads too, the two results meeting in an elementwise
+    combination that Φ accepts, becomes one dual-GEMM region (planned here already: a
+    declined pairing leaves the matmul to grow alone)."""
     regions = []
     taken = set()
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -603,10 +687,113 @@ def find_regions(gm):
             r.reason = str(e)
             regions.append(r)
             continue
-        _grow(r, gm, order, taken)
+        dual, notes = _find_dual(len(regions), mm, gm, order, taken)
+        if dual is not None:
+            r = dual
+        else:
+            _grow(r, gm, order, taken)
+        r.dual_notes = notes
         taken.update(r.nodes)
         regions.append(r)
     return regions
+
+
+def _find_dual(index, mm, gm, order, taken):
+    """(the planned dual region of mm with a later matmul over the same X, or None;
+    one line per pairing that met in a combination but was declined)."""
+    notes = []
+    x = describe(mm).operands[0]
+    if not isinstance(x, torch.fx.Node):
+        return None, notes
+    for mm2 in sorted(x.users, key=lambda n: order[n]):
+        if mm2 in taken or order[mm2] <= order[mm] or mm2.op not in ("call_function", "call_method"):
+            continue
+        try:
+            step2 = describe(mm2)
+        except NotFusible:
+            continue
+        if step2.kind != "matmul" or step2.operands[0] is not x:
+            continue
+        r = start_region(index, mm, describe(mm))
+        if duplicate_gemm(r, mm2) is not None:
+            continue               # lin(x) twice: the region reads mm's value again
+        try:
+            add_second_gemm(r, mm2, step2)
+        except NotFusible as e:
+            r = None
+            why = str(e)
+        if r is not None:
+            _grow(r, gm, order, taken)
+            meet = _meet_index(r)
+            if meet is None:
+                continue           # q/k/v over one X: nothing combines them elementwise
+            r.min_end = meet + 1
+            plan(r, gm)
+            if not r.reason:
+                return r, notes
+            why = r.reason
+        elif "different layouts" not in why and "is computed" not in why:
+            continue               # another shape: no elementwise combination is possible
+        name = gemm_name(mm2, step2)
+        notes.append("no dual GEMM with '%s': %s" % (name, why))
+    return None, notes
+
+
+def _meet_index(r):
+    """Index in r.nodes of the first node computed from both GEMMs of a dual region."""
+    dep = {r.mm: 1, r.mm2: 2}
+    for i, n in enumerate(r.nodes):
+        if n in dep:
+            continue
+        d = 0
+        for o in r.steps[n].operands:
+            if isinstance(o, torch.fx.Node):
+                d |= dep.get(o, 0)
+        dep[n] = d
+        if d == 3:
+            return i
+    return None
+
+
+def _operand_key(a):
+    """Two get_attr nodes of one parameter (normalize_modules makes one per module call) are one operand."""
+    if isinstance(a, torch.fx.Node) and a.op == "get_attr":
+        return ("get_attr", a.target)
+    return a
+
+
+def _gemm_key(step):
+    w, layout = step.operands[1], step.attrs["layout"]
+    if layout == "kn":
+        w, layout = _wt_source(w)
+    bias = step.operands[2] if len(step.operands) > 2 else None
+    return (_operand_key(step.operands[0]), _operand_key(w), _operand_key(bias), layout)
+
+
+def duplicate_gemm(r, node):
+    """The GEMM of r that node computes again (lin(x) called twice: the same X, weight and
+    bias), or None.  The region reads the repeat as that GEMM's value."""
+    if node.op not in ("call_function", "call_method") or r.inputs[0] not in node.all_input_nodes:
+        return None
+    try:
+        step = describe(node)
+    except NotFusible:
+        return None
+    if step.kind != "matmul":
+        return None
+    key = _gemm_key(step)
+    for mm in r.gemms():
+        if _gemm_key(r.steps[mm]) == key:
+            return mm
+    return None
+
+
+def _absorb_duplicate(r, node, mm):
+    r.nodes.append(node)
+    r.steps[node] = Step("identity", operands=[mm])
+    r.cls[node] = TILE
+    r.keep[node] = True
+    r.alias[node] = mm
 
 
 def _grow(r, gm, order, taken):
@@ -614,6 +801,11 @@ def _grow(r, gm, order, taken):
     for node in gm.graph.nodes:
         if order[node] <= order[r.mm]:
             continue
+        if node not in taken and node is not r.mm2:
+            dup = duplicate_gemm(r, node)
+            if dup is not None:
+                _absorb_duplicate(r, node, dup)
+                continue
         reads = [a for a in node.all_input_nodes]
         if not any(a in r.cls or a in tainted for a in reads):
             continue
@@ -648,9 +840,14 @@ def translate(r, gm=None):
     step = r.steps[r.mm]
     val = {}
     x_v = g.input("X", dt, [M, K])
-    w_v = g.input("W", dt, [N, K] if step.attrs["layout"] == "nk" else [K, N])
+    w_dims = [N, K] if step.attrs["layout"] == "nk" else [K, N]
+    w_v = g.input("W", dt, w_dims)
     rec += [("X", dt), ("W", dt, step.attrs["layout"])]
-    for i, (e, c) in enumerate(zip(r.inputs[2:], r.roles[2:])):
+    if r.mm2 is not None:
+        w2_v = g.input("W2", dt, w_dims)       # add_second_gemm checked: one shape, layout, dtype
+        rec.append(("W2", dt, step.attrs["layout"]))
+    base = r.n_gemm_inputs()
+    for i, (e, c) in enumerate(zip(r.inputs[base:], r.roles[base:])):
         if c == PARAM:
             val[e] = g.param("p%d" % i)
             rec.append(("param",))
@@ -664,28 +861,35 @@ def translate(r, gm=None):
         rec.append(("const", float(o)))
         return g.const(o)
 
+    # each record names its operands (cf values, numbered in build order), so the recipe --
+    # the kernel cache key -- tells `h - r` from `r - h`
     def B(op, a, b):
-        rec.append(("bin", op))
+        rec.append(("bin", op, a, b))
         return g.binary(op, a, b)
 
     def U(op, a):
-        rec.append(("un", op))
+        rec.append(("un", op, a))
         return g.unary(op, a)
 
     def R(op, a):
-        rec.append(("red", op))
+        rec.append(("red", op, a))
         return g.reduce(op, a, -1)
 
     def C(v):
         rec.append(("const", float(v)))
         return g.const(v)
 
-    acc = g.matmul(x_v, w_v)
-    if len(step.operands) > 2 and step.operands[2] is not None:
-        acc = B("add", acc, val[step.operands[2]])
-    val[r.mm] = acc
-    g.set_name(acc, r.mm.name)
+    for mm, wv in zip(r.gemms(), (w_v, w2_v) if r.mm2 is not None else (w_v,)):
+        s = r.steps[mm]
+        acc = g.matmul(x_v, wv)
+        rec.append(("mm", acc))
+        if len(s.operands) > 2 and s.operands[2] is not None:
+            acc = B("add", acc, val[s.operands[2]])
+        val[mm] = acc
+        g.set_name(acc, mm.name)
     for node in r.nodes[1:]:
+        if node is r.mm2:
+            continue
         s = r.steps[node]
         ops = s.operands
         k = s.kind
@@ -760,11 +964,12 @@ def translate(r, gm=None):
 def plan(r, gm):
     """Outputs, graph and Φ for a grown region.  When Φ rejects the whole region the
     longest prefix it accepts is kept (the rejected tail stays in PyTorch)."""
-    if r.reason:
+    if r.reason or r.planned:
         return r
+    r.planned = True
     full = list(r.nodes)
     first_err = None
-    for end in range(len(full), 1, -1):
+    for end in range(len(full), r.min_end - 1, -1):
         r.nodes = full[:end]
         finish_region(r, gm)
         try:
@@ -778,6 +983,9 @@ def plan(r, gm):
                 first_err = str(e)
     r.nodes = full[:1]
     r.graph = None
+    if r.mm2 is not None:
+        r.reason = first_err or "no combination of the two GEMMs fuses"
+        return r
     r.reason = first_err or ("bare matmul with no epilogue%s: left to PyTorch (cuBLAS)"
                              % ("; " + r.tail_reason if r.tail_reason else ""))
     return r
@@ -788,7 +996,8 @@ def _prune_inputs(r):
     used = set(o for o in r.steps[r.mm].operands[2:] if isinstance(o, torch.fx.Node))   # the bias
     for n in r.nodes[1:]:
         used.update(o for o in r.steps[n].operands if isinstance(o, torch.fx.Node))
-    keep = [i for i in range(len(r.inputs)) if i < 2 or r.inputs[i] in used]
+    base = r.n_gemm_inputs()
+    keep = [i for i in range(len(r.inputs)) if i < base or r.inputs[i] in used]
     if len(keep) != len(r.inputs):
         r.inputs = [r.inputs[i] for i in keep]
         r.roles = [r.roles[i] for i in keep]

@@ -28,11 +28,14 @@ class Report:
         for r in self.regions:
             head = "region %d [%s]" % (r.index, r.label() if r.steps.get(r.mm) else r.mm.name)
             dims = " N=%s K=%s %s" % (r.N, r.K, R.DT.get(r.dtype, r.dtype)) if r.N else ""
+            notes = "".join("; %s" % n for n in r.dual_notes)
             if r.reason:
-                out.append("%s%s: fell back: %s" % (head, dims, r.reason))
+                out.append("%s%s: fell back: %s%s" % (head, dims, r.reason, notes))
                 continue
             m = mods[r.index]
             last = m.last
+            if r.mm2 is not None:
+                head += " (dual GEMM: %s)" % ", ".join(r.dual_names())
             if last is None or last == "fused":
                 s = "%s%s: %s (%d stages, %d outputs)" % (head, dims, "fused" if last else "fusible, not run yet",
                                                           r.graph.lower().num_stages(), len(r.outputs))
@@ -40,7 +43,7 @@ class Report:
                 s = "%s%s: fell back at run time: %s" % (head, dims, last)
             if r.tail_reason:
                 s += "; stops before %s" % r.tail_reason
-            out.append(s)
+            out.append(s + notes)
         return out
 
 
@@ -71,9 +74,13 @@ def _subgraph(gm, r):
     env = {}
     for i, e in enumerate(r.inputs):
         env[e] = g.placeholder("in%d_%s" % (i, e.name))   # a repeated node: either placeholder
-    if r.wt_node is not None:
-        env[r.wt_node] = g.node_copy(r.wt_node, lambda a: env[a])
+    for wt in (r.wt_node, r.wt_node2):
+        if wt is not None and wt not in env:
+            env[wt] = g.node_copy(wt, lambda a: env[a])
     for n in r.nodes:
+        if n in r.alias:
+            env[n] = env[r.alias[n]]      # lin(x) again: the same value
+            continue
         env[n] = g.node_copy(n, lambda a: env[a])
     g.output(tuple(env[o] for o in r.outputs))
     return fx.GraphModule(gm, g)
@@ -119,7 +126,8 @@ def rewrite(gm, opaque=False):
     for r in regions:
         R.plan(r, gm)
         if r.reason:
-            log.info("comfuse: region %d [%s] fell back: %s", r.index, r.mm.name, r.reason)
+            log.info("comfuse: region %d [%s] fell back: %s%s", r.index, r.mm.name, r.reason,
+                     "".join("; %s" % n for n in r.dual_notes))
             continue
         name = "comfuse_region%d" % r.index
         mod = runtime.FusedRegion(r, _subgraph(gm, r), name)

@@ -72,7 +72,17 @@ def _cf_device():
         return -1
 
 
-def get_kernel(graph, recipe, m, n, k):
+def kernel_options(graph, m, n, k, dual=False):
+    """The plan's options for M = m.  A dual GEMM gets only its shape: cf_options_for
+    lowers a graph only when it has row reductions, so for a dual GEMM without them it
+    returns one GEMM's 128x128 tiles, which cf_kernel_build rejects for two accumulators;
+    fields left 0 are the plan's own choice, made from the lowered IR (128x64 tiles)."""
+    if dual:
+        return {"m": m, "n": n, "k": k}
+    return graph.options_for(m, n, k)
+
+
+def get_kernel(graph, recipe, m, n, k, dual=False):
     """The compiled kernel for (recipe, M bucket), compiling on first use.  One kernel
     object per key: its launches must not overlap in time on different streams (the
     L2 exchange slots are the object's; see cf_kernel_launch), as with a cuBLAS
@@ -89,7 +99,7 @@ def get_kernel(graph, recipe, m, n, k):
             raise _failed[key]     # a failed compile is not retried on every call
     t0 = time.perf_counter()
     try:
-        kern = capi.Kernel(graph, graph.options_for(min(b, 1 << 20), n, k), "comfuse_torch")
+        kern = capi.Kernel(graph, kernel_options(graph, min(b, 1 << 20), n, k, dual), "comfuse_torch")
         # the bucket's largest M: its first launch sizes the L2 exchange for all of it, so a
         # growing M neither synchronises nor reallocates (the open last bucket: this M)
         kern.prepare((b if b < BUCKETS[-1] else m, n, k))
@@ -141,6 +151,7 @@ class FusedRegion(torch.nn.Module):
         self.name = name
         self.region = r
         self.label = r.label()
+        self.dual = r.dual_names()     # [gate, up] names of a dual GEMM's projections, else None
         self.in_cls = list(r.roles)
         self.in_dt = [None if c == R.PARAM else R.meta(e)[1] for e, c in zip(r.inputs, r.roles)]
         self.out_cls = [r.cls[o] for o in r.outputs]
@@ -162,7 +173,7 @@ class FusedRegion(torch.nn.Module):
         _regions.add(self)
 
     def extra_repr(self):
-        return "%s: %s (N=%d, K=%d)" % (self.name, self.label, self.N, self.K)
+        return "%s: %s (%sN=%d, K=%d)" % (self.name, self.label, self._dual_tag(), self.N, self.K)
 
     def __call__(self, *args):
         # nn.Module.__call__ costs microseconds per call in hook bookkeeping: skipped
@@ -217,7 +228,7 @@ class FusedRegion(torch.nn.Module):
 
     def _shape_ok(self, a, c, lead):
         s = a.shape
-        if c == "W":
+        if c == "W" or c == "W2":
             return s == self._w_shape       # the layout the kernel reads ([N, K] or [K, N])
         if c == R.TILE:
             return s[:-1] == lead and s[-1] == self.N if len(s) else False
@@ -265,11 +276,15 @@ class FusedRegion(torch.nn.Module):
         if first:
             if outcome == FUSED:
                 ms = [v for (rec, b), v in list(_compile_ms.items()) if rec == self.recipe]
-                log.info("comfuse: %s fused: %s (N=%d, K=%d, %s; kernel built in %s)", self.name, self.label,
-                         self.N, self.K, R.DT[self.in_dt[0]],
+                log.info("comfuse: %s fused: %s (%sN=%d, K=%d, %s; kernel built in %s)", self.name, self.label,
+                         self._dual_tag(), self.N, self.K, R.DT[self.in_dt[0]],
                          " + ".join("%.0f ms" % v for v in ms) if ms else "an earlier run")
             else:
-                log.info("comfuse: %s fell back to PyTorch: %s (%s)", self.name, outcome, self.label)
+                log.info("comfuse: %s fell back to PyTorch: %s (%s%s)", self.name, outcome, self._dual_tag(),
+                         self.label)
+
+    def _dual_tag(self):
+        return "dual GEMM: %s; " % ", ".join(self.dual) if self.dual else ""
 
     def kernel_for(self, m):
         """(kernel for M = m, whether it was cached on this module)."""
@@ -277,7 +292,7 @@ class FusedRegion(torch.nn.Module):
         kern = self._kern.get(b)
         if kern is not None:
             return kern, True
-        kern = self._kern[b] = get_kernel(self.graph, self.recipe, m, self.N, self.K)
+        kern = self._kern[b] = get_kernel(self.graph, self.recipe, m, self.N, self.K, dual=self.dual is not None)
         return kern, False
 
     def _launch(self, args):
@@ -299,7 +314,7 @@ class FusedRegion(torch.nn.Module):
     def warmup(self, ms=(1,)):
         """Compiles the kernels for the buckets of these M values (no GPU needed)."""
         for m in ms:
-            get_kernel(self.graph, self.recipe, m, self.N, self.K)
+            get_kernel(self.graph, self.recipe, m, self.N, self.K, dual=self.dual is not None)
 
     def reference(self, *args):
         """The region's cf_graph run by the float64 reference (cf_reference_run) on CPU

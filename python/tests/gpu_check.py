@@ -7,8 +7,12 @@
    with random weights (nothing downloaded), through torch.compile(backend=comfuse.backend)
    at two batch sizes of one M bucket: outputs against eager bf16 (both measured against
    the same layer in float32), the regions fused, and no NVRTC compile for the second size.
+   The LLaMA layer's gate_proj and up_proj must fuse as one dual GEMM (with SiLU * product).
 2. The plain-PyTorch layers (Linear->bias->LayerNorm, Linear->GELU, projection->softmax,
    residual+RMSNorm) through comfuse.fuse and the backend.
+3. LLaMA's MLP, down(act(gate(x)) * up(x)) in nn.Linear (SwiGLU; GeGLU, tanh form, with
+   biases; f16), through comfuse.fuse and the backend at two batch sizes: gate and up as one
+   dual-GEMM region, fused, outputs against eager within bf16 tolerance.
 Prints one line per region (the log) and comfuse.stats(); exits 1 on any failure.
 """
 import argparse
@@ -52,7 +56,7 @@ def fused_lines(reports):
     return [l for r in reports for l in r.lines() if ": fused" in l]
 
 
-def run_model(name, make, inputs_for, batches, min_fused, be=None):
+def run_model(name, make, inputs_for, batches, min_fused, be=None, want_dual=False):
     be = be or comfuse.backend
     print("== %s (%s)" % (name, be.__name__))
     torch.manual_seed(0)
@@ -83,6 +87,8 @@ def run_model(name, make, inputs_for, batches, min_fused, be=None):
         failures.append("%s: fewer than %d fused regions" % (name, min_fused))
     if compiles[-1] != 0:
         failures.append("%s: the second batch size compiled %d kernels" % (name, compiles[-1]))
+    if want_dual and not any("dual GEMM: gate_proj, up_proj" in l for l in lines):
+        failures.append("%s: gate_proj and up_proj not fused as a dual GEMM" % name)
 
 
 def bert(small):
@@ -139,6 +145,40 @@ def plain_layers(small):
                 failures.append("%s not fused" % name)
 
 
+def gated_mlps(small):
+    """LLaMA's MLP: the dual-GEMM region (gate and up over one X) fused and right, at two
+    batch sizes, through comfuse.fuse and comfuse.backend."""
+    print("== gated MLPs (dual GEMM: gate_proj, up_proj)")
+    k, n = (256, 704) if small else (4096, 11008)         # LLaMA-7B's MLP at full size
+    cases = [("swiglu", "silu", False, torch.bfloat16), ("geglu_tanh bias", "gelu_tanh", True, torch.bfloat16),
+             ("swiglu f16", "silu", False, torch.float16)]
+    for name, act, bias, dt in cases:
+        torch.manual_seed(0)
+        m32 = layers.GatedMLP(k, n, act=act, bias=bias).to(DEV).eval()
+        m16 = layers.GatedMLP(k, n, act=act, bias=bias).to(DEV).eval()
+        m16.load_state_dict(m32.state_dict())
+        m16 = m16.to(dt)
+        f = comfuse.fuse(m16)
+        torch._dynamo.reset()
+        n0 = len(comfuse.backend_reports())
+        c = torch.compile(m16, backend=comfuse.backend)
+        with torch.no_grad():
+            for lead in ((2, 128), (16, 128)):               # M = 256 and 2048
+                x = torch.randn(*lead, k, device=DEV, dtype=dt)
+                want16, want32 = m16(x), m32(x.float())
+                check("%s fuse %s" % (name, lead), f(x), want16, want32)
+                check("%s backend %s" % (name, lead), c(x), want16, want32)
+                duals = [m for m in f.regions() if m.dual]
+                if len(duals) != 1 or duals[0].last != "fused":
+                    failures.append("%s %s: dual region not fused (%s)" % (name, lead,
+                                                                          duals[0].last if duals else "none"))
+        for line in f.report.lines() + [l for r in comfuse.backend_reports()[n0:] for l in r.lines()]:
+            print("  " + line)
+        if not any("dual GEMM: gate_proj, up_proj" in l and ": fused" in l
+                   for r in comfuse.backend_reports()[n0:] for l in r.lines()):
+            failures.append("%s backend: no fused dual GEMM" % name)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", action="store_true", help="tiny layers (quick)")
@@ -162,13 +202,14 @@ def main():
     make, inputs = bert(a.small)
     run_model("BERT layer", make, inputs, (4, 12), 3)
     make, inputs = llama(a.small)
-    run_model("LLaMA decoder layer", make, inputs, (4, 12), 3)
+    run_model("LLaMA decoder layer", make, inputs, (4, 12), 3, want_dual=True)
     if a.inductor:
         make, inputs = bert(a.small)
         run_model("BERT layer", make, inputs, (4, 12), 3, comfuse.inductor_backend)
         make, inputs = llama(a.small)
-        run_model("LLaMA decoder layer", make, inputs, (4, 12), 3, comfuse.inductor_backend)
+        run_model("LLaMA decoder layer", make, inputs, (4, 12), 3, comfuse.inductor_backend, want_dual=True)
     plain_layers(a.small)
+    gated_mlps(a.small)
     if a.compile_only:
         n = comfuse.warmup_all()
         print("gpu_check --compile-only: %d regions, %s" % (n, comfuse.stats()))

@@ -72,6 +72,26 @@ class HandLayerNorm(nn.Module):
         return d / torch.sqrt(var + 1e-5) * self.g + self.b
 
 
+class GatedMLP(nn.Module):
+    """LLaMA's MLP, down(act(gate(x)) * up(x)), with nn.Linear or F.linear on the same weights:
+    SwiGLU (act=silu) or GeGLU (gelu, erf or tanh form)."""
+
+    def __init__(self, k, n, act="silu", bias=False, functional=False):
+        super().__init__()
+        self.gate_proj = nn.Linear(k, n, bias=bias)
+        self.up_proj = nn.Linear(k, n, bias=bias)
+        self.down_proj = nn.Linear(n, k, bias=bias)
+        self.act = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda v: F.gelu(v, approximate="tanh")}[act]
+        self.functional = functional
+
+    def forward(self, x):
+        if self.functional:
+            g = F.linear(x, self.gate_proj.weight, self.gate_proj.bias)
+            u = F.linear(x, self.up_proj.weight, self.up_proj.bias)
+            return F.linear(self.act(g) * u, self.down_proj.weight, self.down_proj.bias)
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
 PLAIN = {
     "linear_bias_ln": lambda k, n: LinearBiasLN(k, n),
     "linear_gelu": lambda k, n: LinearGELU(k, n),

@@ -77,9 +77,15 @@ def test_llama_decoder_layer_regions():
         want = layer(x, position_embeddings=pe, position_ids=pos)
     assert torch.equal(got[0] if isinstance(got, tuple) else got, want[0] if isinstance(want, tuple) else want)
     regs = _regions(reports())
-    # o_proj + residual + RMSNorm (post_attention_layernorm); gate + SiLU * up; down + residual
+    # o_proj + residual + RMSNorm (post_attention_layernorm); gate and up as one dual GEMM with
+    # SiLU * product; down + residual
     assert set(regs) == {"linear->add->identity->pow->mean->add->rsqrt->mul->identity->mul",
-                         "linear->silu->mul", "linear->add"}, regs
+                         "linear+linear->silu->mul", "linear->add"}, regs
+    assert "(dual GEMM: gate_proj, up_proj)" in regs["linear+linear->silu->mul"]
+    lines = [l for r in reports() for l in r.lines()]
+    # q_proj and k_proj/v_proj read one X too, but nothing combines them elementwise: no dual
+    assert sum("dual GEMM" in l for l in lines) == 1, lines
+    assert all("up_proj" not in l or "dual GEMM" in l for l in lines)     # up_proj is not left bare
     mods = {m.label: m for r in reports() for m in r.modules}
     # the residual sum feeds the next residual add and the RMSNorm: both are outputs
     assert len(mods["linear->add->identity->pow->mean->add->rsqrt->mul->identity->mul"].out_cls) == 2
@@ -104,8 +110,27 @@ def test_inductor_backend_keeps_regions_opaque():
     want = mlp(*args)
     assert ((got.float() - want.float()).norm() / want.float().norm()).item() < 1e-2
     (rep,) = comfuse.backend_reports()[n0:]
-    assert [m.label for m in rep.modules] == ["linear->silu->mul"]
+    assert [m.label for m in rep.modules] == ["linear+linear->silu->mul"]
     assert rep.modules[0].last.startswith("CPU tensors")   # the op ran, through its fallback
+
+
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])
+def test_gated_mlp_through_dynamo(act):
+    """The gated MLP under torch.compile (parameters are graph inputs, named by dynamo): one
+    dual region, at three batch sizes (static, then dynamic) with eager's results."""
+    torch.manual_seed(0)
+    mod = layers.GatedMLP(64, 128, act=act, bias=True).to(BF).eval()
+    c, reports = _compile(mod)
+    with torch.no_grad():
+        for lead in ((2, 8), (3, 8), (5, 8)):
+            x = torch.randn(*lead, 64, dtype=BF)
+            assert torch.equal(c(x), mod(x))
+    regs = [_regions([r]) for r in reports()]
+    assert len(regs) == 2 and all(len(r) == 1 for r in regs), regs
+    line = list(regs[1].values())[0]
+    assert "(dual GEMM: gate_proj, up_proj) N=128 K=64 bf16" in line and "CPU tensors" in line, line
+    (m,) = reports()[1].modules
+    assert m.in_cls[:3] == ["X", "W", "W2"]
 
 
 def test_backend_in_training_keeps_autograd():

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import comfuse
 import layers
+from comfuse import region as R
 
 torch.manual_seed(0)
 BF = torch.bfloat16
@@ -158,19 +159,202 @@ def test_residual_of_the_gemm_input():
 
 
 def test_two_regions_and_a_bare_matmul():
-    """LLaMA's MLP: act(gate(x)) * up(x) then down: up is bare (left to cuBLAS), gate fuses
-    with silu * up's result, down has no epilogue."""
+    """LLaMA's MLP in F.linear on weights passed in: gate and up read one X and meet in
+    silu(g) * u, so both GEMMs and the combination are one dual-GEMM region; down has no
+    epilogue and is left to cuBLAS."""
     def fn(x, wg, wu, wd):
         return F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd)
     args = (torch.randn(5, 64, dtype=BF), torch.randn(128, 64, dtype=BF), torch.randn(128, 64, dtype=BF),
             torch.randn(64, 128, dtype=BF))
     f, lines = _fused(fn, *args)
-    assert len(lines) == 3
-    fused = [l for l in lines if "CPU tensors" in l]
-    assert len(fused) == 1 and "silu->mul" in fused[0]
-    assert sum("bare matmul" in l for l in lines) == 2
+    assert len(lines) == 2, lines
+    assert "[linear+linear->silu->mul] (dual GEMM: wg, wu) N=128 K=64 bf16" in lines[0] and "CPU tensors" in lines[0]
+    assert "bare matmul" in lines[1]
+    (m,) = f.regions()
+    assert m.in_cls == ["X", "W", "W2"] and len(m.out_cls) == 1
     _check_reference(f, args)
     assert torch.equal(f(*args), fn(*args))
+
+
+def _dual(f):
+    duals = [m for m in f.regions() if m.dual]
+    assert len(duals) == 1, [m.label for m in f.regions()]
+    return duals[0]
+
+
+@pytest.mark.parametrize("functional", [False, True], ids=["nn.Linear", "F.linear"])
+@pytest.mark.parametrize("act,label", [("silu", "silu"), ("gelu", "gelu_erf"), ("gelu_tanh", "gelu")])
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+def test_gated_mlp_is_one_dual_region(act, label, functional, bias):
+    """SwiGLU / GeGLU MLPs (nn.Linear's [N, K] weights, with and without biases): gate_proj and
+    up_proj become one dual GEMM with the activation and the product; down_proj stays a matmul
+    of its own (bare: no epilogue)."""
+    torch.manual_seed(3)
+    mod = layers.GatedMLP(64, 128, act=act, bias=bias, functional=functional).to(BF).eval()
+    x = torch.randn(2, 5, 64, dtype=BF)
+    with torch.no_grad():
+        f, lines = _fused(mod, x)
+        assert len(lines) == 2, lines
+        assert ("[linear+linear->%s->mul] (dual GEMM: gate_proj, up_proj) N=128 K=64 bf16" % label) in lines[0], lines
+        assert "bare matmul" in lines[1] and "N=64 K=128" in lines[1]
+        m = _dual(f)
+        assert m.in_cls == ["X", "W", "W2"] + ([R.VEC_N, R.VEC_N] if bias else [])
+        assert sum(1 for e in m.recipe if e[0] == "mm") == 2
+        _check_reference(f, (x,))
+        assert torch.equal(f(x), mod(x))
+
+
+def test_dual_region_f16_and_dynamic_m():
+    """f16 operands; M changes from call to call (the dual region's tensors are checked per call)."""
+    torch.manual_seed(4)
+    mod = layers.GatedMLP(64, 192, bias=True).half().eval()
+    f = comfuse.fuse(mod)
+    with torch.no_grad():
+        for lead in ((3,), (2, 7), (1, 1, 4)):
+            x = torch.randn(*lead, 64, dtype=torch.float16)
+            assert torch.equal(f(x), mod(x))
+            m = _dual(f)
+            args = (x, mod.gate_proj.weight, mod.up_proj.weight, mod.gate_proj.bias, mod.up_proj.bias)
+            assert m.why_not(args).startswith("CPU tensors")
+            assert "W2" in m.in_cls
+        assert m.N == 192 and m.K == 64 and R.DT[m.in_dt[0]] == "f16"
+        _check_reference(f, (x,))
+
+
+@pytest.mark.parametrize("form", ["kn", "t"])
+def test_dual_with_matmul_operator(form):
+    """x @ Wg * ... with [K, N] weights, and x @ W.t() (nn.Linear's [N, K] read transposed):
+    a dual GEMM in either layout; the fallback recomputes both transposes."""
+    def fn(x, wg, wu):
+        if form == "t":
+            return F.gelu(x @ wg.t(), approximate="tanh") * (x @ wu.t())
+        return F.silu(x @ wg) * (x @ wu)
+    shape = (128, 64) if form == "t" else (64, 128)
+    args = (torch.randn(2, 3, 64, dtype=BF), torch.randn(*shape, dtype=BF), torch.randn(*shape, dtype=BF))
+    f, lines = _fused(fn, *args)
+    m = _dual(f)
+    # x @ w.t() reads w as nn.Linear's [N, K] (labelled linear, as for one GEMM)
+    assert m.label == ("linear+linear->gelu->mul" if form == "t" else "matmul+matmul->silu->mul"), m.label
+    assert m._w_shape == ((128, 64) if form == "t" else (64, 128))
+    assert m.region.wt_node2 is not None if form == "t" else m.region.wt_node2 is None
+    _check_reference(f, args)
+    assert torch.equal(f(*args), fn(*args))
+
+
+def test_dual_any_elementwise_combination():
+    """f(a) (op) g(b) with an epilogue after: tanh(a) + sigmoid(b + 1) * 2, then a row RMSNorm."""
+    def fn(x, wg, wu, gamma):
+        a = F.linear(x, wg)
+        b = F.linear(x, wu)
+        h = torch.tanh(a) + torch.sigmoid(b + 1.0) * 2.0
+        return F.rms_norm(h, (128,), gamma, 1e-6)
+    args = (torch.randn(6, 64, dtype=BF), torch.randn(128, 64, dtype=BF) / 8, torch.randn(128, 64, dtype=BF) / 8,
+            torch.rand(128, dtype=BF) + 0.5)
+    f, lines = _fused(fn, *args)
+    m = _dual(f)
+    assert m.label == "linear+linear->tanh->add->sigmoid->mul->add->rms_norm", m.label
+    _check_reference(f, args)
+    assert torch.equal(f(*args), fn(*args))
+
+
+def test_dual_when_up_proj_has_another_user():
+    """up_proj's raw output is also read outside the region (a cumsum): the dual region stores
+    it as a second output, and that user gets it from there."""
+    def fn(x, wg, wu, wd):
+        u = F.linear(x, wu)
+        h = F.silu(F.linear(x, wg)) * u
+        return F.linear(h, wd), torch.cumsum(u, -1)
+    args = (torch.randn(5, 64, dtype=BF), torch.randn(128, 64, dtype=BF), torch.randn(128, 64, dtype=BF),
+            torch.randn(64, 128, dtype=BF))
+    f, lines = _fused(fn, *args)
+    m = _dual(f)
+    assert m.label == "linear+linear->silu->mul" and "(dual GEMM: wu, wg)" in lines[0], lines
+    assert len(m.out_cls) == 2
+    outs = m.region.outputs
+    assert {o.name for o in outs} == {m.region.mm.name, m.region.nodes[-1].name}    # u and the product
+    _check_reference(f, args)
+    got, want = f(*args), fn(*args)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_different_x_is_not_dual():
+    """gate reads x, up reads y: two GEMMs over different X are not a dual GEMM; gate fuses with
+    silu * up's result (an [M, N] input), up and down stay bare matmuls."""
+    def fn(x, y, wg, wu, wd):
+        return F.linear(F.silu(F.linear(x, wg)) * F.linear(y, wu), wd)
+    args = (torch.randn(5, 64, dtype=BF), torch.randn(5, 64, dtype=BF), torch.randn(128, 64, dtype=BF),
+            torch.randn(128, 64, dtype=BF), torch.randn(64, 128, dtype=BF))
+    f, lines = _fused(fn, *args)
+    assert all("dual" not in l for l in lines), lines
+    (m,) = f.regions()
+    assert m.label == "linear->silu->mul" and m.dual is None and "W2" not in m.in_cls
+    assert sum("bare matmul" in l for l in lines) == 2
+    assert torch.equal(f(*args), fn(*args))
+
+
+def test_dual_declined_with_a_reason():
+    """x @ Wg ([K, N]) beside F.linear(x, Wu) ([N, K]): the C library's dual GEMM takes one
+    weight layout, so gate fuses alone and the line says why there is no dual GEMM."""
+    def fn(x, wg, wu):
+        return F.silu(x @ wg) * F.linear(x, wu)
+    args = (torch.randn(5, 64, dtype=BF), torch.randn(64, 128, dtype=BF), torch.randn(128, 64, dtype=BF))
+    f, lines = _fused(fn, *args)
+    assert "[matmul->silu->mul]" in lines[0] and "no dual GEMM with 'wu'" in lines[0] \
+        and "different layouts" in lines[0], lines
+    assert torch.equal(f(*args), fn(*args))
+
+
+def test_repeated_linear_is_read_once():
+    """lin(x) written twice (the same X, weight and bias) is one GEMM: the region reads its
+    value again instead of pairing the two as a dual GEMM or leaving one to cuBLAS."""
+    lin = nn.Linear(64, 128).to(BF)
+
+    def fn(x):
+        return torch.tanh(lin(x)) + torch.sigmoid(lin(x))
+    x = torch.randn(4, 64, dtype=BF)
+    with torch.no_grad():
+        f, lines = _fused(fn, x)
+        (m,) = f.regions()
+        assert m.label == "linear->tanh->identity->sigmoid->add" and m.dual is None, m.label
+        assert len(lines) == 1
+        _check_reference(f, (x,))
+        assert torch.equal(f(x), fn(x))
+
+
+def test_recipe_tells_operand_order():
+    """The kernel cache key (the recipe) of h - r and r - h differ: one kernel each."""
+    w, r = torch.randn(128, 64, dtype=BF), torch.randn(4, 128, dtype=BF)
+    x = torch.randn(4, 64, dtype=BF)
+    fa, _ = _fused(lambda x, w, r: F.linear(x, w) - r, x, w, r)
+    fb, _ = _fused(lambda x, w, r: r - F.linear(x, w), x, w, r)
+    assert fa.regions()[0].recipe != fb.regions()[0].recipe
+
+
+def test_dual_kernel_compiles(tmp_path, monkeypatch, caplog):
+    """The dual region's kernel builds and NVRTC-compiles for sm_90a at both M buckets it
+    would use (no GPU needed): 128x64 tiles, both weights' TMA descriptors."""
+    from comfuse import runtime
+    monkeypatch.setenv("CF_CACHE_DIR", str(tmp_path))
+    mod = layers.GatedMLP(64, 136, bias=True).to(BF).eval()
+    with torch.no_grad():
+        f, _ = _fused(mod, torch.randn(3, 64, dtype=BF))
+    m = _dual(f)
+    opts = runtime.kernel_options(m.graph, 4096, m.N, m.K, dual=True)
+    k = comfuse.Kernel(m.graph, opts)
+    assert "#define CF_DUAL 1" in k.source() and "#define CF_BN 64" in k.source()
+    try:
+        k.compile()
+    except comfuse.CfError as e:
+        if "NVRTC not found" in str(e):
+            pytest.skip("NVRTC not installed")
+        raise
+    assert k.resources()["registers"] > 0
+    m.warmup((8, 1000))                 # both buckets, through the runtime's own options
+    assert len([key for key in runtime._kernels if key[0] == m.recipe]) == 2
+    with caplog.at_level(logging.INFO, logger="comfuse"):
+        m._note("fused")                # the log line of the first fused call
+    msgs = [r.getMessage() for r in caplog.records if " fused: " in r.getMessage()]
+    assert len(msgs) == 1 and "linear+linear->silu->mul (dual GEMM: gate_proj, up_proj; N=136, K=64, bf16" in msgs[0]
 
 
 FALLBACKS = {
@@ -295,6 +479,7 @@ def test_warmup_compiles_each_bucket_once(caplog):
 def test_region_kernels_compile(name, tmp_path, monkeypatch):
     """Every region above builds and NVRTC-compiles for sm_90a (no GPU needed): bf16
     vectors, per-row outputs, several outputs, [N, K] and [K, N] weights."""
+    from comfuse import runtime
     monkeypatch.setenv("CF_CACHE_DIR", str(tmp_path))      # a real compile, not a cache hit
     if name.startswith("plain:"):
         p = name[6:]
@@ -308,7 +493,7 @@ def test_region_kernels_compile(name, tmp_path, monkeypatch):
     with torch.no_grad():
         f, _ = _fused(mod, *args)
     for m in f.regions():
-        k = comfuse.Kernel(m.graph, m.graph.options_for(4096, m.N, m.K))
+        k = comfuse.Kernel(m.graph, runtime.kernel_options(m.graph, 4096, m.N, m.K, m.dual is not None))
         try:
             k.compile()
         except comfuse.CfError as e:

@@ -26,8 +26,9 @@ def host(monkeypatch):
     """Launches recorded instead of run; returns the list of kernels get_kernel built."""
     built = []
 
-    def get_kernel(graph, recipe, m, n, k):
+    def get_kernel(graph, recipe, m, n, k, dual=False):
         built.append(FakeKernel((recipe, runtime.bucket_of(m))))
+        built[-1].dual = dual
         return built[-1]
 
     def why_not(self, args):     # the real checks, with CPU tensors standing for CUDA ones
@@ -111,6 +112,31 @@ def test_checks_still_run_after_the_first_fused_call(host, bad):
         mod.proj.weight.data = w
     assert len(host[0].launches) == n, "an operand the kernel cannot take was launched"
     assert m.last != "fused"
+
+
+def test_dual_region_launch_and_checks(host):
+    """A dual GEMM's launch: X, W (gate), W2 (up), then the biases; one [M, N] output; a W2
+    in the wrong layout is caught before the launch."""
+    torch.manual_seed(0)
+    mod = layers.GatedMLP(64, 128, bias=True).to(BF).eval()
+    f = comfuse.fuse(mod)
+    with torch.no_grad():
+        x = torch.randn(2, 3, 64, dtype=BF)
+        f(x)
+        m = [r for r in f.regions() if r.dual][0]
+        assert m.last == "fused" and host[0].dual
+        dims, ins, ptrs, stream, params = host[0].launches[-1]
+        assert dims == (6, 128, 64)
+        assert ins == [x.data_ptr(), mod.gate_proj.weight.data_ptr(), mod.up_proj.weight.data_ptr(),
+                       mod.gate_proj.bias.data_ptr(), mod.up_proj.bias.data_ptr()]
+        assert len(ptrs) == 1
+        n = len(host[0].launches)
+        w = mod.up_proj.weight
+        mod.up_proj.weight.data = torch.randn(64, 128, dtype=BF)       # [K, N]: not what the kernel reads
+        with pytest.raises(RuntimeError):
+            f(x)
+        mod.up_proj.weight.data = w
+    assert len(host[0].launches) == n and m.last.startswith("operand of shape [64, 128] does not broadcast as W2")
 
 
 def test_module_hooks_still_run(host):
