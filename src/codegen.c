@@ -1787,20 +1787,135 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
     }
 }
 
+/* One member of the schedule struct, its reason beside it when there is one. */
+static void sched_member(cg_ctx *c, const char *type, const char *name, const char *value, const char *why)
+{
+    char decl[96];
+    snprintf(decl, sizeof decl, "static constexpr %s %s = %s;", type, name, value);
+    if (why && *why)
+        line(c, "%-44s /* %s */", decl, why);
+    else
+        line(c, "%s", decl);
+}
+
+static void sched_int(cg_ctx *c, const char *name, long v, const char *why)
+{
+    char value[24];
+    snprintf(value, sizeof value, "%ld", v);
+    sched_member(c, "int", name, value, why);
+}
+
+static void sched_bool(cg_ctx *c, const char *name, bool v, const char *why)
+{
+    sched_member(c, "bool", name, v ? "true" : "false", why);
+}
+
+/* The tile inputs: how many, which arguments (a bit each) and their names. */
+static int tile_inputs(const cg_ctx *e, unsigned *mask, char *names, size_t len)
+{
+    *mask = 0;
+    *names = 0;
+    for (int a = 0; a < e->ir->n_args; a++) {
+        if (e->tin[a] < 0)
+            continue;
+        *mask |= 1u << a;
+        if (strlen(names) + strlen(e->ir->args[a].name) + 3 < len)
+            strcat(strcat(names, *names ? ", " : ""), e->ir->args[a].name);
+    }
+    return e->n_tin;
+}
+
+/* The operands and the ring: tile, stages, cluster, layouts, outputs, shared memory. */
+static void emit_sched_mainloop(cg_ctx *c, int n_out, const cf_plan_smem *smem)
+{
+    const cf_plan *opt = c->opt;
+    const cf_ir *ir = c->ir;
+    const int tile_m = opt->cooperative ? 2 * opt->bm : opt->bm;
+    const bool multicast = opt->cluster_n > 1 && (tile_m / opt->cluster_n) % 8 == 0;
+    char why[160];
+    sched_int(c, "bm", opt->bm, "rows of one consumer warpgroup's tile");
+    sched_int(c, "bn", opt->bn, "columns of the tile");
+    sched_int(c, "stages", opt->stages, "operand ring depth");
+    sched_int(c, "cluster_n", opt->cluster_n, "CTAs per hardware cluster along N");
+    sched_int(c, "row_ctas", opt->row_ctas, "CTAs per row block");
+    snprintf(why, sizeof why, opt->cooperative ? "cooperative: both consumer warpgroups on one %dx%d tile"
+                                               : "a tile per consumer warpgroup, mainloops in turn", tile_m, opt->bn);
+    sched_bool(c, "pingpong", !opt->cooperative, why);
+    sched_bool(c, "b_nk", ir->args[1].b_is_nk, ir->args[1].b_is_nk ? "W given as [N,K]" : "W given as [K,N]");
+    if (ir->dual)
+        snprintf(why, sizeof why, "X x %s beside X x %s: a second weight per stage, a second accumulator",
+                 ir->args[2].name, ir->args[1].name);
+    sched_bool(c, "dual", ir->dual, ir->dual ? why : NULL);
+    sched_bool(c, "in_f16", ir->args[0].dtype == CF_F16, ir->args[0].dtype == CF_F16 ? "f16 operands" : "bf16 operands");
+    sched_int(c, "num_out", n_out ? n_out : 1, n_out ? "TMA-stored outputs" : "no tile output: one unused slot");
+    sched_int(c, "stg_chunks", smem->stg_chunks, "64-column staging chunks per warpgroup");
+    sched_int(c, "smem_plan", (long)smem->dynamic_bytes, "dynamic shared memory of the plan (cf_cg_plan_smem)");
+    snprintf(why, sizeof why, "a %d-row slice per CTA is too thin for TMA multicast", tile_m / opt->cluster_n);
+    sched_bool(c, "multicast", multicast, multicast ? "X's tile multicast to the cluster" : opt->cluster_n > 1 ? why : NULL);
+}
+
+/* The epilogue's part of the schedule: tile inputs, late finish, finisher, the exchange. */
+static void emit_sched_epilogue(cg_ctx *c, const cg_ctx *e, const cf_plan_smem *smem)
+{
+    const cf_plan *opt = c->opt;
+    const int reductions = c->ir->n_stages[0] - 1;
+    unsigned mask;
+    char names[256], why[320], value[24];
+    const int n_tin = tile_inputs(e, &mask, names, sizeof names);
+    snprintf(why, sizeof why, "[M,N] inputs fetched through the operand ring: %s", names);
+    sched_int(c, "num_tin", n_tin, n_tin ? why : NULL);
+    snprintf(value, sizeof value, "0x%xu", mask);
+    sched_member(c, "unsigned", "tin_args", value, n_tin ? "their argument numbers, a bit each" : NULL);
+    sched_bool(c, "late_finish", e->late != NULL, e->late ? "tiles finish after the next mainloop (cf_epilogue_finish)" : NULL);
+    sched_bool(c, "pair_tiles", opt->pair_tiles,
+               opt->pair_tiles ? "a CTA's two warpgroups: adjacent column tiles, one post per row" : NULL);
+    sched_bool(c, "post_first", post_first(e),
+               post_first(e) ? "a tile posts, then the previous one finishes, then it parks" : NULL);
+    int block = -1;
+    const bool early = opt->gather_early && gathers_early(e, &block);
+    snprintf(why, sizeof why, "1 + the slot block (%d) of the parked tile's late gather, loaded as the next "
+                              "mainloop ends", block);
+    sched_int(c, "gather_early", early ? block + 1 : 0, early ? why : NULL);
+    const bool finisher = e->mid || opt->has_finisher;
+    sched_bool(c, "finisher", finisher,
+               e->mid ? "a fourth warpgroup runs the middle stages (cf_epilogue_mid)"
+               : finisher ? "a fourth warpgroup finishes the parked tiles while the consumer runs its next mainloop"
+                          : NULL);
+    sched_bool(c, "mid", e->mid != NULL,
+               e->mid ? "... while the consumer runs its next mainloop, then finishes the tile late" : NULL);
+    sched_int(c, "num_red", reductions, "row reductions per tile");
+    sched_int(c, "static_smem", reductions ? smem->static_bytes : 0,
+              reductions ? "static shared memory of the exchange (cf_reduce.cuh)" : NULL);
+    const bool global = reductions && opt->red_global;
+    sched_bool(c, "red_global", global, global ? "row partials through L2 (cooperative launch)" : NULL);
+    const bool leader = reductions && !global && opt->red_leader;
+    sched_bool(c, "red_leader", leader,
+               reductions && !global ? (leader ? "cluster reductions: leader-follower" : "cluster reductions: peer-to-peer")
+                                     : NULL);
+}
+
+/* The schedule the plan chose, as compile-time constants the device header reads. */
+static void emit_sched(cg_ctx *c, const cg_ctx *e, int n_out)
+{
+    const cf_plan_smem smem = cf_plan_smem_of(c->ir, c->opt);
+    line(c, "/* The schedule (Psi renders the plan): compile-time constants that cf_sm90.cuh's roles");
+    line(c, " * -- producer, consumer mainloop, epilogue, exchange, finisher -- read as S::<member>. */");
+    line(c, "struct cf_sched {");
+    c->indent++;
+    emit_sched_mainloop(c, n_out, &smem);
+    emit_sched_epilogue(c, e, &smem);
+    c->indent--;
+    line(c, "};");
+}
+
 /* The tile inputs for the device header: how many, and which arguments (a bit each). */
 static void emit_tin_defines(cg_ctx *c, const cg_ctx *e)
 {
     if (!e->n_tin)
         return;
-    unsigned mask = 0;
-    char names[256] = "";
-    for (int a = 0; a < c->ir->n_args; a++) {
-        if (e->tin[a] < 0)
-            continue;
-        mask |= 1u << a;
-        if (strlen(names) + strlen(c->ir->args[a].name) + 3 < sizeof names)
-            strcat(strcat(names, *names ? ", " : ""), c->ir->args[a].name);
-    }
+    unsigned mask;
+    char names[256];
+    tile_inputs(e, &mask, names, sizeof names);
     line(c, "#define CF_NUM_TIN %d  /* [M,N] inputs fetched through the operand ring: %s */", e->n_tin, names);
     line(c, "#define CF_TIN_ARGS 0x%xu  /* their argument numbers, a bit each */", mask);
 }
@@ -1897,6 +2012,7 @@ cf_status cf_codegen(const cf_ir *ir, const cf_plan *opt, const char *title, cf_
             line(&c, "#define CF_RED_LEADER %d  /* cluster reductions: %s */", opt->red_leader ? 1 : 0,
                  opt->red_leader ? "leader-follower" : "peer-to-peer");
     }
+    emit_sched(&c, &e, n_out);
     blank(&c);
     line(&c, "/* Epilogue inputs and runtime scalars (the IR's parameter table A). */");
     line(&c, "struct cf_epi_params {");

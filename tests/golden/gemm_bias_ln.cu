@@ -14,6 +14,35 @@
 #define CF_NUM_RED 2
 #define CF_STATIC_SMEM 9376
 #define CF_RED_LEADER 0  /* cluster reductions: peer-to-peer */
+/* The schedule (Psi renders the plan): compile-time constants that cf_sm90.cuh's roles
+ * -- producer, consumer mainloop, epilogue, exchange, finisher -- read as S::<member>. */
+struct cf_sched {
+    static constexpr int bm = 64;                /* rows of one consumer warpgroup's tile */
+    static constexpr int bn = 128;               /* columns of the tile */
+    static constexpr int stages = 5;             /* operand ring depth */
+    static constexpr int cluster_n = 8;          /* CTAs per hardware cluster along N */
+    static constexpr int row_ctas = 8;           /* CTAs per row block */
+    static constexpr bool pingpong = true;       /* a tile per consumer warpgroup, mainloops in turn */
+    static constexpr bool b_nk = false;          /* W given as [K,N] */
+    static constexpr bool dual = false;
+    static constexpr bool in_f16 = false;        /* bf16 operands */
+    static constexpr int num_out = 1;            /* TMA-stored outputs */
+    static constexpr int stg_chunks = 2;         /* 64-column staging chunks per warpgroup */
+    static constexpr int smem_plan = 156848;     /* dynamic shared memory of the plan (cf_cg_plan_smem) */
+    static constexpr bool multicast = true;      /* X's tile multicast to the cluster */
+    static constexpr int num_tin = 0;
+    static constexpr unsigned tin_args = 0x0u;
+    static constexpr bool late_finish = false;
+    static constexpr bool pair_tiles = false;
+    static constexpr bool post_first = false;
+    static constexpr int gather_early = 0;
+    static constexpr bool finisher = false;
+    static constexpr bool mid = false;
+    static constexpr int num_red = 2;            /* row reductions per tile */
+    static constexpr int static_smem = 9376;     /* static shared memory of the exchange (cf_reduce.cuh) */
+    static constexpr bool red_global = false;
+    static constexpr bool red_leader = false;    /* cluster reductions: peer-to-peer */
+};
 
 /* Epilogue inputs and runtime scalars (the IR's parameter table A). */
 struct cf_epi_params {

@@ -17,6 +17,35 @@
 #define CF_NUM_RED 4
 #define CF_STATIC_SMEM 128
 #define CF_RED_GLOBAL 1  /* row partials through L2 (cooperative launch) */
+/* The schedule (Psi renders the plan): compile-time constants that cf_sm90.cuh's roles
+ * -- producer, consumer mainloop, epilogue, exchange, finisher -- read as S::<member>. */
+struct cf_sched {
+    static constexpr int bm = 64;                /* rows of one consumer warpgroup's tile */
+    static constexpr int bn = 128;               /* columns of the tile */
+    static constexpr int stages = 5;             /* operand ring depth */
+    static constexpr int cluster_n = 1;          /* CTAs per hardware cluster along N */
+    static constexpr int row_ctas = 8;           /* CTAs per row block */
+    static constexpr bool pingpong = true;       /* a tile per consumer warpgroup, mainloops in turn */
+    static constexpr bool b_nk = false;          /* W given as [K,N] */
+    static constexpr bool dual = false;
+    static constexpr bool in_f16 = false;        /* bf16 operands */
+    static constexpr int num_out = 1;            /* TMA-stored outputs */
+    static constexpr int stg_chunks = 2;         /* 64-column staging chunks per warpgroup */
+    static constexpr int smem_plan = 156848;     /* dynamic shared memory of the plan (cf_cg_plan_smem) */
+    static constexpr bool multicast = false;
+    static constexpr int num_tin = 0;
+    static constexpr unsigned tin_args = 0x0u;
+    static constexpr bool late_finish = true;    /* tiles finish after the next mainloop (cf_epilogue_finish) */
+    static constexpr bool pair_tiles = false;
+    static constexpr bool post_first = true;     /* a tile posts, then the previous one finishes, then it parks */
+    static constexpr int gather_early = 0;
+    static constexpr bool finisher = false;
+    static constexpr bool mid = false;
+    static constexpr int num_red = 4;            /* row reductions per tile */
+    static constexpr int static_smem = 128;      /* static shared memory of the exchange (cf_reduce.cuh) */
+    static constexpr bool red_global = true;     /* row partials through L2 (cooperative launch) */
+    static constexpr bool red_leader = false;
+};
 
 /* Epilogue inputs and runtime scalars (the IR's parameter table A). */
 struct cf_epi_params {
