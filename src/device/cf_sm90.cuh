@@ -301,7 +301,11 @@ __shared__ long long cf_tr_cat[CF_TRACE_ROLES][CF_TRC_N];   /* consumer WGs 0, 1
  * CF_TRACE_TILES of each (CTA, role) holds the role's summary (CF_TRS_*: its start, end, tile
  * count, its epilogue parts cf_tr_cat, the end of its last late finish).  Roles 0, 1: the
  * consumer warpgroups; 2: the finisher (its summary only, and a tile's CF_TRE_FIN_*).
- * Compiled out unless CF_TRACE is defined (CF_TRACE=1 in the environment of the runtime). */
+ * Compiled out unless CF_TRACE is defined (CF_TRACE=1 in the environment of the runtime).
+ * CF_TRACE is the one preprocessor switch left in the device headers, and it is not a schedule
+ * choice: a diagnostic build the runtime asks for with -DCF_TRACE.  Its storage is an extern "C"
+ * __device__ array the host finds by name (kept in every module that defines it, used or not),
+ * so it must not exist in ordinary builds; its #ifs stay. */
 #ifdef CF_TRACE
 #define CF_TRACE_WAITS (CF_TRACE > 1)   /* CF_TRACE=2 also times the mainloop's waits (more registers) */
 extern "C" { __device__ long long cf_trace[CF_TRACE_CTAS * CF_TRACE_ROLES * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
