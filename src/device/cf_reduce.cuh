@@ -50,7 +50,7 @@ template <int OP> __device__ __forceinline__ float cf_red_combine(float a, float
  * overwrite a buffer still being read; seen as a fault on the H200).  One buffer set serves
  * every reduction of every stage (O(1) in the number of reductions). */
 /* The exchange's shared memory (xchg_cluster; leader-follower also the results), declared in
- * every schedule: a kernel that does not use them does not get them, and CF_STATIC_SMEM (the
+ * every schedule: a kernel that does not use them does not get them, and S::static_smem (the
  * host's budget) counts only those it uses. */
 __shared__ __align__(16) float cf_red_part[2][2][cf_S::cluster_n][cf_S::bm]; /* [wg][buf][rank][row] */
 __shared__ __align__(16) float cf_red_res[2][2][cf_S::bm];                /* red_leader: results from rank 0 */

@@ -1431,10 +1431,13 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
 #ifdef CF_TRACE
     cf_trace_at(w, CF_TRACE_TILES, CF_TRS_START, t.tid, clock64());
 #endif
+    /* late_finish: this tile's statistics; the tile waiting for its finish (if parked_ok) and,
+     * with post_first, its statistics.  Declared in every schedule (cf_late_of: an empty
+     * placeholder without a late finish); unused, they compile to nothing. */
     cf_late_of<S> late;
-    cf_tile parked = t;     /* the tile waiting for its finish, if parked_ok */
+    cf_tile parked = t;
     bool parked_ok = false;
-    cf_late_of<S> late_prev;   /* post_first: its statistics */
+    cf_late_of<S> late_prev;
     (void)parked_ok;
 #pragma unroll 1
     for (int i = istart; i < cta.my_n; i += istep) {
