@@ -213,7 +213,7 @@ typedef struct cg_ctx {
     const cf_ir_node *late_parked; /* the value the late stage gets from the park */
     bool in_late;        /* emitting the late stage (parked tile in, 8 registers at a time) */
     const cf_ir_spec *mid;       /* the stage after the first merged exchange when the finisher
-                                    warpgroup runs it and the next (CF_MID), else NULL */
+                                    warpgroup runs it and the next (cf_sched::mid), else NULL */
     const cf_ir_node *mid_parked; /* that stage's value from the park (the shifted one) */
     int in_mid;          /* emitting the mid part: 1 its first pass, 2 its second */
     bool prev_finished;  /* post first: the previous tile's finish is already emitted, between
@@ -221,7 +221,7 @@ typedef struct cg_ctx {
     int trc_sec;         /* CF_TRACE sections of the first part marked so far    */
     int n_unpark;        /* cf_unpark_stream variables declared so far           */
     bool *at_store;      /* by node id: a GELU its 16-bit store computes (gelu_at_store) */
-    int *tin;            /* by arg index: its number among the tile inputs (CF_NUM_TIN: [M,N]
+    int *tin;            /* by arg index: its number among the tile inputs (num_tin: [M,N]
                             inputs fetched through the operand ring), or -1 */
     int n_tin;
     int tin_first, tin_last; /* the depths of the first and last stage that read one */
@@ -1151,7 +1151,7 @@ static void emit_finish_open(cg_ctx *c, const cf_ir_node *red)
 }
 
 /* A consumer that finishes its own unpaired tiles late posts a tile's partials before it
- * finishes the previous tile (cf_sm90.cuh's CF_POST_FIRST; the finish is passed as finish_prev). */
+ * finishes the previous tile (the schedule's post_first; the finish is passed as finish_prev). */
 static bool post_first(const cg_ctx *c)
 {
     return c->late && !c->opt->pair_tiles && !c->opt->finisher;
@@ -1215,7 +1215,7 @@ static void emit_late_split(cg_ctx *c, const cf_ir_node *red)
     emit_finish_open(c, red);
 }
 
-/* ---- the mid part (CF_MID) --------------------------------------------------
+/* ---- the mid part (cf_sched::mid) --------------------------------------------------
  * With two merged exchanges (LayerNorm then Softmax) the first one's wait is the
  * consumer's: its late finish takes only the second.  A finisher warpgroup can
  * take the stages between them instead: the consumer posts the first exchange's
@@ -1380,7 +1380,7 @@ static void emit_pre_struct(cg_ctx *c)
     for (int i = 0; sp && i < sp->n_nodes; i++)
         if (preloaded(ir, sp, sp->nodes[i])) {
             const cf_ir_arg *a = &ir->args[sp->nodes[i]->arg];
-            line(c, "float cv_%s[CF_BN / 4];  /* %s: %s [N], the columns this thread holds */",
+            line(c, "float cv_%s[cf_sched::bn / 4];  /* %s: %s [N], the columns this thread holds */",
                  ident(sp->nodes[i], id, sizeof id), a->name, cf_dtype_name(a->dtype));
             n++;
         }
@@ -1485,10 +1485,10 @@ static bool plan_tile_inputs(cg_ctx *e)
         plan_free(e);
         return false;
     }
-    /* a stage's 64-column chunks of tile_m rows (CF_TIN_PER_STAGE): X's, and each weight's */
+    /* a stage's 64-column chunks of tile_m rows (tin_per_stage): X's, and each weight's */
     const int tile_m = o->cooperative ? 2 * o->bm : o->bm,
               per_stage = (tile_m + (ir->dual ? 2 : 1) * o->bn) / tile_m;
-    int room = (o->stages - 2) * per_stage;   /* 64-column chunks: CF_TIN_STAGES + 2 <= CF_STAGES */
+    int room = (o->stages - 2) * per_stage;   /* 64-column chunks: tin_stages + 2 <= stages */
     e->n_tin = 0;
     e->tin_first = INT_MAX;
     e->tin_last = -1;
@@ -1824,22 +1824,136 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
     }
 }
 
-/* The tile inputs for the device header: how many, and which arguments (a bit each). */
-static void emit_tin_defines(cg_ctx *c, const cg_ctx *e)
+/* One member of the schedule struct, its reason beside it when there is one. */
+static void sched_member(cg_ctx *c, const char *type, const char *name, const char *value, const char *why)
 {
-    if (!e->n_tin)
-        return;
-    unsigned mask = 0;
-    char names[256] = "";
-    for (int a = 0; a < c->ir->n_args; a++) {
+    char decl[96];
+    snprintf(decl, sizeof decl, "static constexpr %s %s = %s;", type, name, value);
+    if (why && *why)
+        line(c, "%-44s /* %s */", decl, why);
+    else
+        line(c, "%s", decl);
+}
+
+static void sched_int(cg_ctx *c, const char *name, long v, const char *why)
+{
+    char value[24];
+    snprintf(value, sizeof value, "%ld", v);
+    sched_member(c, "int", name, value, why);
+}
+
+static void sched_bool(cg_ctx *c, const char *name, bool v, const char *why)
+{
+    sched_member(c, "bool", name, v ? "true" : "false", why);
+}
+
+/* The tile inputs: how many, which arguments (a bit each) and their names. */
+static int tile_inputs(const cg_ctx *e, unsigned *mask, char *names, size_t len)
+{
+    *mask = 0;
+    *names = 0;
+    for (int a = 0; a < e->ir->n_args; a++) {
         if (e->tin[a] < 0)
             continue;
-        mask |= 1u << a;
-        if (strlen(names) + strlen(c->ir->args[a].name) + 3 < sizeof names)
-            strcat(strcat(names, *names ? ", " : ""), c->ir->args[a].name);
+        *mask |= 1u << a;
+        if (strlen(names) + strlen(e->ir->args[a].name) + 3 < len)
+            strcat(strcat(names, *names ? ", " : ""), e->ir->args[a].name);
     }
-    line(c, "#define CF_NUM_TIN %d  /* [M,N] inputs fetched through the operand ring: %s */", e->n_tin, names);
-    line(c, "#define CF_TIN_ARGS 0x%xu  /* their argument numbers, a bit each */", mask);
+    return e->n_tin;
+}
+
+/* The operands and the ring: tile, stages, cluster, layouts, outputs, shared memory. */
+static void emit_sched_mainloop(cg_ctx *c, int n_out, const cf_plan_smem *smem)
+{
+    const cf_plan *opt = c->opt;
+    const cf_ir *ir = c->ir;
+    const int tile_m = opt->cooperative ? 2 * opt->bm : opt->bm;
+    const bool multicast = opt->cluster_n > 1 && (tile_m / opt->cluster_n) % 8 == 0;
+    char why[160];
+    sched_int(c, "bm", opt->bm, "rows of one consumer warpgroup's tile");
+    sched_int(c, "bn", opt->bn, "columns of the tile");
+    sched_int(c, "stages", opt->stages, "operand ring depth");
+    sched_int(c, "cluster_n", opt->cluster_n, "CTAs per hardware cluster along N");
+    sched_int(c, "row_ctas", opt->row_ctas, "CTAs per row block");
+    snprintf(why, sizeof why, opt->cooperative ? "cooperative: both consumer warpgroups on one %dx%d tile"
+                                               : "a tile per consumer warpgroup, mainloops in turn", tile_m, opt->bn);
+    sched_bool(c, "pingpong", !opt->cooperative, why);
+    sched_bool(c, "b_nk", ir->args[1].b_is_nk, ir->args[1].b_is_nk ? "W given as [N,K]" : "W given as [K,N]");
+    if (ir->dual)
+        snprintf(why, sizeof why, "X x %s beside X x %s: a second weight per stage, a second accumulator",
+                 ir->args[2].name, ir->args[1].name);
+    sched_bool(c, "dual", ir->dual, ir->dual ? why : "one GEMM");
+    sched_bool(c, "in_f16", ir->args[0].dtype == CF_F16, ir->args[0].dtype == CF_F16 ? "f16 operands" : "bf16 operands");
+    sched_int(c, "num_out", n_out ? n_out : 1, n_out ? "TMA-stored outputs" : "no tile output: one unused slot");
+    sched_int(c, "stg_chunks", smem->stg_chunks, "64-column staging chunks per warpgroup");
+    sched_int(c, "smem_plan", (long)smem->dynamic_bytes, "dynamic shared memory of the plan (cf_cg_plan_smem)");
+    snprintf(why, sizeof why, "a %d-row slice per CTA is too thin for TMA multicast", tile_m / opt->cluster_n);
+    sched_bool(c, "multicast", multicast,
+               multicast ? "X's tile multicast to the cluster" : opt->cluster_n > 1 ? why : "no cluster");
+}
+
+/* The epilogue's part of the schedule: tile inputs, late finish, finisher, the exchange. */
+static void emit_sched_epilogue(cg_ctx *c, const cg_ctx *e, const cf_plan_smem *smem)
+{
+    const cf_plan *opt = c->opt;
+    const int reductions = c->ir->n_stages[0] - 1;
+    unsigned mask;
+    char names[256], why[320], value[24];
+    const int n_tin = tile_inputs(e, &mask, names, sizeof names);
+    snprintf(why, sizeof why, "[M,N] inputs fetched through the operand ring: %s", names);
+    sched_int(c, "num_tin", n_tin, n_tin ? why : "no [M,N] input through the operand ring");
+    snprintf(value, sizeof value, "0x%xu", mask);
+    sched_member(c, "unsigned", "tin_args", value, "their argument numbers, a bit each");
+    sched_bool(c, "late_finish", e->late != NULL,
+               e->late ? "tiles finish after the next mainloop (cf_epilogue_finish)"
+                       : "a tile's whole epilogue runs right after its mainloop");
+    sched_bool(c, "pair_tiles", opt->pair_tiles,
+               opt->pair_tiles ? "a CTA's two warpgroups: adjacent column tiles, one post per row"
+                               : "a column tile per warpgroup");
+    sched_bool(c, "post_first", post_first(e),
+               post_first(e) ? "a tile posts, then the previous one finishes, then it parks"
+               : e->late     ? "a tile's first part follows the previous tile's finish"
+                             : NULL);
+    int block = -1;
+    const bool early = opt->gather_early && gathers_early(e, &block);
+    snprintf(why, sizeof why, "1 + the slot block (%d) of the parked tile's late gather, loaded as the next "
+                              "mainloop ends", block);
+    sched_int(c, "gather_early", early ? block + 1 : 0,
+              early ? why : post_first(e) ? "the late gather loads when the parked tile finishes" : NULL);
+    const bool finisher = e->mid || opt->has_finisher;
+    sched_bool(c, "finisher", finisher,
+               e->mid ? "a fourth warpgroup runs the middle stages (cf_epilogue_mid)"
+               : finisher ? "a fourth warpgroup finishes parked tiles during the next mainloop"
+               : e->late  ? "the consumers finish their own parked tiles"
+                          : "a producer and two consumer warpgroups");
+    sched_bool(c, "mid", e->mid != NULL,
+               e->mid ? "... while the consumer runs its next mainloop, then finishes the tile late" : NULL);
+    sched_int(c, "num_red", reductions, "row reductions per tile");
+    sched_int(c, "static_smem", reductions ? smem->static_bytes : 0,
+              reductions ? "static shared memory of the exchange (cf_reduce.cuh)" : "no exchange");
+    const bool global = reductions && opt->red_global;
+    sched_bool(c, "red_global", global,
+               global                         ? "row partials through L2 (cooperative launch)"
+               : reductions && opt->row_ctas > 1 ? "row partials through DSMEM, in the cluster"
+                                                 : NULL);
+    const bool leader = reductions && !global && opt->red_leader;
+    sched_bool(c, "red_leader", leader,
+               reductions && !global ? (leader ? "cluster reductions: leader-follower" : "cluster reductions: peer-to-peer")
+                                     : NULL);
+}
+
+/* The schedule the plan chose, as compile-time constants the device header reads. */
+static void emit_sched(cg_ctx *c, const cg_ctx *e, int n_out)
+{
+    const cf_plan_smem smem = cf_plan_smem_of(c->ir, c->opt);
+    line(c, "/* The schedule (Psi renders the plan): compile-time constants that cf_sm90.cuh's roles");
+    line(c, " * -- producer, consumer mainloop, epilogue, exchange, finisher -- read as S::<member>. */");
+    line(c, "struct cf_sched {");
+    c->indent++;
+    emit_sched_mainloop(c, n_out, &smem);
+    emit_sched_epilogue(c, e, &smem);
+    c->indent--;
+    line(c, "};");
 }
 
 cf_status cf_cg_check(const cf_ir *ir, cf_error *err)
@@ -1885,55 +1999,7 @@ cf_status cf_codegen(const cf_ir *ir, const cf_plan *opt, const char *title, cf_
          ir->dual ? ", beside X x W2 (a dual GEMM: X loaded once for both)" : "", cf_dtype_name(A->dtype),
          ir->n_stages[0]);
     line(&c, " * applied per fragment in registers on the wgmma accumulator layout. */");
-    line(&c, "#define CF_BM %d", opt->bm);
-    line(&c, "#define CF_BN %d", opt->bn);
-    line(&c, "#define CF_STAGES %d", opt->stages);
-    line(&c, "#define CF_CLUSTER_N %d", opt->cluster_n);
-    if (opt->row_ctas != opt->cluster_n)
-        line(&c, "#define CF_ROW_CTAS %d  /* CTAs per row block */", opt->row_ctas);
-    if (opt->cooperative)
-        line(&c, "#define CF_PINGPONG 0  /* cooperative: both consumer warpgroups on one %dx%d tile */",
-             2 * opt->bm, opt->bn);
-    line(&c, "#define CF_B_NK %d", ir->args[1].b_is_nk ? 1 : 0);
-    if (ir->dual)
-        line(&c, "#define CF_DUAL 1  /* X x %s beside X x %s: a second weight per stage, a second accumulator */",
-             ir->args[2].name, ir->args[1].name);
-    line(&c, "#define CF_IN_F16 %d", A->dtype == CF_F16 ? 1 : 0);
-    line(&c, "#define CF_NUM_OUT %d%s", n_out ? n_out : 1, n_out ? "" : "  /* no tile output: one unused slot */");
-    const cf_plan_smem smem = cf_plan_smem_of(ir, opt);
-    line(&c, "#define CF_STG_CHUNKS %d  /* 64-column staging chunks per warpgroup */", smem.stg_chunks);
-    line(&c, "#define CF_SMEM_PLAN %ld  /* dynamic shared memory of the plan (cf_cg_plan_smem) */",
-         smem.dynamic_bytes);
-    const int tile_m = opt->cooperative ? 2 * opt->bm : opt->bm;
-    if (opt->cluster_n > 1 && (tile_m / opt->cluster_n) % 8 != 0)
-        line(&c, "#define CF_MULTICAST 0  /* a %d-row slice per CTA is too thin for TMA multicast */",
-             tile_m / opt->cluster_n);
-    emit_tin_defines(&c, &e);
-    if (e.late)
-        line(&c, "#define CF_LATE_FINISH 1  /* tiles finish after the next mainloop (cf_epilogue_finish) */");
-    if (opt->pair_tiles)
-        line(&c, "#define CF_PAIR_TILES 1  /* a CTA's two warpgroups: adjacent column tiles, one post per row */");
-    if (post_first(&e))
-        line(&c, "#define CF_POST_FIRST 1  /* a tile posts, then the previous one finishes, then it parks */");
-    int early_block;
-    if (opt->gather_early && gathers_early(&e, &early_block))
-        line(&c, "#define CF_GATHER_EARLY %d  /* the parked tile's late gather (slot block %d) loads as the next "
-                 "mainloop ends */", early_block + 1, early_block);
-    if (e.mid)
-        line(&c, "#define CF_FINISHER 1  /* a fourth warpgroup runs the middle stages (cf_epilogue_mid) */\n"
-                 "#define CF_MID 1  /* ... while the consumer runs its next mainloop, then finishes the tile late */");
-    else if (opt->has_finisher)
-        line(&c, "#define CF_FINISHER 1  /* ... by a fourth warpgroup, while the consumer runs that mainloop */");
-    if (ir->n_stages[0] > 1) {
-        line(&c, "#define CF_HAS_REDUCE 1");
-        line(&c, "#define CF_NUM_RED %d", ir->n_stages[0] - 1);
-        line(&c, "#define CF_STATIC_SMEM %d", smem.static_bytes);
-        if (opt->red_global)
-            line(&c, "#define CF_RED_GLOBAL 1  /* row partials through L2 (cooperative launch) */");
-        else
-            line(&c, "#define CF_RED_LEADER %d  /* cluster reductions: %s */", opt->red_leader ? 1 : 0,
-                 opt->red_leader ? "leader-follower" : "peer-to-peer");
-    }
+    emit_sched(&c, &e, n_out);
     blank(&c);
     line(&c, "/* Epilogue inputs and runtime scalars (the IR's parameter table A). */");
     line(&c, "struct cf_epi_params {");
@@ -1976,9 +2042,9 @@ cf_status cf_codegen(const cf_ir *ir, const cf_plan *opt, const char *title, cf_
         c.indent++;
         if (e.late_r1) {
             ident(e.late_r1, id, sizeof id);
-            line(&c, "float raw_%s[CF_BM / 32];  /* %s, per row the thread holds */", id,
+            line(&c, "float raw_%s[cf_sched::bm / 32];  /* %s, per row the thread holds */", id,
                  e.late_r1->op == CF_OP_RMAX ? "max" : "sum");
-            line(&c, "float red_%s[CF_BM / 32];  /* %s */", id, e.late_r1->op == CF_OP_RMAX ? "shift" : "mean");
+            line(&c, "float red_%s[cf_sched::bm / 32];  /* %s */", id, e.late_r1->op == CF_OP_RMAX ? "shift" : "mean");
         } else {
             line(&c, "int unused;  /* a single exchange needs nothing beyond its posted partials */");
         }

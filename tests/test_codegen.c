@@ -151,8 +151,8 @@ static void test_source_shape(void)
     CHECK_CONTAINS(src, "cf_store_tile_f16(args, t, 2, T2);");
     CHECK(src && !strstr(src, "float T3["));                      /* one array per live tile value */
     CHECK(src && !strstr(src, "cf_reduce.cuh"));
-    CHECK_CONTAINS(src, "#define CF_B_NK 1");
-    CHECK_CONTAINS(src, "#define CF_NUM_OUT 3");
+    CHECK_CONTAINS(src, "b_nk = true;");
+    CHECK_CONTAINS(src, "num_out = 3;");
     /* a helper that is not used is not emitted */
     CHECK(src && strstr(src, "op_silu(float") != NULL);
     cf_kernel_free(k);
@@ -364,8 +364,8 @@ static void test_single_tile_rows(void)
         cf_plan_request opt = {.block_m = 128, .block_n = 128, .stages = 6, .cluster_n = c, .reduce_mode = CF_REDUCE_GLOBAL};
         CHECK_EQ_INT(CF_OK, build_req(g, &opt, "rms", &k, &err));
         const char *src = k ? cf_kernel_source(k) : "";
-        CHECK_EQ_INT(c > 1, strstr(src, "#define CF_RED_GLOBAL 1") != NULL);
-        CHECK_EQ_INT(c > 1, strstr(src, "#define CF_ROW_CTAS 2") != NULL);
+        CHECK_EQ_INT(c > 1, strstr(src, "red_global = true;") != NULL);
+        CHECK_EQ_INT(c > 1, strstr(src, "row_ctas = 2;") != NULL);
         cf_kernel_free(k);
     }
     cf_graph_free(g);
@@ -502,7 +502,7 @@ static void test_late_finish(void)
         cf_kernel *k = NULL;
         CHECK_EQ_INT(CF_OK, build_req(g, &opt, "late", &k, &err));
         const char *text = k ? cf_kernel_source(k) : "";
-        bool late = strstr(text, "#define CF_LATE_FINISH 1") != NULL;
+        bool late = strstr(text, "late_finish = true;") != NULL;
         if (late != (cases[i].park != NULL))
             fprintf(stderr, "late-finish case %d: %s\n", i, late ? "late" : "not late");
         CHECK_EQ_INT(cases[i].park != NULL, late);
@@ -613,8 +613,8 @@ static void test_default_options(void)
     cf_kernel *mk = NULL;
     cf_error merr;
     CHECK_EQ_INT(CF_OK, build_req(ln, &on, "multicast", &mk, &merr));
-    CHECK_CONTAINS(mk ? cf_kernel_source(mk) : NULL, "#define CF_CLUSTER_N 2");
-    CHECK_CONTAINS(mk ? cf_kernel_source(mk) : NULL, "#define CF_ROW_CTAS 8");
+    CHECK_CONTAINS(mk ? cf_kernel_source(mk) : NULL, "cluster_n = 2;");
+    CHECK_CONTAINS(mk ? cf_kernel_source(mk) : NULL, "row_ctas = 8;");
     cf_kernel_free(mk);
     mk = NULL;
     dsmem.multicast = 1;
@@ -644,7 +644,7 @@ static void test_default_options(void)
         cf_error err;
         for (int j = 0; j < 2; j++) {
             CHECK_EQ_INT(CF_OK, build_req(lns, j ? &late : &dflt, "lns", &k, &err));
-            CHECK_EQ_INT(j, k && strstr(cf_kernel_source(k), "#define CF_LATE_FINISH 1") != NULL);
+            CHECK_EQ_INT(j, k && strstr(cf_kernel_source(k), "late_finish = true;") != NULL);
             cf_kernel_free(k);
         }
     }
@@ -825,12 +825,12 @@ static void test_gather_early(void)
     const struct {
         const char *spec;
         cf_plan_request o;
-        const char *want; /* NULL: no CF_GATHER_EARLY */
+        const char *want; /* NULL: no gather_early */
     } cases[] = {
         {"examples/gemm_rmsnorm.cf", {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0},
-         "#define CF_GATHER_EARLY 1  /* the parked tile's late gather (slot block 0)"},
+         "gather_early = 1;       /* 1 + the slot block (0) of the parked tile's late gather"},
         {"examples/gemm_softmax.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0},
-         "#define CF_GATHER_EARLY 1"},   /* merged: the first reduction's block */
+         "gather_early = 1;"},   /* merged: the first reduction's block */
         {"examples/gemm_bias_ln.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0}, NULL},
         {"examples/gemm_rmsnorm.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, 1, 0}, NULL},
         {"examples/gemm_rmsnorm.cf", {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 1, -1, 0}, NULL},
@@ -846,7 +846,7 @@ static void test_gather_early(void)
         const char *text = k ? cf_kernel_source(k) : "";
         if (cases[i].want) {
             CHECK_CONTAINS(text, cases[i].want);
-            CHECK_CONTAINS(text, "#define CF_POST_FIRST 1");
+            CHECK_CONTAINS(text, "post_first = true;");
         } else if (strstr(text, "CF_GATHER_EARLY")) {
             fprintf(stderr, "case %d (%s): unexpected CF_GATHER_EARLY\n", i, cases[i].spec);
             CHECK(false);
@@ -877,8 +877,8 @@ static void test_pair_tiles(void)
     cf_plan_request o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0};
     CHECK_EQ_INT(CF_OK, ln ? build_req(ln, &o, "pair", &k, &err) : CF_ERR_INTERNAL);
     const char *text = k ? cf_kernel_source(k) : NULL;
-    CHECK_CONTAINS(text, "#define CF_PAIR_TILES 1");
-    CHECK_CONTAINS(text, "#define CF_ROW_CTAS 8");
+    CHECK_CONTAINS(text, "pair_tiles = true;");
+    CHECK_CONTAINS(text, "row_ctas = 8;");
     cf_kernel_free(k);
     const struct {
         cf_graph *g;
@@ -931,7 +931,7 @@ static void test_mid_part(void)
     CHECK_EQ_INT(CF_OK, build_req(g, &fin, "mid", &k, &err));
     const char *text = k ? cf_kernel_source(k) : NULL;
     /* in order: the consumer's post and park, the mid part, the late finish */
-    const char *p = after(text, "#define CF_MID 1");
+    const char *p = after(text, "mid = true;");
     p = after(p, "cf_row_merge_post<CF_MERGE_VAR, 0, 1>(args, t, raw_");
     p = after(p, "cf_park_tile<CF_PARK_BF16>(t, T0);");
     p = after(p, "void cf_epilogue_mid(const cf_gemm_args &args, const cf_tile &t)");
@@ -968,7 +968,7 @@ static void test_mid_part(void)
     CHECK(p && !strstr(text, "cf_row_merge<"));
     if (p)   /* once */
         CHECK(strstr(strstr(text, "finish_prev();") + 1, "finish_prev();") == NULL);
-    CHECK(text && !strstr(text, "CF_MID") && !strstr(text, "CF_FINISHER"));
+    CHECK(text && strstr(text, "mid = false;") && strstr(text, "finisher = false;"));
     cf_kernel_free(k);
     /* 32 CTAs a row: both exchanges merged, their pairs gathered staged (synchronous), so no
      * late finish and no finisher either; a merged fold scales its mean by the reciprocal */
@@ -977,7 +977,7 @@ static void test_mid_part(void)
     k = NULL;
     CHECK_EQ_INT(CF_OK, build_req(g, &wide, "wide", &k, &err));
     text = k ? cf_kernel_source(k) : NULL;
-    CHECK(text && !strstr(text, "CF_FINISHER") && !strstr(text, "CF_LATE_FINISH"));
+    CHECK(text && strstr(text, "finisher = false;") && strstr(text, "late_finish = false;"));
     CHECK_CONTAINS(text, "cf_row_merge<CF_MERGE_VAR, 0, 1>");
     CHECK_CONTAINS(text, "cf_row_merge<CF_MERGE_SOFTMAX, 2, 3>");
     CHECK_CONTAINS(text, "cf_rcp((float)t.N)");
@@ -1004,7 +1004,7 @@ static void test_mid_part(void)
     CHECK_EQ_INT(CF_OK, ln2 ? build_req(ln2, &ln32, "ln32", &k, &err) : CF_ERR_INTERNAL);
     text = k ? cf_kernel_source(k) : NULL;
     CHECK(text && !strstr(text, "cf_row_merge"));
-    CHECK_CONTAINS(text, "CF_LATE_FINISH 1");
+    CHECK_CONTAINS(text, "late_finish = true;");
     cf_kernel_free(k);
     cf_graph_free(ln2);
     cf_graph_free(g);
@@ -1018,7 +1018,7 @@ static void test_mid_part(void)
     k = NULL;
     CHECK_EQ_INT(CF_OK, build_req(g, &fin, "two", &k, &err));
     text = k ? cf_kernel_source(k) : NULL;
-    CHECK(text && !strstr(text, "CF_MID") && !strstr(text, "CF_FINISHER"));
+    CHECK(text && strstr(text, "mid = false;") && strstr(text, "finisher = false;"));
     cf_kernel_free(k);
     cf_graph_free(g);
 }
@@ -1042,8 +1042,8 @@ static void test_post_first(void)
         cf_error err;
         CHECK_EQ_INT(CF_OK, rms ? build_req(rms, &cases[i].o, "post-first", &k, &err) : CF_ERR_INTERNAL);
         const char *text = k ? cf_kernel_source(k) : NULL;
-        CHECK_CONTAINS(text, "#define CF_LATE_FINISH 1");
-        CHECK_EQ_INT(cases[i].post_first, text && strstr(text, "#define CF_POST_FIRST 1") != NULL);
+        CHECK_CONTAINS(text, "late_finish = true;");
+        CHECK_EQ_INT(cases[i].post_first, text && strstr(text, "post_first = true;") != NULL);
         if (cases[i].post_first) {
             const char *p = after(text, "cf_row_post<CF_RED_SUM, 0>(args, t, ");
             p = after(p, "finish_prev();");
@@ -1141,7 +1141,7 @@ static void test_scale_into_exp(void)
     cf_error err;
     CHECK_EQ_INT(CF_OK, lnsm ? build_req(lnsm, &opt, "scaled-mid", &k, &err) : CF_ERR_INTERNAL);
     const char *text = k ? cf_kernel_source(k) : NULL;
-    CHECK_CONTAINS(text, "#define CF_MID 1");
+    CHECK_CONTAINS(text, "mid = true;");
     const char *mid = text ? strstr(text, "void cf_epilogue_mid(") : NULL;
     CHECK(mid != NULL);
     mid = after(mid, "red_m_21[s] *= 0.5f;");
@@ -1314,11 +1314,12 @@ static void test_smem_plan(void)
     CHECK_EQ_INT(CF_OK, build_req(g, &peer, "peer", &k, &err));
     CHECK(k && cf_kernel_options(k)->stages < 6);
     const char *src = k ? cf_kernel_source(k) : "";
-    CHECK_CONTAINS(src, "#define CF_SMEM_PLAN ");
-    CHECK_CONTAINS(src, "#define CF_STG_CHUNKS ");
-    const char *plan = strstr(src, "#define CF_SMEM_PLAN ");
-    const char *stat = strstr(src, "#define CF_STATIC_SMEM ");
-    CHECK(plan && stat && atol(plan + 21) + atol(stat + 23) <= CF_SMEM_OPTIN);
+    CHECK_CONTAINS(src, "static constexpr int smem_plan = ");
+    CHECK_CONTAINS(src, "static constexpr int stg_chunks = ");
+    const char *plan = strstr(src, "smem_plan = ");
+    const char *stat = strstr(src, "static_smem = ");
+    CHECK(plan && stat && atol(plan + 12) + atol(stat + 14) <= CF_SMEM_OPTIN);
+    CHECK(stat && atol(stat + 14) > 0);   /* the exchange's buffers are counted */
     if (k)
         CHECK_EQ_INT(CF_OK, cf_kernel_compile(k, &err));   /* the device layout agrees with the plan */
     cf_kernel_free(k);
@@ -1464,8 +1465,9 @@ static void test_tile_inputs(void)
     static const char mask[] = "input X: bf16[M, K]\ninput W: bf16[K, N]\ninput mask: bf16[M, N]\n"
                                "s = X @ W + mask\ne = exp(s - max(s))\noutput Y: bf16 = e / sum(e)\n";
     char *src = tin_source(mask, 8192, 2048, 128, (cf_plan_request){0});
-    CHECK_CONTAINS(src, "#define CF_NUM_TIN 1  /* [M,N] inputs fetched through the operand ring: mask */");
-    CHECK_CONTAINS(src, "#define CF_TIN_ARGS 0x4u");
+    CHECK_CONTAINS(src, "num_tin = 1;");
+    CHECK_CONTAINS(src, "/* [M,N] inputs fetched through the operand ring: mask */");
+    CHECK_CONTAINS(src, "tin_args = 0x4u;");
     const char *wait = src ? strstr(src, "cf_tin_wait(t);") : NULL, *loop = wait ? strstr(wait, "for (int r") : NULL;
     const char *use = loop ? strstr(loop, "[M,N] tensor, through the ring") : NULL;
     const char *rel = use ? strstr(use, "cf_tin_release(t);") : NULL;
@@ -1477,20 +1479,21 @@ static void test_tile_inputs(void)
     static const char two[] = "input X: bf16[M, K]\ninput W: bf16[K, N]\ninput R: bf16[M, N]\ninput Q: f32[M, N]\n"
                               "output Y: bf16 = X @ W + R * Q\n";
     src = tin_source(two, 4096, 4096, 1024, (cf_plan_request){0});
-    CHECK_CONTAINS(src, "#define CF_NUM_TIN 1  /* [M,N] inputs fetched through the operand ring: R */");
+    CHECK_CONTAINS(src, "num_tin = 1;");
+    CHECK_CONTAINS(src, "/* [M,N] inputs fetched through the operand ring: R */");
     CHECK_CONTAINS(src, "load_f32(p.Q, (long long)row * t.N + col)");
     free(src);
     /* read after the exchange by a late finish: the element path */
     static const char post[] = "input X: bf16[M, K]\ninput W: bf16[K, N]\ninput R: bf16[M, N]\n"
                                "h = X @ W\nd = h - mean(h)\noutput Y: bf16 = d * rsqrt(mean(square(d)) + 1e-5) + R\n";
     src = tin_source(post, 8192, 2048, 512, (cf_plan_request){0});
-    CHECK_CONTAINS(src, "#define CF_LATE_FINISH 1");
-    CHECK(src && !strstr(src, "CF_NUM_TIN"));
+    CHECK_CONTAINS(src, "late_finish = true;");
+    CHECK(src && strstr(src, "num_tin = 0;"));
     CHECK_CONTAINS(src, "load_bf16(p.R, (long long)row * t.N + col)");
     free(src);
     /* ... and through the ring when every tile finishes at once */
     src = tin_source(post, 8192, 2048, 512, (cf_plan_request){.sync_finish = 1});
-    CHECK_CONTAINS(src, "#define CF_NUM_TIN 1");
+    CHECK_CONTAINS(src, "num_tin = 1;");
     free(src);
     /* a long first part holds the ring stage while the producer waits for it in ring order
      * (all_elementwise: 1.06 ms loaded element by element, 1.66 through the ring at
@@ -1500,20 +1503,20 @@ static void test_tile_inputs(void)
     cf_error err;
     cf_plan_request r = req_for(all, 4096, 4096, 1024);
     CHECK(all && cf_kernel_build_req(all, &r, 4096, 4096, 1024, "all", &kn, &err) == CF_OK);
-    CHECK(kn && !strstr(cf_kernel_source(kn), "CF_NUM_TIN"));
+    CHECK(kn && strstr(cf_kernel_source(kn), "num_tin = 0;"));
     cf_kernel_free(kn);
     kn = NULL;
     r = req_for(all, 4096, 4096, 128);
     CHECK(all && cf_kernel_build_req(all, &r, 4096, 4096, 128, "all", &kn, &err) == CF_OK);
-    CHECK_CONTAINS(kn ? cf_kernel_source(kn) : NULL, "#define CF_NUM_TIN 1");
+    CHECK_CONTAINS(kn ? cf_kernel_source(kn) : NULL, "num_tin = 1;");
     cf_kernel_free(kn);
     cf_graph_free(all);
     /* a ring too shallow for the input and two mainloop stages: the element path */
     src = tin_source(mask, 8192, 2048, 128, (cf_plan_request){.stages = 2});
-    CHECK(src && !strstr(src, "CF_NUM_TIN"));
+    CHECK(src && strstr(src, "num_tin = 0;"));
     free(src);
     src = tin_source(mask, 8192, 2048, 128, (cf_plan_request){.stages = 3});
-    CHECK_CONTAINS(src, "#define CF_NUM_TIN 1");
+    CHECK_CONTAINS(src, "num_tin = 1;");
     free(src);
 }
 
@@ -1529,9 +1532,9 @@ static void test_dual(void)
         const char *src_needs, *ptx_needs;
     } cases[] = {
         {"examples/swiglu.cf", {0}, "const float u_1 = acc2[r];", "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"},
-        {"examples/swiglu.cf", {128, 64, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, 0, 0, 0}, "#define CF_PINGPONG 0",
+        {"examples/swiglu.cf", {128, 64, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, 0, 0, 0}, "pingpong = false;",
          "multicast::cluster"},
-        {"examples/swiglu.cf", {64, 128, 0, 0, 0, 0, 0, 0, 0}, "#define CF_BN 128",
+        {"examples/swiglu.cf", {64, 128, 0, 0, 0, 0, 0, 0, 0}, "bn = 128;",
          "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"},
         {"tests/specs/geglu_nk.cf", {0}, "T0[r] = u_1;  /* kept for the store */",
          "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"},
@@ -1549,13 +1552,13 @@ static void test_dual(void)
         CHECK_EQ_INT(CF_OK, g ? cf_kernel_build_req(g, &opt, 2048, 11008, 4096, cases[i].spec, &k, &err)
                               : CF_ERR_INTERNAL);
         const char *src = k ? cf_kernel_source(k) : NULL;
-        CHECK_CONTAINS(src, "#define CF_DUAL 1");
+        CHECK_CONTAINS(src, "dual = true;");
         CHECK_CONTAINS(src, "float (&acc)[CF_ACC_REGS], float (&acc2)[CF_ACC_REGS], const cf_pre &pre)");
         CHECK_CONTAINS(src, cases[i].src_needs);
         const bool nk = strstr(cases[i].spec, "_nk") || strstr(cases[i].spec, "_linear");
-        CHECK_EQ_INT(nk, src && strstr(src, "#define CF_B_NK 1") != NULL);
+        CHECK_EQ_INT(nk, src && strstr(src, "b_nk = true;") != NULL);
         if (!cases[i].opt.block_m)   /* the plan's own tile: both accumulators at 64 registers */
-            CHECK(src && strstr(src, "#define CF_BM 128\n#define CF_BN 64\n"));
+            CHECK(src && strstr(src, "bm = 128;") && strstr(src, "bn = 64;"));
         cf_status st = k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL;
         if (st != CF_OK)
             fprintf(stderr, "%s: %s\n", cases[i].spec, err.msg);
@@ -1598,8 +1601,8 @@ static void test_dual(void)
     cf_kernel *k = NULL;
     CHECK_EQ_INT(CF_OK, g ? cf_kernel_build_req(g, NULL, 2048, 4096, 4096, "rms", &k, &err) : CF_ERR_INTERNAL);
     const char *src = k ? cf_kernel_source(k) : NULL;
-    CHECK_CONTAINS(src, "#define CF_DUAL 1");
-    CHECK_CONTAINS(src, "#define CF_RED_GLOBAL 1");
+    CHECK_CONTAINS(src, "dual = true;");
+    CHECK_CONTAINS(src, "red_global = true;");
     CHECK(src && !strstr(src, "CF_LATE_FINISH"));
     CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
     cf_resources r;

@@ -304,9 +304,9 @@ static void test_cli_plan(void)
     CHECK(!strstr(out, "predicted: "));
     CHECK_EQ_INT(0, cli("emit --shape M=16384,N=1024,K=1024 --plan block_n=256,block_m=64,finish=sync "
                         "examples/gemm_bias_ln.cf", out, sizeof out));
-    CHECK_CONTAINS(out, "#define CF_BN 256");
-    CHECK_CONTAINS(out, "#define CF_BM 64");
-    CHECK(!strstr(out, "CF_LATE_FINISH"));
+    CHECK_CONTAINS(out, "bn = 256;");
+    CHECK_CONTAINS(out, "bm = 64;");
+    CHECK_CONTAINS(out, "late_finish = false;");
     /* the old flags and --plan set the same fields: the same source */
     static char flags[1 << 18];
     CHECK_EQ_INT(0, cli("emit --shape M=16384,N=1024,K=1024 --block-n 256 --block-m 64 --sync-finish "
@@ -344,7 +344,7 @@ static void test_tile_inputs(void)
     CHECK_EQ_INT(0, cli("explain --shape M=8192,N=768,K=768 examples/gemm_residual_ln.cf", out, sizeof out));
     CHECK_CONTAINS(out, "  tile inputs: R\n");
     CHECK_EQ_INT(0, cli("emit --shape M=8192,N=768,K=768 examples/gemm_residual_ln.cf", out, sizeof out));
-    CHECK_CONTAINS(out, "#define CF_NUM_TIN 1  /* [M,N] inputs fetched through the operand ring: R */");
+    CHECK_CONTAINS(out, "num_tin = 1;            /* [M,N] inputs fetched through the operand ring: R */");
     CHECK_EQ_INT(0, cli("explain --shape M=4096,N=4096,K=1024 tests/specs/all_elementwise.cf", out, sizeof out));
     CHECK_CONTAINS(out, "  tile inputs: none through the ring\n");
 }

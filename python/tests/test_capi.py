@@ -95,7 +95,7 @@ def test_kernel_build_generates_source():
     g = _ln_graph()
     k = capi.Kernel(g, g.options_for(4096, 1024, 512))
     src = k.source()
-    assert "#define CF_B_NK 1" in src and "cf_store" in src
+    assert "b_nk = true;" in src and "cf_store" in src
 
 
 def _nvrtc_available():

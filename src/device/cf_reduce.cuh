@@ -2,13 +2,13 @@
  * generated kernels that have reductions, after cf_sm90.cuh).
  *
  * A consumer thread holds CF_ROWS rows of its warpgroup's tile (2 per m64
- * sub-tile); a row's CF_BN columns live in the 4 lanes of one quad.  A
+ * sub-tile); a row's S::bn columns live in the 4 lanes of one quad.  A
  * reduction is hierarchical, as in the paper:
  *   1. thread-local: the epilogue folds each fragment into part[slot];
  *   2. within the warp: butterfly shuffles over the quad (xor 1, 2); a row
  *      never spans warps or warpgroups here, so no shared-memory step;
- *   3. across the CTAs that hold the same rows (CF_ROW_CTAS > 1): through DSMEM inside
- *      their thread-block cluster (cf_cluster_row_combine), or with CF_RED_GLOBAL through
+ *   3. across the CTAs that hold the same rows (S::row_ctas > 1): through DSMEM inside
+ *      their thread-block cluster (cf_cluster_row_combine), or with S::red_global through
  *      L2 between the co-resident CTAs of a row group (cf_global_row_combine).
  * Every participant combines the partials in the same order, so all CTAs get
  * bit-identical statistics.
@@ -39,9 +39,9 @@ template <int OP> __device__ __forceinline__ float cf_red_combine(float a, float
  * leader q of warpgroup w writes its CF_ROWS row partials straight into slot
  * [w][buf][my rank][row] of the peers' buffers with st.async, which also counts the bytes on
  * the receiver's mbarrier.  Two modes:
- *   peer-to-peer (CF_RED_LEADER 0): every CTA sends to every other and combines locally;
+ *   peer-to-peer (S::red_leader 0): every CTA sends to every other and combines locally;
  *     C(C-1) messages per row, one round trip.
- *   leader-follower (CF_RED_LEADER 1): followers send to rank 0, which combines and sends
+ *   leader-follower (S::red_leader 1): followers send to rank 0, which combines and sends
  *     the result back; 2(C-1) messages, two round trips.
  * Buffers and barriers are double-buffered by reduction sequence number (per warpgroup): a
  * peer can be at most one reduction ahead, since it cannot finish reduction j+1 without our
@@ -49,30 +49,27 @@ template <int OP> __device__ __forceinline__ float cf_red_combine(float a, float
  * row's quad, hence the __syncwarp before returning (without it a diverged quad let a peer
  * overwrite a buffer still being read; seen as a fault on the H200).  One buffer set serves
  * every reduction of every stage (O(1) in the number of reductions). */
-#if CF_ROW_CTAS > 1 && !CF_RED_GLOBAL
-#ifndef CF_RED_LEADER
-#define CF_RED_LEADER 0
-#endif
-
-__shared__ __align__(16) float cf_red_part[2][2][CF_CLUSTER_N][CF_BM]; /* [wg][buf][rank][row] */
-#if CF_RED_LEADER
-__shared__ __align__(16) float cf_red_res[2][2][CF_BM];                /* results from rank 0 */
+/* The exchange's shared memory (xchg_cluster; leader-follower also the results), declared in
+ * every schedule: a kernel that does not use them does not get them, and S::static_smem (the
+ * host's budget) counts only those it uses. */
+__shared__ __align__(16) float cf_red_part[2][2][cf_S::cluster_n][cf_S::bm]; /* [wg][buf][rank][row] */
+__shared__ __align__(16) float cf_red_res[2][2][cf_S::bm];                /* red_leader: results from rank 0 */
 __shared__ __align__(8) unsigned long long cf_red_res_bar[2][2];
-#endif
 __shared__ __align__(8) unsigned long long cf_red_bar[2][2];
 __shared__ unsigned cf_red_seq[2][128];                                  /* per consumer thread */
 
 __device__ __forceinline__ void cf_reduce_init()
 {
-    for (int w = 0; w < 2; ++w)
-        for (int b = 0; b < 2; ++b) {
-            cf_mbar_init(cf_smem_u32(&cf_red_bar[w][b]), 1);
-#if CF_RED_LEADER
-            cf_mbar_init(cf_smem_u32(&cf_red_res_bar[w][b]), 1);
-#endif
-        }
-    for (int i = 0; i < 256; ++i)
-        cf_red_seq[i >> 7][i & 127] = 0;
+    if constexpr (cf_S::xchg_cluster) {   /* (through L2, or one CTA a row: nothing to set up) */
+        for (int w = 0; w < 2; ++w)
+            for (int b = 0; b < 2; ++b) {
+                cf_mbar_init(cf_smem_u32(&cf_red_bar[w][b]), 1);
+                if constexpr (cf_S::red_leader)
+                    cf_mbar_init(cf_smem_u32(&cf_red_res_bar[w][b]), 1);
+            }
+        for (int i = 0; i < 256; ++i)
+            cf_red_seq[i >> 7][i & 127] = 0;
+    }
 }
 
 __device__ __forceinline__ void cf_st_async(unsigned local_addr, float v, unsigned local_bar, unsigned rank)
@@ -100,7 +97,7 @@ template <int OP> __device__ __forceinline__ void cf_combine_partials(const cf_t
     for (int s = 0; s < CF_ROWS; ++s) {
         float v = cf_red_identity<OP>();
 #pragma unroll
-        for (unsigned q = 0; q < CF_CLUSTER_N; ++q)
+        for (unsigned q = 0; q < cf_S::cluster_n; ++q)
             v = cf_red_combine<OP>(v, q == me ? part[s] : cf_red_part[t.wg][b][q][cf_slot_row(t, s)]);
         part[s] = v;
     }
@@ -115,65 +112,60 @@ template <int OP> __device__ __forceinline__ void cf_cluster_row_combine(const c
     const unsigned me = (unsigned)t.rank;
     const bool writer = (t.lane & 3) == 0;
     const unsigned bar = cf_smem_u32(&cf_red_bar[t.wg][b]);
-#if !CF_RED_LEADER
-    if (t.tid == 0)
-        cf_mbar_expect_tx(bar, (CF_CLUSTER_N - 1) * CF_BM * 4);
-    if (writer) {
-#pragma unroll
-        for (unsigned q = 1; q < CF_CLUSTER_N; ++q) {
-            const unsigned peer = (me + q) % CF_CLUSTER_N; /* stagger: not everyone hits rank 0 first */
-#pragma unroll
-            for (int s = 0; s < CF_ROWS; ++s)
-                cf_st_async(cf_smem_u32(&cf_red_part[t.wg][b][me][cf_slot_row(t, s)]), part[s], bar, peer);
-        }
-    }
-    cf_mbar_wait_cluster(bar, parity);
-    cf_combine_partials<OP>(t, b, me, part);
-    /* A quad's writer must not post the next reduction (which lets a peer reach the one after
-     * and overwrite buffer b) before its quad-mates have read buffer b. */
-    __syncwarp();
-#else
-    const unsigned res_bar = cf_smem_u32(&cf_red_res_bar[t.wg][b]);
-    if (me != 0) {
+    if constexpr (!cf_S::red_leader) {   /* peer-to-peer */
         if (t.tid == 0)
-            cf_mbar_expect_tx(res_bar, CF_BM * 4);
+            cf_mbar_expect_tx(bar, (cf_S::cluster_n - 1) * cf_S::bm * 4);
         if (writer) {
 #pragma unroll
-            for (int s = 0; s < CF_ROWS; ++s)
-                cf_st_async(cf_smem_u32(&cf_red_part[t.wg][b][me][cf_slot_row(t, s)]), part[s], bar, 0);
-        }
-        cf_mbar_wait_cluster(res_bar, parity);
-#pragma unroll
-        for (int s = 0; s < CF_ROWS; ++s)
-            part[s] = cf_red_res[t.wg][b][cf_slot_row(t, s)];
-        __syncwarp();   /* as above: the whole quad has read buffer b */
-    } else {
-        if (t.tid == 0)
-            cf_mbar_expect_tx(bar, (CF_CLUSTER_N - 1) * CF_BM * 4);
-        cf_mbar_wait_cluster(bar, parity);
-        cf_combine_partials<OP>(t, b, 0, part);
-        if (writer) {
-#pragma unroll
-            for (unsigned q = 1; q < CF_CLUSTER_N; ++q)
+            for (unsigned q = 1; q < cf_S::cluster_n; ++q) {
+                const unsigned peer = (me + q) % cf_S::cluster_n; /* stagger: not everyone hits rank 0 first */
 #pragma unroll
                 for (int s = 0; s < CF_ROWS; ++s)
-                    cf_st_async(cf_smem_u32(&cf_red_res[t.wg][b][cf_slot_row(t, s)]), part[s], res_bar, q);
+                    cf_st_async(cf_smem_u32(&cf_red_part[t.wg][b][me][cf_slot_row(t, s)]), part[s], bar, peer);
+            }
         }
+        cf_mbar_wait_cluster(bar, parity);
+        cf_combine_partials<OP>(t, b, me, part);
+        /* A quad's writer must not post the next reduction (which lets a peer reach the one after
+         * and overwrite buffer b) before its quad-mates have read buffer b. */
         __syncwarp();
+    } else {   /* leader-follower */
+        const unsigned res_bar = cf_smem_u32(&cf_red_res_bar[t.wg][b]);
+        if (me != 0) {
+            if (t.tid == 0)
+                cf_mbar_expect_tx(res_bar, cf_S::bm * 4);
+            if (writer) {
+#pragma unroll
+                for (int s = 0; s < CF_ROWS; ++s)
+                    cf_st_async(cf_smem_u32(&cf_red_part[t.wg][b][me][cf_slot_row(t, s)]), part[s], bar, 0);
+            }
+            cf_mbar_wait_cluster(res_bar, parity);
+#pragma unroll
+            for (int s = 0; s < CF_ROWS; ++s)
+                part[s] = cf_red_res[t.wg][b][cf_slot_row(t, s)];
+            __syncwarp();   /* as above: the whole quad has read buffer b */
+        } else {
+            if (t.tid == 0)
+                cf_mbar_expect_tx(bar, (cf_S::cluster_n - 1) * cf_S::bm * 4);
+            cf_mbar_wait_cluster(bar, parity);
+            cf_combine_partials<OP>(t, b, 0, part);
+            if (writer) {
+#pragma unroll
+                for (unsigned q = 1; q < cf_S::cluster_n; ++q)
+#pragma unroll
+                    for (int s = 0; s < CF_ROWS; ++s)
+                        cf_st_async(cf_smem_u32(&cf_red_res[t.wg][b][cf_slot_row(t, s)]), part[s], res_bar, q);
+            }
+            __syncwarp();
+        }
     }
-#endif
 }
-#else
-__device__ __forceinline__ void cf_reduce_init()
-{
-}
-#endif
 
-/* ---- level 3 through L2 (CF_RED_GLOBAL) ----------------------------------------------------
- * No cluster: the CF_ROW_CTAS CTAs of a row group are ordinary CTAs of a cooperative launch
+/* ---- level 3 through L2 (S::red_global) ----------------------------------------------------
+ * No cluster: the S::row_ctas CTAs of a row group are ordinary CTAs of a cooperative launch
  * (so all are resident and a wait always ends), scheduled on the same row block at the same
  * time.  Each reduction RED of row tile tm has a block of 8-byte slots in args.xchg,
- *     xchg[((tm * CF_NUM_RED + RED) * CF_ROW_CTAS + rank) * CF_BM + row],
+ *     xchg[((tm * S::num_red + RED) * S::row_ctas + rank) * S::bm + row],
  * each written with one store, so a reader sees all of it or none: no fences, flags or atomics
  * on the critical path.  A single partial is posted as (partial, epoch).  A merged exchange's
  * pair (in its first reduction's block) is posted as its two partials, the second rounded to
@@ -185,18 +177,18 @@ __device__ __forceinline__ void cf_reduce_init()
  * launches old could pass.  Each row's total is folded in rank order by one lane (two for
  * 64-row tiles), the same in every CTA, so all get bit-identical statistics. */
 
-/* ---- merged exchanges (CF_RED_GLOBAL; emitted by Ψ's merge rule) ----------------------
+/* ---- merged exchanges (S::red_global; emitted by Ψ's merge rule) ----------------------
  * mean(x) followed by sum((x - mean)^2), and max(z) followed by sum(exp(z - max)), need one
  * exchange, not two: each CTA shifts its tile by the tile's own statistic, then (raw
  * partial of the first reduction, partial of the second) pairs are exchanged once and
  * folded in rank order -- Chan et al.'s pairwise update for the variance (accurate when
  * |mean| >> std), the online-softmax rescaling for the exp sums.  The values the next
  * stage carries on are corrected per row with corr: d + corr, e * corr. */
-/* Valid columns of what rank q of the row group posts: its tile, or with CF_PAIR_TILES its two. */
+/* Valid columns of what rank q of the row group posts: its tile, or with S::pair_tiles its two. */
 __device__ __forceinline__ int cf_tile_cols(const cf_tile &t, int q)
 {
-    const int first = t.n0 + ((q - t.rank) * CF_GROUP_TILES - (CF_PAIR_TILES ? t.wg : 0)) * CF_BN;
-    return cf_imax(0, cf_imin(CF_GROUP_TILES * CF_BN, t.N - first));
+    const int first = t.n0 + ((q - t.rank) * cf_S::group_tiles - (cf_S::pair_tiles ? t.wg : 0)) * cf_S::bn;
+    return cf_imax(0, cf_imin(cf_S::group_tiles * cf_S::bn, t.N - first));
 }
 /* A stable shift for exp: a tile (or row) whose max is -inf shifts by 0. */
 __device__ __forceinline__ float cf_shift_of(float m) { return m == __int_as_float(0xff800000) ? 0.0f : m; }
@@ -212,7 +204,7 @@ template <int OP> __device__ __forceinline__ void cf_row_reduce_local(float (&pa
 /* 1 / (this tile's valid columns): its own mean is sum * this, here and in the finisher. */
 __device__ __forceinline__ float cf_own_cols_inv(const cf_tile &t)
 {
-    const int n = cf_imax(0, cf_imin(CF_BN, t.N - t.n0));
+    const int n = cf_imax(0, cf_imin(cf_S::bn, t.N - t.n0));
     return n > 0 ? cf_rcp((float)n) : 0.0f;   /* a count: no subnormal or special value */
 }
 /* The tile's own mean (raw keeps its sum for the exchange). */
@@ -237,7 +229,8 @@ __device__ __forceinline__ void cf_local_max(float (&stat)[CF_ROWS], float (&raw
     }
 }
 
-#if CF_RED_GLOBAL
+/* (Everything from here on is for red_global; templates and inline functions that a schedule
+ * does not call compile to nothing.) */
 #define CF_MERGE_VAR 8      /* fold kinds besides CF_RED_SUM / MAX / MIN: the merged pairs */
 #define CF_MERGE_SOFTMAX 9
 /* A running fold over the row's ranks: one partial per rank (a = the combined value), or
@@ -320,7 +313,7 @@ template <int RED, int WORDS> __device__ __forceinline__ unsigned long long *cf_
                                                                                         const cf_tile &t)
 {
     static_assert(WORDS == 1 || WORDS == 2, "one partial, or a pair");
-    return args.xchg + ((size_t)t.tile_m * CF_NUM_RED + RED) * CF_ROW_CTAS * CF_BM;
+    return args.xchg + ((size_t)t.tile_m * cf_S::num_red + RED) * cf_S::row_ctas * cf_S::bm;
 }
 /* A pair's tag of this launch (never 0: zeroed slots are empty; consecutive epochs differ). */
 __device__ __forceinline__ unsigned cf_pair_tag(const cf_tile &t) { return t.epoch % 255u + 1u; }
@@ -343,9 +336,9 @@ template <int WORDS> __device__ __forceinline__ bool cf_xchg_fresh(const cf_tile
  * ranks folds them all at once: in rounds ptxas spilled more (8 a round 176 bytes, 16 a round
  * 420, all at once 88). */
 template <int WORDS, bool SYNC, bool STAGED = false> struct cf_gather_shape {
-    static constexpr int RW = 16 * (CF_BM / 64);
+    static constexpr int RW = 16 * (cf_S::bm / 64);
     static constexpr int LPR = 32 / RW;
-    static constexpr int PER_LANE = (CF_ROW_CTAS + LPR - 1) / LPR;
+    static constexpr int PER_LANE = (cf_S::row_ctas + LPR - 1) / LPR;
     static constexpr int ROUND = STAGED && PER_LANE > 16 ? PER_LANE : WORDS == 1 ? (PER_LANE <= 16 ? 16 : 8) : SYNC ? 8 : 16;
     static constexpr int CHUNK = PER_LANE < ROUND ? PER_LANE : ROUND;
 };
@@ -358,15 +351,15 @@ template <int WORDS, bool SYNC, bool STAGED = false> struct cf_gather_shape {
  * store, and its one synchronous exchange (LN+softmax at 16 CTAs) ran no faster. */
 template <int WORDS> struct cf_staged_gather {
     static constexpr bool more_rounds = cf_gather_shape<WORDS, true>::PER_LANE > cf_gather_shape<WORDS, true>::ROUND;
-    static constexpr bool fits = CF_ROW_CTAS * 32 * 8 <= CF_WARP_SLOTS * 2048;
-    static constexpr bool on = !CF_LATE_FINISH && CF_BM == 128 && CF_ROW_CTAS <= 32 && more_rounds && fits;
+    static constexpr bool fits = cf_S::row_ctas * 32 * 8 <= cf_S::warp_slots * 2048;
+    static constexpr bool on = !cf_S::late_finish && cf_S::bm == 128 && cf_S::row_ctas <= 32 && more_rounds && fits;
 };
 /* Rank q's words for this warp's 32 rows (lane order), in the warp's staging boxes. */
 __device__ __forceinline__ unsigned cf_staged_rank(const cf_tile &t, int q)
 {
     constexpr int BLK = 32 * 8, PER_BOX = 2048 / BLK;
     const int box = q / PER_BOX;
-    return cf_box_addr(t, box / (CF_BM / 64), box % (CF_BM / 64)) + (q % PER_BOX) * BLK;
+    return cf_box_addr(t, box / (cf_S::bm / 64), box % (cf_S::bm / 64)) + (q % PER_BOX) * BLK;
 }
 /* Copies every rank's words for this warp's rows into its boxes (16 bytes a copy: each rank's
  * words stay coalesced, [rank][row] as posted; a [row][rank] layout, one lane's own words a copy,
@@ -374,22 +367,22 @@ __device__ __forceinline__ unsigned cf_staged_rank(const cf_tile &t, int q)
  * are.  The boxes are free once this warp's stores that last read them are done. */
 template <int WORDS> __device__ __forceinline__ void cf_gather_stage(const cf_tile &t, const unsigned long long *slots)
 {
-    constexpr int PER_LANE = (CF_ROW_CTAS * 16 + 31) / 32;   /* 16-byte copies: 16 per rank */
+    constexpr int PER_LANE = (cf_S::row_ctas * 16 + 31) / 32;   /* 16-byte copies: 16 per rank */
     if (t.lane == 0) cf_bulk_wait_read<0>();
     __syncwarp();
-    unsigned stale = 0xffffffffu >> (32 - CF_ROW_CTAS);
+    unsigned stale = 0xffffffffu >> (32 - cf_S::row_ctas);
     for (;;) {
 #pragma unroll
         for (int k = 0; k < PER_LANE; ++k) {
             const int j = t.lane + 32 * k, q = j / 16, ri = 2 * (j % 16);
-            if (q < CF_ROW_CTAS && ((stale >> q) & 1u))   /* rows ri, ri + 1: adjacent words of one 16-row run */
-                cf_cp_async16(cf_staged_rank(t, q) + 8 * ri, slots + q * CF_BM + 64 * (ri >> 4) + 16 * t.warp + (ri & 15));
+            if (q < cf_S::row_ctas && ((stale >> q) & 1u))   /* rows ri, ri + 1: adjacent words of one 16-row run */
+                cf_cp_async16(cf_staged_rank(t, q) + 8 * ri, slots + q * cf_S::bm + 64 * (ri >> 4) + 16 * t.warp + (ri & 15));
         }
         cf_cp_async_wait_all();
         __syncwarp();   /* every lane's copies visible to the warp */
         unsigned mine = 0;
 #pragma unroll
-        for (int q = 0; q < CF_ROW_CTAS; ++q) {
+        for (int q = 0; q < cf_S::row_ctas; ++q) {
             const unsigned w = cf_staged_rank(t, q) + 8 * t.lane;
             if (((stale >> q) & 1u) && !cf_xchg_fresh<WORDS>(t, cf_lds_u32(w), cf_lds_u32(w + 4))) {
                 CF_TRC_COUNT(t, CF_TRC_SPINS);
@@ -412,7 +405,7 @@ __device__ __forceinline__ void cf_post_rows(const cf_tile &t, unsigned long lon
     if ((t.lane & 3) == 0) {
 #pragma unroll
         for (int s = 0; s < CF_ROWS; ++s) {
-            unsigned long long *p = slots + t.rank * CF_BM + cf_slot_row(t, s);
+            unsigned long long *p = slots + t.rank * cf_S::bm + cf_slot_row(t, s);
             if (WORDS == 2) {
                 const unsigned hi = (w1[s] != w1[s] ? 0x7fffff00u : (__float_as_uint(w1[s]) + 0x80u) & ~0xffu) | cf_pair_tag(t);
                 cf_st_relaxed_u64(p, __float_as_uint(w0[s]) | (unsigned long long)hi << 32);
@@ -447,7 +440,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
      * softmax, LN).  Not in synchronous ones, which wait for CTAs still in their mainloop; not
      * with four reductions, where it spilled (LN+softmax 3-10 % slower); not where pairs of CTAs
      * multicast X (K >= 4096: the mainloop is L2-bound, and LN ran 1.4 % slower). */
-    constexpr bool ROUNDS = !SYNC && CF_NUM_RED < 4 && CF_CLUSTER_N == 1;
+    constexpr bool ROUNDS = !SYNC && cf_S::num_red < 4 && cf_S::cluster_n == 1;
     static_assert(!ROUNDS || CHUNK <= 32, "a round's stale ranks are a 32-bit mask");
     const int ri = t.lane % RW;
     const unsigned long long *mine = slots + 64 * (ri >> 4) + 16 * t.warp + (ri & 15);
@@ -462,19 +455,17 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
         for (int c = 0; c < CHUNK; ++c) {
             const int q = rank(c);
             v0[c] = v1[c] = 0u;
-            if (q < CF_ROW_CTAS && STAGED) {
+            if (q < cf_S::row_ctas && STAGED) {
                 const unsigned w = cf_staged_rank(t, q) + 8 * t.lane;
                 v0[c] = cf_lds_u32(w);
                 v1[c] = cf_lds_u32(w + 4);
-#if CF_GATHER_EARLY
-            } else if (!SYNC && c0 == 0 && c < CF_ROW_CTAS && t.gw_src == mine) {
+            } else if (cf_S::gather_early && !SYNC && c0 == 0 && c < cf_S::row_ctas && t.gw_src == mine) {
                 /* loaded as the mainloop ended (cf_gather_early; 128-row tiles: q == c).  Indexed
                  * by the unrolled c: an index ptxas cannot resolve puts the tile on the stack */
                 v0[c] = t.gw[0][c];
                 v1[c] = t.gw[1][c];
-#endif
-            } else if (q < CF_ROW_CTAS) {
-                cf_xchg_load(mine + q * CF_BM, v0[c], v1[c]);
+            } else if (q < cf_S::row_ctas) {
+                cf_xchg_load(mine + q * cf_S::bm, v0[c], v1[c]);
             }
         }
         if (ROUNDS) {
@@ -484,7 +475,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
             unsigned stale = 0;   /* the ranks this lane has not seen posted yet */
 #pragma unroll
             for (int c = 0; c < CHUNK; ++c)
-                stale |= (rank(c) < CF_ROW_CTAS ? 1u : 0u) << c;
+                stale |= (rank(c) < cf_S::row_ctas ? 1u : 0u) << c;
             for (;;) {
 #pragma unroll
                 for (int c = 0; c < CHUNK; ++c)
@@ -496,22 +487,22 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
 #pragma unroll
                 for (int c = 0; c < CHUNK; ++c)
                     if ((stale >> c) & 1u)
-                        cf_xchg_load(mine + rank(c) * CF_BM, v0[c], v1[c]);
+                        cf_xchg_load(mine + rank(c) * cf_S::bm, v0[c], v1[c]);
             }
         }
         float nq[CHUNK], w0[CHUNK], w1[CHUNK];
 #pragma unroll
         for (int c = 0; c < CHUNK; ++c) {
             const int q = rank(c);
-            if (q < CF_ROW_CTAS && !ROUNDS && !STAGED) {
+            if (q < cf_S::row_ctas && !ROUNDS && !STAGED) {
                 /* one rank at a time (a 64 ns nanosleep here cost 5-10 %) */
                 while (!cf_xchg_fresh<WORDS>(t, v0[c], v1[c])) {
                     CF_TRC_COUNT(t, CF_TRC_SPINS);
-                    cf_xchg_load(mine + q * CF_BM, v0[c], v1[c]);
+                    cf_xchg_load(mine + q * cf_S::bm, v0[c], v1[c]);
                 }
             }
-            const bool here = q < CF_ROW_CTAS;
-            if (CF_FINISHER && own && q == t.rank) own_w0 = __uint_as_float(v0[c]);
+            const bool here = q < cf_S::row_ctas;
+            if (cf_S::finisher && own && q == t.rank) own_w0 = __uint_as_float(v0[c]);
             if (c == CHUNK - 1 && c0 == 0) CF_TRC_ADD(t, CF_TRC_LOADS, tr0);   /* the first round's loads */
             nq[c] = here ? (float)cf_tile_cols(t, q) : 0.0f;
             w0[c] = here ? __uint_as_float(v0[c]) : KIND == CF_MERGE_SOFTMAX ? __int_as_float(0xff800000) : 0.0f;
@@ -524,7 +515,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
         } else {
 #pragma unroll
             for (int c = 0; c < CHUNK; ++c)
-                if (rank(c) < CF_ROW_CTAS)
+                if (rank(c) < cf_S::row_ctas)
                     f = cf_fold_add<KIND>(f, nq[c], w0[c], w1[c]);
         }
     }
@@ -532,7 +523,7 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
         const cf_fold o = {__shfl_xor_sync(0xffffffffu, f.n, 16), __shfl_xor_sync(0xffffffffu, f.a, 16),
                            __shfl_xor_sync(0xffffffffu, f.b, 16)};
         f = cf_fold_join<KIND>(f, o);
-        if (CF_FINISHER && own) {   /* one of the two lanes loaded this CTA's rank */
+        if (cf_S::finisher && own) {   /* one of the two lanes loaded this CTA's rank */
             const float other = __shfl_xor_sync(0xffffffffu, own_w0, 16);
             if ((t.rank % LPR) != t.lane / RW) own_w0 = other;
         }
@@ -543,27 +534,26 @@ __device__ __forceinline__ void cf_gather_rows(const cf_tile &t, const unsigned 
         a[s] = __shfl_sync(0xffffffffu, f.a, src);
         if (WORDS == 2)
             b[s] = __shfl_sync(0xffffffffu, f.b, src);
-        if (CF_FINISHER && own)
+        if (cf_S::finisher && own)
             own[s] = __shfl_sync(0xffffffffu, own_w0, src);
     }
     CF_TRC_ADD(t, CF_TRC_GATHER, tr0);
 }
 
-#if CF_GATHER_EARLY
 /* Parked tile t's late gather, its loads only: every rank's word for this lane's row (one
- * round: Psi emits CF_GATHER_EARLY for 128-row tiles of at most 16 CTAs a row), from the late
+ * round: Psi sets gather_early for 128-row tiles of at most 16 CTAs a row), from the late
  * exchange's block, as cf_gather_rows would load them.  That gather re-polls a stale word. */
-__device__ __forceinline__ void cf_gather_early(const cf_gemm_args &args, cf_tile &t)
+template <class S> __device__ __forceinline__ void cf_gather_early(const cf_gemm_args &args, cf_tile &t)
 {
-    static_assert(CF_BM == 128 && CF_ROW_CTAS <= 16 && CF_POST_FIRST, "CF_GATHER_EARLY: one round of loads");
+    static_assert(S::gather_early > 0 && S::bm == 128 && S::row_ctas <= 16 && S::post_first,
+                  "gather_early: one round of loads");
     const unsigned long long *mine =
-        cf_xchg_slots<CF_GATHER_EARLY - 1, 1>(args, t) + 64 * (t.lane >> 4) + 16 * t.warp + (t.lane & 15);
+        cf_xchg_slots<S::gather_early - 1, 1>(args, t) + 64 * (t.lane >> 4) + 16 * t.warp + (t.lane & 15);
 #pragma unroll
-    for (int q = 0; q < CF_ROW_CTAS; ++q)
-        cf_xchg_load(mine + q * CF_BM, t.gw[0][q], t.gw[1][q]);
+    for (int q = 0; q < S::row_ctas; ++q)
+        cf_xchg_load(mine + q * S::bm, t.gw[0][q], t.gw[1][q]);
     t.gw_src = mine;
 }
-#endif
 
 template <int OP, int RED>
 __device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args, const cf_tile &t, float (&part)[CF_ROWS])
@@ -572,8 +562,7 @@ __device__ __forceinline__ void cf_global_row_combine(const cf_gemm_args &args, 
     cf_gather_rows<OP, 1, true>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
 
-#if CF_PAIR_TILES
-/* A CTA's two tiles of a row block (WG0 columns 2 rank, WG1 2 rank + 1) post one word (pair) per
+/* pair_tiles: a CTA's two tiles of a row block (WG0 columns 2 rank, WG1 2 rank + 1) post one word (pair) per
  * row, so a row has half the ranks to gather: WG0 hands its quad-reduced words to WG1 through
  * shared memory and returns false; WG1 folds them with its own (a0, a1: the tile's, which it
  * keeps for its late finish) into (w0, w1) and returns true.  WG1 runs its first part a
@@ -602,8 +591,8 @@ __device__ __forceinline__ bool cf_pair_merge(const cf_tile &t, const float (&a0
         asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(o0[s]), "=f"(o1[s]) : "r"(words + 8 * cf_slot_row(t, s))
                      : "memory");
     cf_mbar_arrive(empty);
-    const float n0 = (float)cf_imax(0, cf_imin(CF_BN, t.N - (t.n0 - CF_BN)));   /* WG0's tile, to the left */
-    const float n1 = (float)cf_imax(0, cf_imin(CF_BN, t.N - t.n0));
+    const float n0 = (float)cf_imax(0, cf_imin(cf_S::bn, t.N - (t.n0 - cf_S::bn)));   /* WG0's tile, to the left */
+    const float n1 = (float)cf_imax(0, cf_imin(cf_S::bn, t.N - t.n0));
 #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s) {
         w0[s] = a0[s];
@@ -627,7 +616,6 @@ __device__ __forceinline__ bool cf_pair_merge(const cf_tile &t, const float (&a0
     }
     return true;
 }
-#endif
 
 /* A merged exchange in two halves: post the (raw, part) pairs, then (at once, or after the
  * next mainloop with a late finish) fold the row's pairs and correct this tile's shift. */
@@ -637,13 +625,13 @@ __device__ __forceinline__ void cf_row_merge_post(const cf_gemm_args &args, cons
 {
     static_assert(R2 == R1 + 1, "a merged exchange takes two consecutive slot regions");
     cf_row_reduce_local<CF_RED_SUM>(part);
-#if CF_PAIR_TILES
-    float w0[CF_ROWS], w1[CF_ROWS];
-    if (cf_pair_merge<KIND>(t, raw, part, w0, w1))
-        cf_post_rows<2>(t, cf_xchg_slots<R1, 2>(args, t), w0, w1);
-#else
-    cf_post_rows<2>(t, cf_xchg_slots<R1, 2>(args, t), raw, part);
-#endif
+    if constexpr (cf_S::pair_tiles) {
+        float w0[CF_ROWS], w1[CF_ROWS];
+        if (cf_pair_merge<KIND>(t, raw, part, w0, w1))
+            cf_post_rows<2>(t, cf_xchg_slots<R1, 2>(args, t), w0, w1);
+    } else {
+        cf_post_rows<2>(t, cf_xchg_slots<R1, 2>(args, t), raw, part);
+    }
 }
 template <int KIND, int R1, int R2, bool SYNC = false>
 __device__ __forceinline__ void cf_row_merge_finish(const cf_gemm_args &args, const cf_tile &t,
@@ -654,7 +642,7 @@ __device__ __forceinline__ void cf_row_merge_finish(const cf_gemm_args &args, co
     cf_gather_rows<KIND, 2, SYNC>(t, cf_xchg_slots<R1, 2>(args, t), a, part, raw);
 #pragma unroll
     for (int s = 0; s < CF_ROWS; ++s) {
-        if (!CF_FINISHER) {
+        if (!cf_S::finisher) {
             raw[s] = raw_kept[s];
         } else if (KIND == CF_MERGE_VAR) {   /* the finisher rebuilds the tile's own statistic from */
             stat[s] = raw[s] * cf_own_cols_inv(t);   /* its posted raw word, as cf_local_mean made it */
@@ -684,20 +672,19 @@ template <int OP, int RED> __device__ __forceinline__ void cf_row_post(const cf_
                                                                        float (&part)[CF_ROWS])
 {
     cf_row_reduce_local<OP>(part);
-#if CF_PAIR_TILES
-    float w0[CF_ROWS], w1[CF_ROWS];   /* w1 unused: one word a row */
-    if (cf_pair_merge<OP>(t, part, part, w0, w1))
-        cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), w0, w0);
-#else
-    cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
-#endif
+    if constexpr (cf_S::pair_tiles) {
+        float w0[CF_ROWS], w1[CF_ROWS];   /* w1 unused: one word a row */
+        if (cf_pair_merge<OP>(t, part, part, w0, w1))
+            cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), w0, w0);
+    } else {
+        cf_post_rows<1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
+    }
 }
 template <int OP, int RED> __device__ __forceinline__ void cf_row_finish(const cf_gemm_args &args, const cf_tile &t,
                                                                          float (&part)[CF_ROWS])
 {
     cf_gather_rows<OP, 1>(t, cf_xchg_slots<RED, 1>(args, t), part, part);
 }
-#endif
 
 /* Completes reduction number RED of the tile's epilogue over the whole row (levels 2, 3). */
 template <int OP, int RED> __device__ __forceinline__ void cf_row_reduce(const cf_gemm_args &args, const cf_tile &t,
@@ -709,13 +696,12 @@ template <int OP, int RED> __device__ __forceinline__ void cf_row_reduce(const c
         part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 1));
         part[s] = cf_red_combine<OP>(part[s], __shfl_xor_sync(0xffffffffu, part[s], 2));
     }
-#if CF_XCHG_L2
-    cf_global_row_combine<OP, RED>(args, t, part);
-#elif CF_ROW_CTAS > 1
-    cf_cluster_row_combine<OP>(t, part);
-#else
-    (void)t;
-#endif
+    if constexpr (cf_S::xchg_l2)
+        cf_global_row_combine<OP, RED>(args, t, part);   /* through L2 */
+    else if constexpr (cf_S::row_ctas > 1)
+        cf_cluster_row_combine<OP>(t, part);             /* through DSMEM */
+    else
+        (void)t;                                         /* one CTA holds the whole row */
 }
 
 #endif /* CF_REDUCE_CUH */

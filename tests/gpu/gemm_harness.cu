@@ -2,7 +2,7 @@
  *
  * Two roles in one file:
  *  - with -DCF_HARNESS_KERNEL_TU (see build_cubins.sh): a kernel translation unit exactly like a
- *    generated one (the CF_* macros come from -D), built to an sm_90a cubin;
+ *    generated one (its struct cf_sched filled from -D knobs), built to an sm_90a cubin;
  *  - otherwise: the host program.  It loads every cubin of a directory through the driver API (as the
  *    runtime does with NVRTC output), and contains the reference host-side setup (cf_host_setup:
  *    tensor maps, grid sizing, cluster launch) for the runtime engineer.
@@ -10,6 +10,48 @@
  */
 #ifdef CF_HARNESS_KERNEL_TU
 /* ====================== generated-style kernel translation unit ====================== */
+/* The schedule, from this variant's -D knobs (build_cubins.sh): Psi emits struct cf_sched into a
+ * generated file; here the knobs fill it (defaults: pingpong 128x128, 5 stages, no cluster). */
+#ifndef CF_BM
+#define CF_BM 128
+#endif
+#ifndef CF_BN
+#define CF_BN 128
+#endif
+#ifndef CF_STAGES
+#define CF_STAGES 5
+#endif
+#ifndef CF_CLUSTER_N
+#define CF_CLUSTER_N 1
+#endif
+#ifndef CF_PINGPONG
+#define CF_PINGPONG 1
+#endif
+#ifndef CF_B_NK
+#define CF_B_NK 0
+#endif
+#ifndef CF_IN_F16
+#define CF_IN_F16 0
+#endif
+#ifndef CF_MULTICAST
+#define CF_MULTICAST (CF_CLUSTER_N > 1)
+#endif
+struct cf_sched {
+    static constexpr int bm = CF_BM, bn = CF_BN, stages = CF_STAGES, cluster_n = CF_CLUSTER_N, row_ctas = CF_CLUSTER_N;
+    static constexpr bool pingpong = CF_PINGPONG, b_nk = CF_B_NK, dual = false, in_f16 = CF_IN_F16;
+    static constexpr int num_out = 1, stg_chunks = CF_BN / 64;
+    /* the device header's formula (cf_schedule::smem_bytes), which checks it */
+    static constexpr int smem_plan =
+        1024 + 16 * stages + 96 + stages * ((pingpong ? bm : 2 * bm) + bn) * 128 + 2 * stg_chunks * bm * 128;
+    static constexpr bool multicast = CF_MULTICAST;
+    static constexpr int num_tin = 0;
+    static constexpr unsigned tin_args = 0;
+    static constexpr bool late_finish = false, pair_tiles = false, post_first = false;
+    static constexpr int gather_early = 0;
+    static constexpr bool finisher = false, mid = false;
+    static constexpr int num_red = 0, static_smem = 0;
+    static constexpr bool red_global = false, red_leader = false;
+};
 struct cf_epi_params {
     const float *bias;
 };
