@@ -341,7 +341,7 @@ def test_dual_kernel_compiles(tmp_path, monkeypatch, caplog):
     m = _dual(f)
     opts = runtime.kernel_options(m.graph, 4096, m.N, m.K, dual=True)
     k = comfuse.Kernel(m.graph, opts)
-    assert "#define CF_DUAL 1" in k.source() and "#define CF_BN 64" in k.source()
+    assert "static constexpr bool dual = true;" in k.source() and "static constexpr int bn = 64;" in k.source()
     try:
         k.compile()
     except comfuse.CfError as e:

@@ -439,16 +439,16 @@ __device__ __forceinline__ float cf_f32_of16(unsigned short h, bool f16) {
 template <bool F16>
 __device__ __forceinline__ void cf_load_cols16(const cf_tile &t, const unsigned short *v, float (&cv)[CF_COLS]) {
     const int c0 = t.n0 + 2 * (t.lane & 3);
-    if (t.n0 + CF_BN <= t.N && ((t.N | (int)(((unsigned long long)v) >> 1)) & 1) == 0) {
+    if (t.n0 + cf_S::bn <= t.N && ((t.N | (int)(((unsigned long long)v) >> 1)) & 1) == 0) {
 #pragma unroll
-        for (int j = 0; j < CF_BN / 8; ++j) {
+        for (int j = 0; j < cf_S::bn / 8; ++j) {
             const unsigned p = __ldg((const unsigned *)(v + c0 + 8 * j));
             cv[2 * j] = cf_f32_of16((unsigned short)(p & 0xffffu), F16);
             cv[2 * j + 1] = cf_f32_of16((unsigned short)(p >> 16), F16);
         }
     } else {
 #pragma unroll
-        for (int j = 0; j < CF_BN / 8; ++j) {
+        for (int j = 0; j < cf_S::bn / 8; ++j) {
             const int c = c0 + 8 * j;
             cv[2 * j] = c < t.N ? cf_f32_of16(__ldg(v + c), F16) : 0.0f;
             cv[2 * j + 1] = c + 1 < t.N ? cf_f32_of16(__ldg(v + c + 1), F16) : 0.0f;
