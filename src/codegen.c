@@ -1682,13 +1682,12 @@ static void emit_tin_next(cg_ctx *c, const cf_ir_spec *sp)
     }
 }
 
-static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
+/* A stage's opening: its comment, scalar slots, the reduction's partials, vector loads.
+ * Returns whether the stage loops over the accumulator (a store taking the accumulator as it
+ * is, or computing its GELU itself, needs no loop). */
+static bool emit_stage_head(cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *red)
 {
-    const cf_ir *ir = c->ir;
-    char id[96], where[96];
-    const cf_ir_node *red = sp->terminal && sp->terminal->kind == CF_IR_REDUCE ? sp->terminal : NULL;
-    /* a stage whose store takes the accumulator as it is (or computes its GELU itself) has no
-     * loop over it */
+    char id[96];
     bool work = c->in_late;
     for (int i = 0; i < sp->n_nodes; i++)
         work |= !first_acc(c, sp->nodes[i]) && sp->nodes[i]->kind != CF_IR_STORE && !c->at_store[sp->nodes[i]->id];
@@ -1711,37 +1710,44 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
     if (c->in_late)
         line(c, "float pk[8], y8[8];  /* one 8-register group: parked %s in, output out */",
              ident(c->late_parked->ref, id, sizeof id));
-    if (work) {
-        emit_tin_open(c, sp);
-        emit_loop_open(c, c->in_late ? late_park_fmt(c) : PARK_NONE);
-        emit_tin_next(c, sp);
-        emit_nodes(c, sp);
-        for (int i = 0; i < sp->n_nodes; i++) {
-            const cf_ir_node *n = sp->nodes[i];
-            if (c->arr[n->id] < 0 || c->pass[n->id] || first_acc(c, n) || n->kind == CF_IR_PLACEHOLDER)
-                continue;
-            const cf_ir_node *v = scale_into_exp(c, n, NULL);
-            line(c, "%s = %s;  /* %s */", slot_ref(c, n, where, sizeof where), ident(v ? v : n, id, sizeof id),
-                 v ? "carried to the next stage unscaled (op_exp_sub_scaled)"
-                   : carried_out(sp, n) ? "carried to the next stage" : "kept for the store");
-        }
-        if (c->in_late) {
-            line(c, "if (r %% 8 == 7)");
-            line(c, "    cf_restage8<%s>(t, r / 8, y8);  /* in place, as the output's 16-bit type */",
-                 late_out_f16(c) ? "CF_PARK_F16" : "CF_PARK_BF16");
-        }
-        c->indent--;
-        line(c, "}");
-        if (c->n_tin && sp->depth == c->tin_last && !c->in_late)
-            line(c, "cf_tin_release(t);  /* the last stage that reads them: their ring stages are free */");
-        if (red)
-            emit_max_scale(c, red);
+    return work;
+}
+
+/* The loop over the accumulator registers: the stage's nodes, its values into their arrays. */
+static void emit_stage_loop(cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *red)
+{
+    char id[96], where[96];
+    emit_tin_open(c, sp);
+    emit_loop_open(c, c->in_late ? late_park_fmt(c) : PARK_NONE);
+    emit_tin_next(c, sp);
+    emit_nodes(c, sp);
+    for (int i = 0; i < sp->n_nodes; i++) {
+        const cf_ir_node *n = sp->nodes[i];
+        if (c->arr[n->id] < 0 || c->pass[n->id] || first_acc(c, n) || n->kind == CF_IR_PLACEHOLDER)
+            continue;
+        const cf_ir_node *v = scale_into_exp(c, n, NULL);
+        line(c, "%s = %s;  /* %s */", slot_ref(c, n, where, sizeof where), ident(v ? v : n, id, sizeof id),
+             v ? "carried to the next stage unscaled (op_exp_sub_scaled)"
+               : carried_out(sp, n) ? "carried to the next stage" : "kept for the store");
     }
-    if (c->in_late)
-        line(c, "CF_TRC_ADD(t, CF_TRC_FLOOP, trl);");
-    if (!c->in_late && c->ir->n_stages[0] > 1)
-        trace_mark(c, "the loop above");
-    /* Stores of this stage, from the values' arrays. */
+    if (c->in_late) {
+        line(c, "if (r %% 8 == 7)");
+        line(c, "    cf_restage8<%s>(t, r / 8, y8);  /* in place, as the output's 16-bit type */",
+             late_out_f16(c) ? "CF_PARK_F16" : "CF_PARK_BF16");
+    }
+    c->indent--;
+    line(c, "}");
+    if (c->n_tin && sp->depth == c->tin_last && !c->in_late)
+        line(c, "cf_tin_release(t);  /* the last stage that reads them: their ring stages are free */");
+    if (red)
+        emit_max_scale(c, red);
+}
+
+/* The stage's stores, from the values' arrays: tiles through TMA, [M] values one writer a row. */
+static void emit_stage_stores(cg_ctx *c, const cf_ir_spec *sp)
+{
+    const cf_ir *ir = c->ir;
+    char id[96], where[96];
     int tile_out = 0;
     for (int i = 0; i < ir->n_args; i++) {
         const cf_ir_arg *a = &ir->args[i];
@@ -1783,6 +1789,13 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         }
         tile_out += tile;
     }
+}
+
+/* The stage's reduction: merged with the next, split for a mid part or a late finish, or
+ * exchanged across the row's CTAs here. */
+static void emit_stage_exchange(cg_ctx *c, const cf_ir_spec *sp, const cf_ir_node *red)
+{
+    char id[96];
     if (red && c->merge_next) {
         emit_tile_stat(c, red, c->merge_next, red == c->late_r1);
         trace_mark(c, c->merge_next == MERGE_VAR ? "the tile's mean" : "the tile's max");
@@ -1820,6 +1833,19 @@ static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
         emit_mean_scale(c, red, id, true);
         trace_mark(c, "exchange");
     }
+}
+
+static void emit_stage(cg_ctx *c, const cf_ir_spec *sp)
+{
+    const cf_ir_node *red = sp->terminal && sp->terminal->kind == CF_IR_REDUCE ? sp->terminal : NULL;
+    if (emit_stage_head(c, sp, red))
+        emit_stage_loop(c, sp, red);
+    if (c->in_late)
+        line(c, "CF_TRC_ADD(t, CF_TRC_FLOOP, trl);");
+    if (!c->in_late && c->ir->n_stages[0] > 1)
+        trace_mark(c, "the loop above");
+    emit_stage_stores(c, sp);
+    emit_stage_exchange(c, sp, red);
 }
 
 /* One member of the schedule struct, its reason beside it when there is one. */
