@@ -506,11 +506,11 @@ static bool request_empty(const cf_plan_request *r)
  * that run two or more waves of row groups of at most 16 CTAs (M >= 4096, N <= 2048 or
  * K = 4096); there they stand (the model's paired tiles at K = 512 lost 2 % to them in those
  * A/Bs).  Outside that class (the GPU underfilled or one wave quantised: small M; rows of more
- * than 16 CTAs) the model decides where it predicts 10 % less time.  Over a same-call A/B of
- * 23 such cells (M = 64-8192, N/128 not a power of two, K = 64-16384) its choice won 12 of the
- * 14 it predicted 10 % faster (up to 2.8x: softmax at 8192x8192x128; LN at M = 64 1.13x,
- * RMSNorm at M = 512 1.40x), lost 5 % and 12 % in two; where it predicted less, the rules'
- * plan ran up to 45 % faster. */
+ * than 16 CTAs) the model decides where it predicts 10 % less time.  In a same-call A/B of
+ * the 16 cells of the issue's grid where it so decides (M = 64-8192, N/128 not a power of two,
+ * K = 128-16384) its plan ran faster in 12 (up to 2.9x: softmax at 8192x8192x128; RMSNorm at
+ * M = 512 1.40x, LN at M = 64 1.10x), even in one, slower in three (5, 11, 12 %); where it
+ * predicted less than 10 %, the rules' plan had run up to 45 % faster. */
 #define MODEL_MARGIN 0.90
 #define RULES_MIN_WAVES 2.0
 #define RULES_MAX_ROW_CTAS 16
