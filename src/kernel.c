@@ -205,7 +205,15 @@ cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *
         return st;
     const cf_plan_request req = cf_plan_request_of(ir, opt);
     cf_ir_free(ir);
-    return cf_kernel_build_req(g, &req, opt ? opt->m : 0, opt ? opt->n : 0, opt ? opt->k : 0, title, out, err);
+    st = cf_kernel_build_req(g, &req, opt ? opt->m : 0, opt ? opt->n : 0, opt ? opt->k : 0, title, out, err);
+    /* a dual GEMM whose rows outgrow the row group has no wide-row path: say so now, not after
+     * NVRTC at the first launch (a caller can still fuse one of the GEMMs, or run unfused) */
+    if (st == CF_OK && (*out)->ir->dual && (*out)->plan.wide) {
+        st = cf_errorf(err, CF_ERR_UNSUPPORTED, (cf_loc){0}, "cannot fuse: %s", (*out)->plan.fallback);
+        cf_kernel_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 const cf_ir *cf_kernel_ir(const cf_kernel *k) { return k ? k->ir : NULL; }

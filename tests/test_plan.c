@@ -179,6 +179,23 @@ static void test_model_takes_over(void)
     }
 }
 
+/* The C API refuses a dual GEMM whose rows outgrow the row group at build time, with the
+ * reason, rather than after NVRTC at its first launch (it has no wide-row path). */
+static void test_dual_too_wide_refused_at_build(void)
+{
+    cf_graph *g = parse("tests/specs/swiglu_rmsnorm.cf");
+    cf_kernel *k = NULL;
+    cf_error err;
+    cf_options o = cf_options_for(g, 2048, 16384, 4096);
+    CHECK_EQ_INT(CF_ERR_UNSUPPORTED, cf_kernel_build(g, &o, "wide", &k, &err));
+    CHECK(k == NULL);
+    CHECK_CONTAINS(err.msg, "a dual GEMM has no wide-row path");
+    o = cf_options_for(g, 2048, 4096, 4096);
+    CHECK_EQ_INT(CF_OK, cf_kernel_build(g, &o, "fits", &k, &err));
+    cf_kernel_free(k);
+    cf_graph_free(g);
+}
+
 static void test_overrides(void)
 {
     cf_plan_request r = {0};
@@ -366,6 +383,7 @@ int main(int argc, char **argv)
     test_stages_fit();
     test_model_monotone();
     test_model_takes_over();
+    test_dual_too_wide_refused_at_build();
     test_overrides();
     test_cli_and_api_agree();
     test_cli_plan();

@@ -973,7 +973,12 @@ def plan(r, gm):
         r.nodes = full[:end]
         finish_region(r, gm)
         try:
-            translate(r, gm).lower()
+            g = translate(r, gm)
+            g.lower()
+            if r.mm2 is not None:
+                # A dual GEMM has no wide-row path: cf_kernel_build refuses rows its row group
+                # cannot hold, and a shorter prefix (the reduction left to PyTorch) may fit.
+                capi.Kernel(g, g.options_for(4096, r.N, r.K), "plan")
             if end < len(full) and r.tail_reason is None:
                 r.tail_reason = first_err
             _prune_inputs(r)

@@ -72,17 +72,13 @@ def _cf_device():
         return -1
 
 
-def kernel_options(graph, m, n, k, dual=False):
-    """The plan's options for M = m.  A dual GEMM gets only its shape: cf_options_for
-    lowers a graph only when it has row reductions, so for a dual GEMM without them it
-    returns one GEMM's 128x128 tiles, which cf_kernel_build rejects for two accumulators;
-    fields left 0 are the plan's own choice, made from the lowered IR (128x64 tiles)."""
-    if dual:
-        return {"m": m, "n": n, "k": k}
+def kernel_options(graph, m, n, k):
+    """The plan's options for M = m (cf_options_for: the lowered graph's own choices, a
+    dual GEMM's 128x64 tiles included)."""
     return graph.options_for(m, n, k)
 
 
-def get_kernel(graph, recipe, m, n, k, dual=False):
+def get_kernel(graph, recipe, m, n, k):
     """The compiled kernel for (recipe, M bucket), compiling on first use.  One kernel
     object per key: its launches must not overlap in time on different streams (the
     L2 exchange slots are the object's; see cf_kernel_launch), as with a cuBLAS
@@ -99,7 +95,7 @@ def get_kernel(graph, recipe, m, n, k, dual=False):
             raise _failed[key]     # a failed compile is not retried on every call
     t0 = time.perf_counter()
     try:
-        kern = capi.Kernel(graph, kernel_options(graph, min(b, 1 << 20), n, k, dual), "comfuse_torch")
+        kern = capi.Kernel(graph, kernel_options(graph, min(b, 1 << 20), n, k), "comfuse_torch")
         # the bucket's largest M: its first launch sizes the L2 exchange for all of it, so a
         # growing M neither synchronises nor reallocates (the open last bucket: this M)
         kern.prepare((b if b < BUCKETS[-1] else m, n, k))
@@ -292,7 +288,7 @@ class FusedRegion(torch.nn.Module):
         kern = self._kern.get(b)
         if kern is not None:
             return kern, True
-        kern = self._kern[b] = get_kernel(self.graph, self.recipe, m, self.N, self.K, dual=self.dual is not None)
+        kern = self._kern[b] = get_kernel(self.graph, self.recipe, m, self.N, self.K)
         return kern, False
 
     def _launch(self, args):
@@ -314,7 +310,7 @@ class FusedRegion(torch.nn.Module):
     def warmup(self, ms=(1,)):
         """Compiles the kernels for the buckets of these M values (no GPU needed)."""
         for m in ms:
-            get_kernel(self.graph, self.recipe, m, self.N, self.K, dual=self.dual is not None)
+            get_kernel(self.graph, self.recipe, m, self.N, self.K)
 
     def reference(self, *args):
         """The region's cf_graph run by the float64 reference (cf_reference_run) on CPU

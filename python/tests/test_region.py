@@ -257,6 +257,22 @@ def test_dual_any_elementwise_combination():
     assert torch.equal(f(*args), fn(*args))
 
 
+def test_dual_with_rows_too_wide_keeps_the_pair_and_leaves_the_norm():
+    """SwiGLU then RMSNorm over rows of 8192: a dual GEMM has no wide-row path (its row group
+    holds 4096 columns), so the plan keeps the pair and the product fused and leaves the
+    RMSNorm to PyTorch, saying why, rather than failing at the first launch."""
+    def fn(x, wg, wu, gamma):
+        h = F.silu(F.linear(x, wg)) * F.linear(x, wu)
+        return F.rms_norm(h, (8192,), gamma, 1e-6)
+    args = (torch.randn(4, 64, dtype=BF), torch.randn(8192, 64, dtype=BF) / 8, torch.randn(8192, 64, dtype=BF) / 8,
+            torch.rand(8192, dtype=BF) + 0.5)
+    f, lines = _fused(fn, *args)
+    m = _dual(f)
+    assert m.label == "linear+linear->silu->mul", m.label
+    assert any("no wide-row path" in line for line in lines), lines
+    assert torch.equal(f(*args), fn(*args))
+
+
 def test_dual_when_up_proj_has_another_user():
     """up_proj's raw output is also read outside the region (a cumsum): the dual region stores
     it as a second output, and that user gets it from there."""
@@ -339,7 +355,7 @@ def test_dual_kernel_compiles(tmp_path, monkeypatch, caplog):
     with torch.no_grad():
         f, _ = _fused(mod, torch.randn(3, 64, dtype=BF))
     m = _dual(f)
-    opts = runtime.kernel_options(m.graph, 4096, m.N, m.K, dual=True)
+    opts = runtime.kernel_options(m.graph, 4096, m.N, m.K)
     k = comfuse.Kernel(m.graph, opts)
     assert "static constexpr bool dual = true;" in k.source() and "static constexpr int bn = 64;" in k.source()
     try:
@@ -493,7 +509,7 @@ def test_region_kernels_compile(name, tmp_path, monkeypatch):
     with torch.no_grad():
         f, _ = _fused(mod, *args)
     for m in f.regions():
-        k = comfuse.Kernel(m.graph, runtime.kernel_options(m.graph, 4096, m.N, m.K, m.dual is not None))
+        k = comfuse.Kernel(m.graph, runtime.kernel_options(m.graph, 4096, m.N, m.K))
         try:
             k.compile()
         except comfuse.CfError as e:
