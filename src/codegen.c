@@ -144,6 +144,8 @@ static const struct {
      "    return d;\n"
      "}"},
     {"load_f32", "static __device__ __forceinline__ float load_f32(const float *p, long long i) { return __ldg(p + i); }"},
+    /* Self-contained (not cf_sm90.cuh's cf_f32_of16): the row kernel (rows.c) uses them too
+     * and does not include the fused kernel's header. */
     {"load_bf16",
      "static __device__ __forceinline__ float load_bf16(const unsigned short *p, long long i)\n"
      "{\n"
@@ -965,8 +967,8 @@ static void emit_load_cols(cg_ctx *c, const cf_ir_node *n, const char *dst_prefi
     if (a->dtype == CF_F32)
         line(c, "cf_load_cols(t, p.%s, %s%s);", a->name, dst_prefix, id);
     else
-        line(c, "cf_load_cols(t, p.%s, %s%s, %s);  /* %s, converted to f32 */", a->name, dst_prefix, id,
-             a->dtype == CF_F16 ? "true" : "false", cf_dtype_name(a->dtype));
+        line(c, "cf_load_cols16<%s>(t, p.%s, %s%s);  /* %s, converted to f32 */", a->dtype == CF_F16 ? "true" : "false",
+             a->name, dst_prefix, id, cf_dtype_name(a->dtype));
 }
 
 /* Row vectors of stage sp: every column this thread touches, loaded at once before the

@@ -129,10 +129,10 @@ static void test_source_shape(void)
      * (cf_pre; 16-bit ones converted as they load: loaded per element, a bf16 bias cost a
      * bias epilogue 1.44x cuBLAS) and every [M] vector into L1, once */
     CHECK_CONTAINS(src, "cf_load_cols(t, p.b32, pre.cv_");
-    CHECK_CONTAINS(src, "cf_load_cols(t, p.b16, pre.cv_b16_");
-    CHECK_CONTAINS(src, ", false);  /* bf16, converted to f32 */");
-    CHECK_CONTAINS(src, "cf_load_cols(t, p.h16, pre.cv_h16_");
-    CHECK_CONTAINS(src, ", true);  /* f16, converted to f32 */");
+    CHECK_CONTAINS(src, "cf_load_cols16<false>(t, p.b16, pre.cv_b16_");
+    CHECK_CONTAINS(src, ");  /* bf16, converted to f32 */");
+    CHECK_CONTAINS(src, "cf_load_cols16<true>(t, p.h16, pre.cv_h16_");
+    CHECK_CONTAINS(src, ");  /* f16, converted to f32 */");
     CHECK(src && !strstr(src, "load_bf16(p.b16") && !strstr(src, "load_f16(p.h16"));   /* no per-element loads */
     CHECK_CONTAINS(src, "= pre.cv_");
     CHECK(src && !strstr(src, "cf_prefetch_cols("));

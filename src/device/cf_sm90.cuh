@@ -427,15 +427,18 @@ __device__ __forceinline__ void cf_load_cols(const cf_tile &t, const float *v, f
     }
 }
 
-/* The same for a 16-bit [N] vector (bf16 or f16, as nn.Linear's bias and LayerNorm's weights
- * come in 16-bit models): a thread's two adjacent columns are one 32-bit load, converted once. */
-__device__ __forceinline__ float cf_f32_of16(unsigned short h, bool f16) {
-    if (!f16)
+/* A 16-bit value (bf16, or f16 with F16) as f32. */
+template <bool F16>
+__device__ __forceinline__ float cf_f32_of16(unsigned short h) {
+    if constexpr (!F16)
         return __uint_as_float((unsigned)h << 16);
     float f;
     asm("{ .reg .f16 x; mov.b16 x, %1; cvt.f32.f16 %0, x; }" : "=f"(f) : "h"(h));
     return f;
 }
+
+/* cf_load_cols for a 16-bit [N] vector (bf16, or f16 with F16: nn.Linear's bias and LayerNorm's
+ * weights in 16-bit models): a thread's two adjacent columns are one 32-bit load, converted once. */
 template <bool F16>
 __device__ __forceinline__ void cf_load_cols16(const cf_tile &t, const unsigned short *v, float (&cv)[CF_COLS]) {
     const int c0 = t.n0 + 2 * (t.lane & 3);
@@ -443,24 +446,17 @@ __device__ __forceinline__ void cf_load_cols16(const cf_tile &t, const unsigned 
 #pragma unroll
         for (int j = 0; j < cf_S::bn / 8; ++j) {
             const unsigned p = __ldg((const unsigned *)(v + c0 + 8 * j));
-            cv[2 * j] = cf_f32_of16((unsigned short)(p & 0xffffu), F16);
-            cv[2 * j + 1] = cf_f32_of16((unsigned short)(p >> 16), F16);
+            cv[2 * j] = cf_f32_of16<F16>((unsigned short)(p & 0xffffu));
+            cv[2 * j + 1] = cf_f32_of16<F16>((unsigned short)(p >> 16));
         }
     } else {
 #pragma unroll
         for (int j = 0; j < cf_S::bn / 8; ++j) {
             const int c = c0 + 8 * j;
-            cv[2 * j] = c < t.N ? cf_f32_of16(__ldg(v + c), F16) : 0.0f;
-            cv[2 * j + 1] = c + 1 < t.N ? cf_f32_of16(__ldg(v + c + 1), F16) : 0.0f;
+            cv[2 * j] = c < t.N ? cf_f32_of16<F16>(__ldg(v + c)) : 0.0f;
+            cv[2 * j + 1] = c + 1 < t.N ? cf_f32_of16<F16>(__ldg(v + c + 1)) : 0.0f;
         }
     }
-}
-__device__ __forceinline__ void cf_load_cols(const cf_tile &t, const unsigned short *v, float (&cv)[CF_COLS],
-                                             bool f16) {
-    if (f16)
-        cf_load_cols16<true>(t, v, cv);
-    else
-        cf_load_cols16<false>(t, v, cv);
 }
 
 /* Pull the slice of a [N] (cols) or [M] (rows) vector that tile t reads into L1, one 128-byte
