@@ -72,12 +72,6 @@ def _cf_device():
         return -1
 
 
-def kernel_options(graph, m, n, k):
-    """The plan's options for M = m (cf_options_for: the lowered graph's own choices, a
-    dual GEMM's 128x64 tiles included)."""
-    return graph.options_for(m, n, k)
-
-
 def get_kernel(graph, recipe, m, n, k):
     """The compiled kernel for (recipe, M bucket), compiling on first use.  One kernel
     object per key: its launches must not overlap in time on different streams (the
@@ -95,7 +89,7 @@ def get_kernel(graph, recipe, m, n, k):
             raise _failed[key]     # a failed compile is not retried on every call
     t0 = time.perf_counter()
     try:
-        kern = capi.Kernel(graph, kernel_options(graph, min(b, 1 << 20), n, k), "comfuse_torch")
+        kern = capi.Kernel(graph, graph.options_for(min(b, 1 << 20), n, k), "comfuse_torch")
         # the bucket's largest M: its first launch sizes the L2 exchange for all of it, so a
         # growing M neither synchronises nor reallocates (the open last bucket: this M)
         kern.prepare((b if b < BUCKETS[-1] else m, n, k))

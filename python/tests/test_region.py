@@ -355,7 +355,7 @@ def test_dual_kernel_compiles(tmp_path, monkeypatch, caplog):
     with torch.no_grad():
         f, _ = _fused(mod, torch.randn(3, 64, dtype=BF))
     m = _dual(f)
-    opts = runtime.kernel_options(m.graph, 4096, m.N, m.K)
+    opts = m.graph.options_for(4096, m.N, m.K)
     k = comfuse.Kernel(m.graph, opts)
     assert "static constexpr bool dual = true;" in k.source() and "static constexpr int bn = 64;" in k.source()
     try:
@@ -509,7 +509,7 @@ def test_region_kernels_compile(name, tmp_path, monkeypatch):
     with torch.no_grad():
         f, _ = _fused(mod, *args)
     for m in f.regions():
-        k = comfuse.Kernel(m.graph, runtime.kernel_options(m.graph, 4096, m.N, m.K))
+        k = comfuse.Kernel(m.graph, m.graph.options_for(4096, m.N, m.K))
         try:
             k.compile()
         except comfuse.CfError as e:
