@@ -495,7 +495,6 @@ def test_warmup_compiles_each_bucket_once(caplog):
 def test_region_kernels_compile(name, tmp_path, monkeypatch):
     """Every region above builds and NVRTC-compiles for sm_90a (no GPU needed): bf16
     vectors, per-row outputs, several outputs, [N, K] and [K, N] weights."""
-    from comfuse import runtime
     monkeypatch.setenv("CF_CACHE_DIR", str(tmp_path))      # a real compile, not a cache hit
     if name.startswith("plain:"):
         p = name[6:]
