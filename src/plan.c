@@ -565,7 +565,9 @@ static cf_status plan_by_rules(const cf_ir *ir, int64_t M, int64_t N, int64_t K,
         if (p.pair_tiles && !cf_cg_can_pair(ir, &p))
             return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
                              "pair_tiles: needs a late finish through L2 on the consumer warpgroups (pingpong, "
-                             "no --sync-finish, 2 or more CTAs a row) after the epilogue's only exchange");
+                             "no --sync-finish, 2 or more CTAs a row) after the epilogue's only exchange, and no "
+                             "more pairs a row than one round of the gather holds (%d pairs of %d-row tiles here)",
+                             p.row_ctas, p.bm);
     }
     cf_plan_shape(ir, &p, M, N, K, dev, 0);
     if (cf_cg_check(ir, &(cf_error){0}) == CF_OK)

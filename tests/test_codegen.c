@@ -1620,6 +1620,31 @@ static void test_dual(void)
     cf_graph_free(g);
 }
 
+/* 64x192 tiles staged in two 64-column chunks: a 16-bit store's three chunks end on the first
+ * slot, so each store's first chunk waits for every TMA read (cf_box_first) -- four outputs,
+ * four more full waits than at 64x128, whose two chunks divide among the slots. */
+static void test_staging_turns(void)
+{
+    cf_graph *g = parse("tests/specs/out_multi16_bn192.cf");
+    int waits[2] = {-1, -1};
+    for (int i = 0; i < 2; i++) {
+        const cf_plan_request r = {.block_m = 64, .block_n = i ? 192 : 128, .stages = 6};
+        cf_kernel *k = NULL;
+        cf_error err;
+        cf_status st = g ? cf_kernel_build_req(g, &r, 1000, 1000, 1000, "bn192", &k, &err) : CF_ERR_INTERNAL;
+        if (st == CF_OK)
+            st = cf_kernel_compile(k, &err);
+        if (st != CF_OK)
+            fprintf(stderr, "out_multi16_bn192.cf: %s\n", err.msg);
+        CHECK_EQ_INT(CF_OK, st);
+        CHECK_CONTAINS(cf_kernel_source(k), "static constexpr int stg_chunks = 2;");
+        waits[i] = count_of(cf_kernel_ptx(k), "cp.async.bulk.wait_group.read 0;");
+        cf_kernel_free(k);
+    }
+    CHECK(waits[0] >= 1 && waits[1] >= waits[0] + 4);
+    cf_graph_free(g);
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -1647,5 +1672,6 @@ int main(void)
     test_carried_correction();
     test_tile_inputs();
     test_dual();
+    test_staging_turns();
     return tu_finish("test_codegen");
 }

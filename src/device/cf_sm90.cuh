@@ -688,6 +688,16 @@ __device__ __forceinline__ void cf_box_slot_wait(const cf_tile &t) {
     __syncwarp();
     CF_TRC_ADD(t, CF_TRC_STORE, tr0);
 }
+/* Before a store's first box: the slots are taken in turn within a store, but a store whose
+ * 64-column chunks do not divide among them (192 columns in two chunks' room) ends on a slot
+ * other than the last, so the next store's first slot may be the one TMA still reads: wait for
+ * every read then.  Free (no code) where the chunks divide. */
+__device__ __forceinline__ void cf_box_first(const cf_tile &t) {
+    if constexpr ((cf_S::bn / 64) % cf_S::stg_chunks != 0) {
+        if (t.lane == 0) cf_bulk_wait_read<0>();
+        __syncwarp();
+    }
+}
 /* Lane 0: TMA-stores this warp's box at addr (column strip c of COLS columns, sub-tile mt) as
  * one bulk group. */
 template <int COLS>
@@ -753,6 +763,7 @@ template <int F16, int ACT>
 __device__ __forceinline__ void cf_store_tile_16(const cf_gemm_args &args, const cf_tile &t, int o,
                                                  const float (&y)[CF_ACC_REGS]) {
     const int lane = t.lane, mi = lane >> 3;
+    cf_box_first(t);
 #pragma unroll
     for (int c = 0; c < cf_S::bn / 64; ++c) {
 #pragma unroll
@@ -797,6 +808,7 @@ __device__ __forceinline__ void cf_store_tile_f16_gelu(const cf_gemm_args &args,
 __device__ __forceinline__ void cf_store_tile_f32(const cf_gemm_args &args, const cf_tile &t, int o,
                                                   const float (&y)[CF_ACC_REGS]) {
     const int lane = t.lane, r0 = lane >> 2;   /* this lane's first row of the box */
+    cf_box_first(t);
 #pragma unroll
     for (int c = 0; c < cf_S::bn / 32; ++c) {     /* 32 fp32 columns per 128-byte strip */
 #pragma unroll
