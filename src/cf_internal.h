@@ -774,38 +774,38 @@ bool cf_cg_expand_op(cf_op op, const char *a0, const char *a1, cf_strbuf *out);
 int cf_cg_emit_helpers(const char *text, cf_strbuf *out);
 
 /* The unfused epilogue: one standalone kernel, cf_rows_kernel, that reads the
- * GEMM output C [M,N] (row-major, pitch N, bf16/f16/f32) from global memory
- * and runs epilogue 0 of a single-GEMM IR over it, one CTA per row
- * (grid-stride), one column loop per stage, each REDUCE as thread partials ->
- * warp shuffles -> shared memory; TILE values carried to a later stage go
- * through a global f32 scratch [n_scratch, M, N] (like eager PyTorch).
+ * GEMM output C [M,N] (f32, row-major, pitch N) from global memory
+ * and runs epilogue 0 of a single-GEMM IR over it, a cluster of CTAs per row
+ * (grid-stride; each CTA a share of the columns), one column loop per stage,
+ * each REDUCE as thread partials -> warp shuffles -> shared memory -> the
+ * cluster's CTAs through distributed shared memory; TILE values a later stage
+ * uses are recomputed there (C is read again), never stored.
  *
  * Kernel parameters (plain scalars and pointers, in this order):
- *   const void *C, int c_dtype (a cf_dtype), long long M, int N,
- *   float *scratch, then one per entry of A that is not a GEMM operand, in A
- *   order: an input pointer (VEC_N, VEC_M, TENSOR), a float (SCALAR), or an
- *   output pointer (OUTPUT). */
+ *   const float *C, long long M, int N, then one per
+ *   entry of A that is not a GEMM operand, in A order: an input pointer (VEC_N,
+ *   VEC_M, TENSOR), a float (SCALAR), or an output pointer (OUTPUT). */
 typedef struct cf_rows cf_rows;
 
-/* Generates the source only (no NVRTC); *n_scratch (optional) gets the number
- * of [M,N] f32 scratch planes.  CF_ERR_UNSUPPORTED for B2B IRs (unfused.c cuts
- * a B2B graph into two single-GEMM pieces first). */
-cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, int *n_scratch, cf_error *err);
+/* Generates the source only (no NVRTC).  CF_ERR_UNSUPPORTED for B2B IRs
+ * (unfused.c cuts a B2B graph into two single-GEMM pieces first). */
+cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, cf_error *err);
 /* Generates and compiles (NVRTC through the cache; no GPU needed).  The IR
  * (and its graph) must outlive the object. */
 cf_status cf_rows_build(const cf_ir *ir, const char *title, cf_rows **out, cf_error *err);
 const char *cf_rows_source(const cf_rows *r);
 const cf_rt_cubin *cf_rows_cubin(const cf_rows *r);
-int cf_rows_scratch_planes(const cf_rows *r);
-/* Threads per CTA (one CTA per row) the launch uses for rows of N columns. */
+/* Threads per CTA the launch uses for rows of N columns. */
 int cf_rows_threads(int64_t N);
+/* CTAs (a cluster, 1..8) that share each of M rows of N columns when resident_ctas
+ * CTAs fit on the device at once: few rows are split so that every SM has work. */
+int cf_rows_split(int64_t M, int64_t N, int resident_ctas);
 /* Runs the epilogue over C on stream s.  a gives the dims (checked against
  * M and N), the epilogue inputs, params and outputs indexed as for
  * cf_kernel_launch (GEMM operands are not read; a->stream is ignored).  The
- * first launch loads the module; the scratch buffer is (re)allocated when it
- * is too small, and poisoned with NaN when allocated. */
-cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, cf_dtype c_dtype, int64_t M, int64_t N,
-                         const cf_launch_args *a, cf_rt_stream s, cf_error *err);
+ * first launch loads the module.  Allocates nothing: safe under CUDA-graph capture. */
+cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, int64_t M, int64_t N, const cf_launch_args *a,
+                         cf_rt_stream s, cf_error *err);
 void cf_rows_free(cf_rows *r);
 
 /* ---- unfused.c: the unfused path (cf_unfused in comfuse.h) ---------------- */

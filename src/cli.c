@@ -146,7 +146,7 @@ static int emit_unfused(const cf_graph *g, const cli_opts *o)
         char t[512], b1[96];
         snprintf(t, sizeof t, "%s, the row kernel after GEMM '%s'", o->spec,
                  cf_graph_node_name(g, cf_unfused_gemm_at(u, cf_unfused_piece_gemm(u, i))->node, b1, sizeof b1));
-        if ((st = cf_rows_generate(cf_unfused_piece_ir(u, i), t, &src, NULL, &err)) == CF_OK)
+        if ((st = cf_rows_generate(cf_unfused_piece_ir(u, i), t, &src, &err)) == CF_OK)
             printf("%s%s", i ? "\n" : "", src.data);
         cf_sb_free(&src);
     }

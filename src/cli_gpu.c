@@ -449,12 +449,10 @@ static void print_ran(const cli_opts *o, const cf_ir *ir, const cf_kernel *k, co
            o->spec, o->shape_text, (unsigned long long)o->seed, ng, ng == 1 ? "" : "s", np, np == 1 ? "" : "s");
     for (int i = 0; i < np; i++) {
         const cf_unfused_gemm *m = cf_unfused_gemm_at(u, cf_unfused_piece_gemm(u, i));
-        const cf_rows *r = cf_unfused_piece_rows(u, i);
         char b1[96];
-        printf("  after GEMM '%s': a row kernel of %d stage%s (%d threads per row, %d scratch plane%s)\n",
+        printf("  after GEMM '%s': a row kernel of %d stage%s (%d threads a CTA)\n",
                cf_graph_node_name(s->g, m->node, b1, sizeof b1), cf_unfused_piece_ir(u, i)->n_stages[0],
-               cf_unfused_piece_ir(u, i)->n_stages[0] == 1 ? "" : "s", cf_rows_threads(s->dims[m->dim_n]),
-               cf_rows_scratch_planes(r), cf_rows_scratch_planes(r) == 1 ? "" : "s");
+               cf_unfused_piece_ir(u, i)->n_stages[0] == 1 ? "" : "s", cf_rows_threads(s->dims[m->dim_n]));
     }
 }
 

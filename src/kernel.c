@@ -601,7 +601,7 @@ static cf_status launch_wide(cf_kernel *k, const cf_launch_args *a, int64_t M, i
     ga.params = NULL;
     if ((st = cf_kernel_launch(k->wide.gemm, &ga, err)) != CF_OK)
         return st;
-    return cf_rows_launch(k->wide.rows, k->wide.c, CF_F32, M, N, a, a->stream, err);
+    return cf_rows_launch(k->wide.rows, k->wide.c, M, N, a, a->stream, err);
 }
 
 /* ---- staging: tensors TMA cannot address in place ---------------------------------------

@@ -2,16 +2,21 @@
  * GEMM, as one standalone memory-bound kernel, cf_rows_kernel.
  *
  * It reads the GEMM output C [M,N] back from global memory and runs epilogue
- * 0 of the IR over it.  One CTA owns a row at a time (grid-stride over rows)
- * and runs the stages in order, each as one loop over the row's columns
- * (thread t takes columns t, t + blockDim.x, ...: coalesced).  A REDUCE folds
- * a partial per thread, then warp shuffles, then one value per warp through
- * shared memory; every thread gets the result, so VEC_M values (computed
- * between the column loops) are uniform across the CTA.  TILE values a later
- * stage uses go through a global f32 scratch plane, as eager PyTorch would
- * materialise them; leaves (the accumulator C, broadcast inputs) are re-read
- * from where they already are instead.  Each thread reads back exactly the
- * scratch columns it wrote, so no barrier is needed for them.
+ * 0 of the IR over it.  It is also the fused kernel's path for rows wider than
+ * a row group (vocabularies), so it is written for bandwidth, not to mimic eager.
+ *
+ * A cluster of CTAs owns a row at a time (grid-stride over rows), each CTA a
+ * contiguous share of its columns: with fewer rows than the GPU holds CTAs (a
+ * decode batch of 64 over a 128k vocabulary) one CTA a row would leave most
+ * SMs idle and too few loads in flight.  The stages run in order, each as one
+ * loop over the CTA's columns (thread t takes columns t, t + blockDim.x, ...:
+ * coalesced), unrolled so that each thread has several loads in flight.  A
+ * REDUCE folds a partial per thread, then warp shuffles, then one value per
+ * warp through shared memory, then (a cluster of more than one CTA) one value
+ * per CTA through distributed shared memory; every thread gets the same result,
+ * so VEC_M values (computed between the column loops) are uniform.  TILE values
+ * a later stage uses are recomputed from C and the inputs, not stored: reading
+ * C again costs less than writing a scratch plane and reading it back.
  *
  * Ops use codegen.c's templates and helpers (cf_cg_*), so the fused and the
  * unfused kernels compute every elementwise op identically.  The source has
@@ -25,19 +30,18 @@
 #define ROWS_MIN_THREADS 128
 #define ROWS_MAX_THREADS 512
 #define ROWS_COLS_PER_THREAD 16 /* wider rows get more threads, up to the max */
+#define ROWS_UNROLL 8           /* columns a thread has in flight per loop trip   */
+#define ROWS_MAX_SPLIT 8        /* CTAs a row (a portable cluster)               */
 
 struct cf_rows {
     const cf_ir *ir;
     cf_strbuf src;
-    int n_scratch;
     cf_rt_cubin cubin;
     bool compiled;
     /* loaded on the first launch */
     cf_rt_module module;
     cf_rt_func func;
-    int max_ctas[3];          /* co-resident CTAs for 128, 256, 512 threads (0: not asked yet) */
-    cf_rt_devptr scratch;
-    size_t scratch_bytes;
+    int max_clusters[3][4];   /* co-resident clusters of 1, 2, 4, 8 CTAs of 128, 256, 512 threads (0: not asked) */
 };
 
 /* ---- generation ----------------------------------------------------------- */
@@ -46,9 +50,7 @@ typedef struct rows_gen {
     const cf_ir *ir;
     cf_strbuf *sb;
     int indent;
-    int *slot;                /* by id: scratch plane of a carried COMPUTE, else -1 */
     bool *emitted;            /* by id: defined in the current column loop     */
-    int n_slots;
 } rows_gen;
 
 __attribute__((format(printf, 2, 3)))
@@ -88,14 +90,6 @@ static const struct {
     const char *name;
     const char *def;
 } row_helpers[] = {
-    {"cf_load_c",
-     "/* One element of the GEMM output C, in the dtype the GEMM wrote. */\n"
-     "static __device__ __forceinline__ float cf_load_c(const void *C, int t, long long i)\n"
-     "{\n"
-     "    return t == CF_C_F32    ? load_f32((const float *)C, i)\n"
-     "           : t == CF_C_BF16 ? load_bf16((const unsigned short *)C, i)\n"
-     "                            : load_f16((const unsigned short *)C, i);\n"
-     "}"},
     {"cf_combine",
      "/* Row reductions: sum (and mean), max, min; max/min propagate NaN like the reference. */\n"
      "enum { CF_SUM, CF_MAX, CF_MIN };\n"
@@ -128,6 +122,59 @@ static const struct {
      "    __syncthreads();\n"
      "    return v;\n"
      "}"},
+    {"cf_cluster_size",
+     "/* The cluster this CTA belongs to (1 CTA without a cluster launch). */\n"
+     "static __device__ __forceinline__ unsigned cf_cluster_size()\n"
+     "{\n"
+     "    unsigned n;\n"
+     "    asm volatile(\"mov.u32 %0, %%cluster_nctarank;\" : \"=r\"(n));\n"
+     "    return n;\n"
+     "}\n"
+     "static __device__ __forceinline__ unsigned cf_cluster_rank()\n"
+     "{\n"
+     "    unsigned r;\n"
+     "    asm volatile(\"mov.u32 %0, %%cluster_ctarank;\" : \"=r\"(r));\n"
+     "    return r;\n"
+     "}\n"
+     "/* Every thread of every CTA of the cluster; orders shared-memory writes before it\n"
+     " * with peers' reads after it. */\n"
+     "static __device__ __forceinline__ void cf_cluster_sync()\n"
+     "{\n"
+     "    asm volatile(\"barrier.cluster.arrive.release.aligned;\\n\\tbarrier.cluster.wait.acquire.aligned;\" ::: \"memory\");\n"
+     "}\n"
+     "/* A float at shared address local in CTA rank's shared memory. */\n"
+     "static __device__ __forceinline__ float cf_peer_load(unsigned local, unsigned rank)\n"
+     "{\n"
+     "    unsigned remote;\n"
+     "    float v;\n"
+     "    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(remote) : \"r\"(local), \"r\"(rank));\n"
+     "    asm volatile(\"ld.shared::cluster.f32 %0, [%1];\" : \"=f\"(v) : \"r\"(remote) : \"memory\");\n"
+     "    return v;\n"
+     "}"},
+    {"cf_row_reduce",
+     "/* A row's reduction: the CTA's (cf_block_reduce), then, when a cluster of\n"
+     " * CTAs shares the row, one value per CTA through distributed shared memory.\n"
+     " * xred holds two slots, used in turns: a CTA writes a slot again only after\n"
+     " * the next cluster barrier, which its peers reach after reading it.  Every\n"
+     " * CTA combines the values in rank order, so all get the same result. */\n"
+     "template <int OP>\n"
+     "static __device__ __forceinline__ float cf_row_reduce(float v, float *red, float *xred, int &turn)\n"
+     "{\n"
+     "    v = cf_block_reduce<OP>(v, red);\n"
+     "    const unsigned split = cf_cluster_size();\n"
+     "    if (split == 1)\n"
+     "        return v;\n"
+     "    float *slot = xred + turn;\n"
+     "    turn ^= 1;\n"
+     "    if (threadIdx.x == 0)\n"
+     "        *slot = v;\n"
+     "    cf_cluster_sync();\n"
+     "    const unsigned local = (unsigned)__cvta_generic_to_shared(slot);\n"
+     "    float r = cf_peer_load(local, 0);\n"
+     "    for (unsigned p = 1; p < split; ++p)\n"
+     "        r = cf_combine<OP>(r, cf_peer_load(local, p));\n"
+     "    return r;\n"
+     "}"},
 };
 
 /* Whether text calls (or instantiates) name. */
@@ -155,7 +202,7 @@ static void leaf_expr(rows_gen *g, const cf_ir_node *n, char *buf, size_t len)
     char an[96];
     const cf_ir_arg *a = n->kind == CF_IR_BCAST && n->src != CF_BC_CONST ? &g->ir->args[n->arg] : NULL;
     if (n->kind == CF_IR_ACC) {
-        snprintf(buf, len, "cf_load_c(C, c_dtype, idx)");
+        snprintf(buf, len, "C[idx]");
         return;
     }
     switch (n->src) {
@@ -170,24 +217,21 @@ static void leaf_expr(rows_gen *g, const cf_ir_node *n, char *buf, size_t len)
 static void ensure_in_loop(rows_gen *g, const cf_ir_node *n);
 
 /* The value of r (a node of an earlier stage) inside the current scope: the
- * variable of a row-level value, a leaf re-read, a VEC_N value recomputed in
- * this loop, or the scratch plane of a carried COMPUTE. */
+ * variable of a row-level value, a leaf re-read, or a VEC_N or TILE value
+ * recomputed in this loop from what it depends on. */
 static void carried_expr(rows_gen *g, const cf_ir_node *r, char *buf, size_t len)
 {
     char rn[96];
     id_of(r, rn, sizeof rn);
     if (r->kind == CF_IR_REDUCE || r->shape == CF_SHAPE_SCALAR || r->shape == CF_SHAPE_VEC_M) {
         snprintf(buf, len, "%s", rn);
-    } else if (r->shape == CF_SHAPE_VEC_N) {
-        ensure_in_loop(g, r);
-        snprintf(buf, len, "%s", rn);
     } else if (r->kind == CF_IR_ACC || r->kind == CF_IR_BCAST) {
         leaf_expr(g, r, buf, len);
     } else if (r->kind == CF_IR_PLACEHOLDER) {
         carried_expr(g, r->ref, buf, len); /* a statistic or a value carried further */
     } else {
-        CF_ASSERT(g->slot[r->id] >= 0);
-        snprintf(buf, len, "%s_carry[idx]", rn);
+        ensure_in_loop(g, r);
+        snprintf(buf, len, "%s", rn);
     }
 }
 
@@ -226,8 +270,6 @@ static void emit_value(rows_gen *g, const cf_ir_node *n)
     default:
         CF_ASSERT(!"rows: emit_value on a node without a value");
     }
-    if (g->slot[n->id] >= 0)
-        line(g, "%s_carry[idx] = %s;  /* carried to a later stage through memory */", id, id);
 }
 
 /* Makes the VEC_N (or TILE) node n available in the current column loop,
@@ -270,24 +312,6 @@ static void emit_store(rows_gen *g, const cf_ir_node *n)
     }
 }
 
-/* The first stage's carried COMPUTE values get scratch planes; bypasses of
- * bypasses (a value carried over several stages) share their origin's plane,
- * and leaves are re-read, so each plane is written exactly once per element. */
-static void assign_slots(rows_gen *g)
-{
-    for (const cf_ir_spec *s = g->ir->epi[0]; s; s = s->post)
-        for (int i = 0; i < s->n_nodes; i++) {
-            const cf_ir_node *p = s->nodes[i];
-            if (p->kind != CF_IR_PLACEHOLDER || p->is_stat)
-                continue;
-            const cf_ir_node *o = p->ref;
-            while (o->kind == CF_IR_PLACEHOLDER && !o->is_stat && o->shape == CF_SHAPE_TILE)
-                o = o->ref;
-            if (o->kind == CF_IR_COMPUTE && o->shape == CF_SHAPE_TILE && g->slot[o->id] < 0)
-                g->slot[o->id] = g->n_slots++;
-        }
-}
-
 static bool stage_needs_loop(const cf_ir_spec *s)
 {
     for (int i = 0; i < s->n_nodes; i++) {
@@ -297,6 +321,30 @@ static bool stage_needs_loop(const cf_ir_spec *s)
             return true;
     }
     return false;
+}
+
+/* One column of stage s's loop (col in scope): its values, reduction partial and stores. */
+static void emit_column(rows_gen *g, const cf_ir_spec *s, int n_nodes)
+{
+    char id[96];
+    memset(g->emitted, 0, (size_t)n_nodes * sizeof *g->emitted);
+    line(g, "const long long idx = row_base + col;");
+    for (int i = 0; i < s->n_nodes; i++) {
+        const cf_ir_node *n = s->nodes[i];
+        if (n->kind == CF_IR_REDUCE) {
+            char a0[96];
+            ensure_in_loop(g, n->args[0]);
+            line(g, "%s_part = cf_combine<%s>(%s_part, %s);", id_of(n, id, sizeof id), reduce_tag(n->op), id,
+                 id_of(n->args[0], a0, sizeof a0));
+        } else if (n->kind == CF_IR_STORE) {
+            if (n->shape == CF_SHAPE_TILE || n->shape == CF_SHAPE_VEC_N) {
+                ensure_in_loop(g, n->args[0]);
+                emit_store(g, n);
+            }
+        } else if (n->shape == CF_SHAPE_TILE || n->shape == CF_SHAPE_VEC_N) {
+            ensure_in_loop(g, n);
+        }
+    }
 }
 
 static void emit_stage(rows_gen *g, const cf_ir_spec *s, int n_nodes)
@@ -325,31 +373,31 @@ static void emit_stage(rows_gen *g, const cf_ir_spec *s, int n_nodes)
              red->op == CF_OP_RMAX   ? "__int_as_float((int)0xff800000)"
              : red->op == CF_OP_RMIN ? "__int_as_float(0x7f800000)"
                                      : "0.0f");
-    memset(g->emitted, 0, (size_t)n_nodes * sizeof *g->emitted);
-    line(g, "#pragma unroll 4");
-    line(g, "for (int col = threadIdx.x; col < N; col += blockDim.x) {");
+    /* whole trips of ROWS_UNROLL columns without a bounds test (their loads issue together),
+     * then the rest one column at a time */
+    line(g, "{");
     g->indent++;
-    line(g, "const long long idx = row_base + col;");
-    for (int i = 0; i < s->n_nodes; i++) {
-        const cf_ir_node *n = s->nodes[i];
-        if (n->kind == CF_IR_REDUCE) {
-            char a0[96];
-            ensure_in_loop(g, n->args[0]);
-            line(g, "%s_part = cf_combine<%s>(%s_part, %s);", id_of(n, id, sizeof id), reduce_tag(n->op), id,
-                 id_of(n->args[0], a0, sizeof a0));
-        } else if (n->kind == CF_IR_STORE) {
-            if (n->shape == CF_SHAPE_TILE || n->shape == CF_SHAPE_VEC_N) {
-                ensure_in_loop(g, n->args[0]);
-                emit_store(g, n);
-            }
-        } else if (n->shape == CF_SHAPE_TILE || n->shape == CF_SHAPE_VEC_N) {
-            ensure_in_loop(g, n);
-        }
-    }
+    line(g, "int base = col0 + threadIdx.x;");
+    line(g, "for (; base + %d * (int)blockDim.x < col1; base += %d * blockDim.x) {", ROWS_UNROLL - 1, ROWS_UNROLL);
+    g->indent++;
+    line(g, "#pragma unroll");
+    line(g, "for (int j = 0; j < %d; ++j) {", ROWS_UNROLL);
+    g->indent++;
+    line(g, "const int col = base + j * blockDim.x;");
+    emit_column(g, s, n_nodes);
+    g->indent--;
+    line(g, "}");
+    g->indent--;
+    line(g, "}");
+    line(g, "for (int col = base; col < col1; col += blockDim.x) {");
+    g->indent++;
+    emit_column(g, s, n_nodes);
+    g->indent--;
+    line(g, "}");
     g->indent--;
     line(g, "}");
     if (red)
-        line(g, "const float %s = cf_block_reduce<%s>(%s_part, cf_red)%s;  /* %s over the row */", id,
+        line(g, "const float %s = cf_row_reduce<%s>(%s_part, cf_red, cf_xred, cf_turn)%s;  /* %s over the row */", id,
              reduce_tag(red->op), id, red->op == CF_OP_MEAN ? " / (float)N" : "", cf_op_name(red->op));
 }
 
@@ -373,18 +421,17 @@ static cf_status check_rows_ir(const cf_ir *ir, cf_error *err)
     return CF_OK;
 }
 
-/* The kernel's signature: C, its dtype, M, N, the scratch planes, then A's epilogue entries. */
+/* The kernel's signature: C, its dtype, M, N, then A's epilogue entries. */
 static void emit_signature(rows_gen *g)
 {
     const cf_ir *ir = g->ir;
     line(g, "extern \"C\" __global__ void __launch_bounds__(%d)", ROWS_MAX_THREADS);
-    line(g, "cf_rows_kernel(const void *__restrict__ C, int c_dtype, long long M, int N,");
     int last = -1; /* the last A entry passed to the kernel */
     for (int i = 0; i < ir->n_args; i++)
         if (ir->args[i].kind != CF_ARG_GEMM_A && ir->args[i].kind != CF_ARG_GEMM_B &&
             ir->args[i].kind != CF_ARG_GEMM2_B)
             last = i;
-    line(g, "               float *__restrict__ cf_scratch%s", last >= 0 ? "," : ")");
+    line(g, "cf_rows_kernel(const float *__restrict__ C, long long M, int N%s", last >= 0 ? "," : ")");
     for (int i = 0; i < ir->n_args; i++) {
         const cf_ir_arg *a = &ir->args[i];
         char an[96], decl[160];
@@ -411,26 +458,19 @@ static void emit_signature(rows_gen *g)
     }
 }
 
-/* Before the row loop: the reduction buffer, the scratch planes, the scalars (once per thread). */
+/* Before the row loop: the reduction buffers, this CTA's share of a row, the scalars (once per thread). */
 static void emit_prologue(rows_gen *g, int n_red)
 {
     const cf_ir *ir = g->ir;
-    if (n_red > 0)
+    if (n_red > 0) {
         line(g, "__shared__ float cf_red[32];  /* one partial per warp */");
-    if (g->n_slots == 0)
-        line(g, "(void)cf_scratch;  /* nothing is carried between stages */");
-    else {
-        line(g, "const long long plane = M * (long long)N;");
-        line(g, "/* scratch planes: values carried from one stage to later ones */");
-        for (const cf_ir_spec *s = ir->epi[0]; s; s = s->post)
-            for (int i = 0; i < s->n_nodes; i++)
-                if (g->slot[s->nodes[i]->id] >= 0) {
-                    char nm[96], lbl[96];
-                    line(g, "float *const %s_carry = cf_scratch + %d * plane;  /* %s, from stage %d */",
-                         id_of(s->nodes[i], nm, sizeof nm), g->slot[s->nodes[i]->id],
-                         cf_ir_node_label(s->nodes[i], lbl, sizeof lbl), s->depth);
-                }
+        line(g, "__shared__ float cf_xred[2];  /* this CTA's partial, read by the cluster's others */");
+        line(g, "int cf_turn = 0;  /* which cf_xred slot the next reduction posts to */");
     }
+    line(g, "/* the CTAs of a cluster share a row: rank r takes its r-th share of the columns */");
+    line(g, "const unsigned cf_split = cf_cluster_size(), cf_rank = cf_cluster_rank();");
+    line(g, "const int share = (int)((N + cf_split - 1) / cf_split + 31) / 32 * 32;  /* whole warps of columns */");
+    line(g, "const int col0 = (int)min((long long)cf_rank * share, (long long)N), col1 = min(col0 + share, N);");
     bool any_scalar = false;
     for (const cf_ir_spec *s = ir->epi[0]; s; s = s->post)
         for (int i = 0; i < s->n_nodes; i++) {
@@ -454,7 +494,7 @@ static void emit_kernel(rows_gen *g, int n_red, int nn)
     line(g, "{");
     g->indent++;
     emit_prologue(g, n_red);
-    line(g, "for (long long row = blockIdx.x; row < M; row += gridDim.x) {  /* one CTA per row */");
+    line(g, "for (long long row = blockIdx.x / cf_split; row < M; row += gridDim.x / cf_split) {  /* a cluster a row */");
     g->indent++;
     line(g, "const long long row_base = row * N;");
     line(g, "(void)row_base;");
@@ -462,6 +502,10 @@ static void emit_kernel(rows_gen *g, int n_red, int nn)
         emit_stage(g, s, nn);
     g->indent--;
     line(g, "}");
+    if (n_red > 0) {
+        line(g, "if (cf_split > 1)");
+        line(g, "    cf_cluster_sync();  /* peers may still read this CTA's last partial */");
+    }
     g->indent--;
     line(g, "}");
 }
@@ -472,14 +516,17 @@ static void gather_helpers(const char *body, cf_strbuf *own, cf_strbuf *shared)
 {
     bool wanted[CF_ARRAY_LEN(row_helpers)];
     cf_strbuf scan = {0};
-    for (int i = 0; i < CF_ARRAY_LEN(row_helpers); i++) {
-        wanted[i] = uses(body, row_helpers[i].name) ||
-                    (strcmp(row_helpers[i].name, "cf_combine") == 0 && uses(body, "cf_block_reduce"));
+    /* a helper calls only those before it in the table: one pass from the end finds them all */
+    for (int i = CF_ARRAY_LEN(row_helpers) - 1; i >= 0; i--) {
+        wanted[i] = uses(body, row_helpers[i].name);
+        for (int j = i + 1; j < CF_ARRAY_LEN(row_helpers) && !wanted[i]; j++)
+            wanted[i] = wanted[j] && uses(row_helpers[j].def, row_helpers[i].name);
+    }
+    for (int i = 0; i < CF_ARRAY_LEN(row_helpers); i++)
         if (wanted[i]) {
             cf_sb_puts(&scan, row_helpers[i].def);
             cf_sb_puts(&scan, "\n");
         }
-    }
     cf_sb_puts(&scan, body ? body : "");
     cf_cg_emit_helpers(scan.data, shared);
     if (scan.oom)
@@ -492,7 +539,7 @@ static void gather_helpers(const char *body, cf_strbuf *own, cf_strbuf *shared)
         }
 }
 
-cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, int *n_scratch, cf_error *err)
+cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, cf_error *err)
 {
     if (!ir || !out)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_rows_generate: NULL argument");
@@ -501,17 +548,10 @@ cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, i
         return st;
     int nn = ir->n_nodes > 0 ? ir->n_nodes : 1;
     rows_gen g = {.ir = ir};
-    g.slot = malloc((size_t)nn * sizeof *g.slot);
     g.emitted = calloc((size_t)nn, sizeof *g.emitted);
     cf_strbuf body = {0}, helpers = {0}, own = {0};
-    if (!g.slot || !g.emitted) {
-        free(g.slot);
-        free(g.emitted);
+    if (!g.emitted)
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating the row kernel");
-    }
-    for (int i = 0; i < nn; i++)
-        g.slot[i] = -1;
-    assign_slots(&g);
     int n_red = ir->n_stages[0] - 1;
     /* the kernel, into its own buffer so only the helpers it calls precede it */
     g.sb = &body;
@@ -520,10 +560,9 @@ cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, i
 
     cf_sb_printf(out, "/* Generated by comfuse %s from %s: do not edit.\n", CF_VERSION, title ? title : "<graph>");
     cf_sb_printf(out, " * The unfused epilogue: reads the GEMM output C [M,N] from global memory and\n"
-                      " * runs the %d-stage epilogue over it, one CTA per row, one column loop per\n"
-                      " * stage, %d row reduction%s, %d [M,N] f32 scratch plane%s for carried values. */\n",
-                 ir->n_stages[0], n_red, n_red == 1 ? "" : "s", g.n_slots, g.n_slots == 1 ? "" : "s");
-    cf_sb_printf(out, "#define CF_C_BF16 %d\n#define CF_C_F16 %d\n#define CF_C_F32 %d\n\n", CF_BF16, CF_F16, CF_F32);
+                      " * runs the %d-stage epilogue over it, a cluster of CTAs per row, one column\n"
+                      " * loop per stage, %d row reduction%s; values a later stage uses are recomputed. */\n",
+                 ir->n_stages[0], n_red, n_red == 1 ? "" : "s");
     if (helpers.data) {
         cf_sb_puts(out, "/* Helpers shared with the fused kernel (NaN-propagating like the reference). */\n");
         cf_sb_puts(out, helpers.data);
@@ -538,9 +577,6 @@ cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, i
     cf_sb_free(&body);
     cf_sb_free(&own);
     cf_sb_free(&helpers);
-    if (n_scratch)
-        *n_scratch = g.n_slots;
-    free(g.slot);
     free(g.emitted);
     if (oom)
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating the row kernel");
@@ -558,12 +594,21 @@ int cf_rows_threads(int64_t N)
     return t;
 }
 
+int cf_rows_split(int64_t M, int64_t N, int resident_ctas)
+{
+    /* double while the rows still fill the resident CTAs twice over and each CTA keeps a few
+     * loop trips of columns */
+    const int64_t min_cols = (int64_t)cf_rows_threads(N) * ROWS_UNROLL / 2;
+    int split = 1;
+    while (split < ROWS_MAX_SPLIT && M * split * 2 <= resident_ctas && N / (split * 2) >= min_cols)
+        split *= 2;
+    return split;
+}
+
 void cf_rows_free(cf_rows *r)
 {
     if (!r)
         return;
-    if (r->scratch)
-        cf_rt_free(r->scratch, NULL);
     if (r->module)
         cf_rt_module_unload(r->module, NULL);
     cf_rt_cubin_free(&r->cubin);
@@ -581,7 +626,7 @@ cf_status cf_rows_build(const cf_ir *ir, const char *title, cf_rows **out, cf_er
     if (!r)
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
     r->ir = ir;
-    cf_status st = cf_rows_generate(ir, title, &r->src, &r->n_scratch, err);
+    cf_status st = cf_rows_generate(ir, title, &r->src, err);
     if (st == CF_OK)
         st = cf_rt_compile(r->src.data, "cf_rows_kernel", NULL, 0, &r->cubin, err);
     if (st != CF_OK) {
@@ -595,7 +640,6 @@ cf_status cf_rows_build(const cf_ir *ir, const char *title, cf_rows **out, cf_er
 
 const char *cf_rows_source(const cf_rows *r) { return r ? r->src.data : NULL; }
 const cf_rt_cubin *cf_rows_cubin(const cf_rows *r) { return r && r->compiled ? &r->cubin : NULL; }
-int cf_rows_scratch_planes(const cf_rows *r) { return r ? r->n_scratch : 0; }
 
 static cf_status load_module(cf_rows *r, cf_error *err)
 {
@@ -619,8 +663,8 @@ typedef union rows_param {
     float f;
 } rows_param;
 
-cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, cf_dtype c_dtype, int64_t M, int64_t N,
-                         const cf_launch_args *a, cf_rt_stream s, cf_error *err)
+cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, int64_t M, int64_t N, const cf_launch_args *a,
+                         cf_rt_stream s, cf_error *err)
 {
     cf_error_clear(err);
     if (!r || !a || !a->dims || !r->compiled)
@@ -635,13 +679,13 @@ cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, cf_dtype c_dtype, int64_t M
                          "rows kernel: C is [%lld, %lld] but the dims bind %s=%lld, %s=%lld", (long long)M,
                          (long long)N, cf_graph_dim_name(g, ir->dim_m), (long long)a->dims[ir->dim_m],
                          cf_graph_dim_name(g, ir->dim_n), (long long)a->dims[ir->dim_n]);
-    if ((unsigned)c_dtype >= CF_DTYPE_COUNT || !C || C % cf_dtype_size(c_dtype))
+    if (!C || C % 4)
         return cf_errorf(err, CF_ERR_ALIGNMENT, (cf_loc){0},
-                         "rows kernel: C (0x%llx) must be a non-NULL device pointer aligned to its elements",
+                         "rows kernel: C (0x%llx) must be a non-NULL device pointer to f32, 4-byte aligned",
                          (unsigned long long)C);
 
     /* kernel arguments, in the order cf_rows_generate declares them */
-    int n_params = 5 + ir->n_args;
+    int n_params = 3 + ir->n_args;
     rows_param *vals = calloc((size_t)n_params, sizeof *vals);
     void **params = calloc((size_t)n_params, sizeof *params);
     cf_status st = CF_OK;
@@ -651,10 +695,8 @@ cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, cf_dtype c_dtype, int64_t M
     }
     int k = 0;
     vals[k++].ptr = C;
-    vals[k++].i = (int)c_dtype;
     vals[k++].ll = (long long)M;
     vals[k++].i = (int)N;
-    int scratch_arg = k++;
     for (int i = 0; i < ir->n_args; i++) {
         const cf_ir_arg *x = &ir->args[i];
         switch (x->kind) {
@@ -690,31 +732,28 @@ cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, cf_dtype c_dtype, int64_t M
 
     if (!r->module && (st = load_module(r, err)) != CF_OK)
         goto done;
-    size_t need = (size_t)r->n_scratch * (size_t)M * (size_t)N * sizeof(float);
-    if (need > r->scratch_bytes) {
-        if (r->scratch)
-            cf_rt_free(r->scratch, NULL);
-        r->scratch = 0;
-        r->scratch_bytes = 0;
-        if ((st = cf_rt_malloc(&r->scratch, need, err)) != CF_OK)
-            goto done;
-        r->scratch_bytes = need;
-        /* NaN until written: a read of an unwritten element shows in the output */
-        if ((st = cf_rt_memset_d8(r->scratch, 0xFF, need, err)) != CF_OK)
-            goto done;
-    }
-    vals[scratch_arg].ptr = r->scratch;
-
-    int threads = cf_rows_threads(N);
-    int ti = threads == 128 ? 0 : threads == 256 ? 1 : 2;
-    if (r->max_ctas[ti] <= 0 && (st = cf_rt_max_active_clusters(r->func, 1, threads, 0, &r->max_ctas[ti], err)) != CF_OK)
+    int threads = cf_rows_threads(N), ti = threads == 128 ? 0 : threads == 256 ? 1 : 2;
+    /* the split: from how many one-CTA clusters fit at once; its own count of clusters */
+    int *clusters = &r->max_clusters[ti][0];
+    if (*clusters <= 0 && (st = cf_rt_max_active_clusters(r->func, 1, threads, 0, clusters, err)) != CF_OK)
         goto done;
-    int64_t grid = r->max_ctas[ti] > 0 ? r->max_ctas[ti] : 1;
+    int split = cf_rows_split(M, N, *clusters), si = split == 1 ? 0 : split == 2 ? 1 : split == 4 ? 2 : 3;
+    if (split > 1) {
+        int *c = &r->max_clusters[ti][si];
+        if (*c <= 0 && (st = cf_rt_max_active_clusters(r->func, split, threads, 0, c, err)) != CF_OK)
+            goto done;
+        if (*c > 0)
+            clusters = c;
+        else
+            split = 1;
+    }
+    int64_t grid = *clusters > 0 ? *clusters : 1;
     if (grid > M)
         grid = M;
     cf_rt_launch_cfg cfg = {
-        .grid = {(unsigned)grid, 1, 1},
+        .grid = {(unsigned)(grid * split), 1, 1},
         .block = {(unsigned)threads, 1, 1},
+        .cluster = {(unsigned)split, 1, 1},
         .stream = s,
     };
     st = cf_rt_launch(r->func, &cfg, params, err);

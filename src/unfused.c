@@ -737,7 +737,7 @@ static cf_status run_piece(cf_unfused *u, int i, const cf_launch_args *a, cf_err
     const cf_unfused_gemm *m = &u->gemm[p->gemm];
     cf_launch_args pa = {.dims = a->dims, .inputs = u->pin, .params = u->pparams, .outputs = u->pout,
                          .stream = a->stream};
-    return cf_rows_launch(p->rows, u->c[p->gemm], CF_F32, a->dims[m->dim_m], a->dims[m->dim_n], &pa, a->stream,
+    return cf_rows_launch(p->rows, u->c[p->gemm], a->dims[m->dim_m], a->dims[m->dim_n], &pa, a->stream,
                           err);
 }
 

@@ -38,21 +38,23 @@ static int count_reduces(const cf_ir *ir, cf_op op)
     return n;
 }
 
-/* Each example: the scratch planes it needs (carried COMPUTE values; a
- * carried accumulator or input is re-read instead) and lines it must hold. */
+/* Each example: a value recomputed in later stages (instead of stored) and
+ * how often it is defined (twice a stage that uses it: the unrolled loop and
+ * its tail), and lines it must hold. */
 static const struct {
     const char *spec;
-    int scratch;
+    const char *recomputed;
+    int defs;
     const char *must[4];
 } cases[] = {
-    {"examples/gemm.cf", 0, {"store_bf16(Y_out, idx, Y_0);"}},
-    {"examples/gemm_bias_gelu.cf", 0, {"load_f32(bias_in, col)", "op_gelu_tanh("}},
-    {"examples/gemm_bias_ln.cf", 2,
-     {"x_4_carry[idx] = x_4;", "d_8_carry[idx] = d_8;", "const float d_11 = d_8_carry[idx];", "rsqrtf("}},
-    {"examples/gemm_rmsnorm.cf", 0, {"const float x_3 = cf_load_c(C, c_dtype, idx);  /* bypass of x.0 */"}},
-    {"examples/gemm_softmax.cf", 2, {"cf_block_reduce<CF_MAX>(m_3_part, cf_red);", "op_exp(", "e_7_carry[idx]"}},
-    {"examples/gemm_ln_softmax.cf", 4, {"s_20_carry[idx] = s_20;", "cf_block_reduce<CF_MAX>", "e_25_carry"}},
-    {"tests/specs/all_elementwise.cf", 0,
+    {"examples/gemm.cf", "const float Y_0 = ", 0, {"store_bf16(Y_out, idx, Y_0);"}},
+    {"examples/gemm_bias_gelu.cf", NULL, 0, {"load_f32(bias_in, col)", "op_gelu_tanh("}},
+    {"examples/gemm_bias_ln.cf", "const float x_4 = (v2 + bias_3);", 6, {"rsqrtf("}},
+    {"examples/gemm_rmsnorm.cf", NULL, 0, {"const float x_3 = C[idx];  /* bypass of x.0 */"}},
+    {"examples/gemm_softmax.cf", "const float e_7 = op_exp(v6);", 4,
+     {"cf_row_reduce<CF_MAX>(m_3_part, cf_red, cf_xred, cf_turn);", "op_exp("}},
+    {"examples/gemm_ln_softmax.cf", NULL, 0, {"cf_row_reduce<CF_MAX>", "op_exp("}},
+    {"tests/specs/all_elementwise.cf", NULL, 0,
      {"store_f32(Z_out, idx,", "store_f16(H_out, idx,", "load_f32(rs_in, row)", "float alpha_prm"}},
 };
 
@@ -68,33 +70,36 @@ static void test_sources(void)
         }
         cf_strbuf a = {0}, b = {0};
         cf_error err;
-        int planes = -1;
-        CHECK_EQ_INT(CF_OK, cf_rows_generate(ir, cases[i].spec, &a, &planes, &err));
-        CHECK_EQ_INT(CF_OK, cf_rows_generate(ir, cases[i].spec, &b, NULL, &err));
+        CHECK_EQ_INT(CF_OK, cf_rows_generate(ir, cases[i].spec, &a, &err));
+        CHECK_EQ_INT(CF_OK, cf_rows_generate(ir, cases[i].spec, &b, &err));
         CHECK(a.data && b.data && strcmp(a.data, b.data) == 0); /* deterministic */
         const char *src = a.data ? a.data : "";
         const char *kernel = strstr(src, "extern \"C\" __global__");
         CHECK(kernel != NULL);
         if (!kernel)
             kernel = src;
-        CHECK_CONTAINS(src, "cf_rows_kernel(const void *__restrict__ C, int c_dtype, long long M, int N,");
+        CHECK_CONTAINS(src, "cf_rows_kernel(const float *__restrict__ C, long long M, int N,");
         CHECK_EQ_INT(0, count(src, "#include"));
         /* a column loop per stage that touches the tile, one reduction per REDUCE */
         int n_red = count_reduces(ir, CF_OP_COUNT);
         CHECK_EQ_INT(ir->n_stages[0] - 1, n_red);
-        CHECK_EQ_INT(ir->n_stages[0], count(kernel, "for (int col = threadIdx.x; col < N; col += blockDim.x)"));
-        CHECK_EQ_INT(n_red, count(kernel, "= cf_block_reduce<"));
+        /* each stage: trips of 8 columns without bounds tests, then the tail one at a time */
+        CHECK_EQ_INT(ir->n_stages[0], count(kernel, "for (; base + 7 * (int)blockDim.x < col1; base += 8 * blockDim.x)"));
+        CHECK_EQ_INT(ir->n_stages[0], count(kernel, "for (int col = base; col < col1; col += blockDim.x)"));
+        CHECK_EQ_INT(n_red, count(kernel, "= cf_row_reduce<"));
         CHECK_EQ_INT(n_red ? 1 : 0, count(src, "__shared__ float cf_red[32];"));
-        CHECK_EQ_INT(count_reduces(ir, CF_OP_MEAN), count(kernel, "_part, cf_red) / (float)N;"));
-        CHECK_EQ_INT(count_reduces(ir, CF_OP_RMAX), count(kernel, "= cf_block_reduce<CF_MAX>"));
-        /* scratch: written once per carried value, only for those */
-        CHECK_EQ_INT(cases[i].scratch, planes);
-        CHECK_EQ_INT(cases[i].scratch, count(kernel, "_carry[idx] = "));
-        CHECK_EQ_INT(cases[i].scratch, count(kernel, " = cf_scratch + "));
-        if (cases[i].scratch == 0)
-            CHECK_CONTAINS(kernel, "(void)cf_scratch;");
-        /* the accumulator is read from C in the first stage */
-        CHECK_CONTAINS(kernel, "= cf_load_c(C, c_dtype, idx);");
+        CHECK_EQ_INT(n_red ? 1 : 0, count(src, "__shared__ float cf_xred[2];"));
+        CHECK_EQ_INT(count_reduces(ir, CF_OP_MEAN), count(kernel, "_part, cf_red, cf_xred, cf_turn) / (float)N;"));
+        CHECK_EQ_INT(count_reduces(ir, CF_OP_RMAX), count(kernel, "= cf_row_reduce<CF_MAX>"));
+        /* a CTA leaves only when its cluster's peers have read its last partial */
+        CHECK_EQ_INT(n_red ? 1 : 0, count(kernel, "cf_cluster_sync();  /* peers may still read"));
+        CHECK_CONTAINS(kernel, "const unsigned cf_split = cf_cluster_size(), cf_rank = cf_cluster_rank();");
+        /* nothing goes through memory between stages: later stages recompute from C */
+        CHECK_EQ_INT(0, count(src, "_carry"));
+        CHECK_EQ_INT(0, count(src, "scratch"));
+        CHECK_CONTAINS(kernel, "= C[idx];");
+        if (cases[i].recomputed)
+            CHECK_EQ_INT(cases[i].defs ? cases[i].defs : 2 * ir->n_stages[0], count(kernel, cases[i].recomputed));
         for (int j = 0; j < 4 && cases[i].must[j]; j++)
             CHECK_CONTAINS(src, cases[i].must[j]);
         cf_sb_free(&a);
@@ -131,23 +136,21 @@ static void test_row_outputs(void)
         return;
     }
     cf_strbuf sb = {0};
-    int planes = -1;
-    CHECK_EQ_INT(CF_OK, cf_rows_generate(ir, "rowout.cf", &sb, &planes, &err));
+    CHECK_EQ_INT(CF_OK, cf_rows_generate(ir, "rowout.cf", &sb, &err));
     const char *src = sb.data ? sb.data : "";
-    CHECK_EQ_INT(2, planes); /* x and x - mu; b * t is recomputed per column */
     CHECK_CONTAINS(src, "if (threadIdx.x == 0)  /* output S: f32 [M], one per row */");
     CHECK_CONTAINS(src, "store_f32(S_out, row, S_11);");
     CHECK_CONTAINS(src, "store_bf16(H_out, row, H_23);");
     CHECK_CONTAINS(src, "store_f16(Y_out, idx, Y_26);");
     CHECK_CONTAINS(src, "const float r_10 = load_bf16(r_in, row);");
-    CHECK_CONTAINS(src, "= cf_block_reduce<CF_MIN>(lo_9_part, cf_red);");
+    CHECK_CONTAINS(src, "= cf_row_reduce<CF_MIN>(lo_9_part, cf_red, cf_xred, cf_turn);");
     CHECK_CONTAINS(src, "float lo_9_part = __int_as_float(0x7f800000);");
     CHECK_CONTAINS(src, "float hi_18_part = __int_as_float((int)0xff800000);");
-    CHECK_CONTAINS(src, "const float v19 = v13;  /* bypass of v13 */");
-    CHECK_EQ_INT(0, count(src, "v3_carry"));
-    /* x is carried over two stages and written once: the second bypass reads the same plane */
-    CHECK_EQ_INT(1, count(src, "x_4_carry[idx] = "));
-    CHECK_CONTAINS(src, "const float x_14 = x_4_carry[idx];");
+    CHECK_CONTAINS(src, "const float v19 = v3;  /* bypass of v13 */");  /* b * t, recomputed */
+    /* x is carried over three stages: each recomputes it (loop and tail), none stores it */
+    CHECK_EQ_INT(8, count(src, "const float x_4 = (v0 + v3);"));
+    CHECK_EQ_INT(4, count(src, "const float x_14 = x_4;  /* bypass of x.7 */"));
+    CHECK_EQ_INT(0, count(src, "_carry"));
     cf_rt_cubin c;
     cf_status st = cf_rt_compile(src, "cf_rows_kernel", NULL, 0, &c, &err);
     if (st != CF_OK)
@@ -170,7 +173,7 @@ static void test_b2b_rejected(void)
         cf_error err;
         static char sentinel;
         cf_rows *r = (cf_rows *)(void *)&sentinel; /* must come back NULL */
-        CHECK_EQ_INT(CF_ERR_UNSUPPORTED, cf_rows_generate(ir, specs[i], &sb, NULL, &err));
+        CHECK_EQ_INT(CF_ERR_UNSUPPORTED, cf_rows_generate(ir, specs[i], &sb, &err));
         CHECK_CONTAINS(err.msg, "B2B");
         CHECK_EQ_INT(CF_ERR_UNSUPPORTED, cf_rows_build(ir, specs[i], &r, &err));
         CHECK(r == NULL);
@@ -206,7 +209,6 @@ static void test_build(void)
             CHECK_CONTAINS(c ? c->ptx : NULL, "shfl.sync.bfly");
         CHECK(c && c->registers > 0);
         CHECK_EQ_INT(0, c ? c->spill_store_bytes : -1);
-        CHECK_EQ_INT(cases[i].scratch, cf_rows_scratch_planes(r));
         CHECK(cf_rows_source(r) && strstr(cf_rows_source(r), "cf_rows_kernel"));
         /* a C whose shape disagrees with the dims is refused before the GPU is touched */
         int64_t dims[CF_MAX_DIMS] = {0};
@@ -215,10 +217,10 @@ static void test_build(void)
         dims[ir->dim_k] = 32;
         uint64_t ptrs[16] = {0};
         cf_launch_args a = {.dims = dims, .inputs = ptrs, .outputs = ptrs};
-        CHECK_EQ_INT(CF_ERR_SHAPE, cf_rows_launch(r, 256, CF_BF16, 64, 64, &a, NULL, &err));
+        CHECK_EQ_INT(CF_ERR_SHAPE, cf_rows_launch(r, 256, 64, 64, &a, NULL, &err));
         CHECK_CONTAINS(err.msg, "C is [64, 64]");
-        CHECK_EQ_INT(CF_ERR_ALIGNMENT, cf_rows_launch(r, 257, CF_BF16, 64, 128, &a, NULL, &err));
-        CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_rows_launch(r, 256, CF_BF16, 64, 128, NULL, NULL, &err));
+        CHECK_EQ_INT(CF_ERR_ALIGNMENT, cf_rows_launch(r, 258, 64, 128, &a, NULL, &err));
+        CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_rows_launch(r, 256, 64, 128, NULL, NULL, &err));
         cf_rows_free(r);
         cf_ir_free(ir);
         cf_graph_free(g);
@@ -228,6 +230,12 @@ static void test_build(void)
     CHECK_EQ_INT(256, cf_rows_threads(4096));
     CHECK_EQ_INT(512, cf_rows_threads(8192));
     CHECK_EQ_INT(512, cf_rows_threads(32768));
+    /* a row is split over a cluster only while the rows cannot fill the device */
+    CHECK_EQ_INT(8, cf_rows_split(64, 128256, 528));    /* a decode batch over a vocabulary */
+    CHECK_EQ_INT(2, cf_rows_split(256, 32000, 528));
+    CHECK_EQ_INT(1, cf_rows_split(8192, 32000, 528));   /* enough rows */
+    CHECK_EQ_INT(1, cf_rows_split(64, 768, 528));        /* too few columns to share */
+    CHECK_EQ_INT(1, cf_rows_split(1, 100, 528));
 }
 
 int main(void)
