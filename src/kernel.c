@@ -75,6 +75,9 @@ struct cf_kernel {
         cf_rows *rows;
         cf_rt_devptr c;
         size_t c_bytes;
+        cf_rt_cublas_plan *blas;   /* cuBLASLt's GEMM at blas_m rows, when it can run */
+        int64_t blas_m;
+        bool no_blas;              /* cuBLASLt is missing or has no algorithm: ours only */
     } wide;
 };
 
@@ -100,6 +103,7 @@ void cf_kernel_free(cf_kernel *k)
             cf_rt_free(k->padded[i].buf, NULL);
     free(k->padded);
     cf_rows_free(k->wide.rows);
+    cf_rt_cublas_plan_free(k->wide.blas);
     cf_kernel_free(k->wide.gemm);
     cf_graph_free(k->wide.graph);
     cf_rt_cubin_free(&k->cubin);
@@ -576,6 +580,32 @@ cf_status cf_kernel_prepare(cf_kernel *k, const int64_t *dims, cf_error *err)
     return st;
 }
 
+/* The wide path's GEMM through cuBLASLt, which splits K when M is small (our GEMM ran 2-4x its
+ * time at M = 64 over a vocabulary); false where it cannot run (not loaded, no algorithm, operands
+ * off the 256-byte alignment its heuristic assumes, a new M inside a CUDA-graph capture, whose
+ * plan would allocate), and our GEMM runs instead. */
+static bool wide_blas(cf_kernel *k, const cf_launch_args *a, int64_t M, int64_t N, int64_t K, uint64_t x,
+                      uint64_t w, uint64_t c)
+{
+    if (k->wide.no_blas || x % 256 || w % 256 || c % 256)
+        return false;
+    if (!k->wide.blas || k->wide.blas_m != M) {
+        bool capturing = true;
+        if (cf_rt_stream_capturing(a->stream, &capturing, NULL) != CF_OK || capturing)
+            return false;
+        cf_rt_cublas_plan_free(k->wide.blas);
+        k->wide.blas = NULL;
+        if (cf_rt_cublas_plan_create(k->ir->args[0].dtype, CF_F32, M, N, K, k->ir->args[1].b_is_nk, &k->wide.blas,
+                                     NULL) != CF_OK) {
+            k->wide.blas = NULL;
+            k->wide.no_blas = true;
+            return false;
+        }
+        k->wide.blas_m = M;
+    }
+    return cf_rt_cublas_plan_run(k->wide.blas, x, w, c, a->stream, NULL) == CF_OK;
+}
+
 /* Rows wider than one cluster cannot be reduced on chip: C goes through
  * device memory once (f32) and the row kernel runs the epilogue over it. */
 static cf_status launch_wide(cf_kernel *k, const cf_launch_args *a, int64_t M, int64_t N, int64_t K, cf_error *err)
@@ -595,12 +625,14 @@ static cf_status launch_wide(cf_kernel *k, const cf_launch_args *a, int64_t M, i
     }
     /* The GEMM's graph has just X and W (inputs 0 and 1), and the same dims. */
     uint64_t c = k->wide.c, xw[2] = {a->inputs[k->ir->args[0].index], a->inputs[k->ir->args[1].index]};
-    cf_launch_args ga = *a;
-    ga.inputs = xw;
-    ga.outputs = &c;
-    ga.params = NULL;
-    if ((st = cf_kernel_launch(k->wide.gemm, &ga, err)) != CF_OK)
-        return st;
+    if (!wide_blas(k, a, M, N, K, xw[0], xw[1], c)) {
+        cf_launch_args ga = *a;
+        ga.inputs = xw;
+        ga.outputs = &c;
+        ga.params = NULL;
+        if ((st = cf_kernel_launch(k->wide.gemm, &ga, err)) != CF_OK)
+            return st;
+    }
     return cf_rows_launch(k->wide.rows, k->wide.c, M, N, a, a->stream, err);
 }
 
