@@ -581,14 +581,14 @@ cf_status cf_kernel_prepare(cf_kernel *k, const int64_t *dims, cf_error *err)
 }
 
 /* The wide path's GEMM through cuBLASLt, which splits K when M is small (our GEMM ran 2-4x its
- * time at M = 64 over a vocabulary); false where it cannot run (not loaded, no algorithm, operands
- * off the 256-byte alignment its heuristic assumes, a new M inside a CUDA-graph capture, whose
- * plan would allocate), and our GEMM runs instead. */
+ * time at M = 64 over a vocabulary); false where it cannot run well (not loaded, no algorithm,
+ * operands off the 256-byte alignment its heuristic assumes, a pitch not a multiple of 8, a new M
+ * inside a CUDA-graph capture, whose plan would allocate), and our GEMM runs instead. */
 static bool wide_blas(cf_kernel *k, const cf_launch_args *a, int64_t M, int64_t N, int64_t K, uint64_t x,
                       uint64_t w, uint64_t c)
 {
-    if (k->wide.no_blas || x % 256 || w % 256 || c % 256)
-        return false;
+    if (k->wide.no_blas || x % 256 || w % 256 || c % 256 || N % 8 || K % 8)
+        return false;   /* (odd pitches take cuBLAS's slow kernels: ours with padded copies is faster) */
     if (!k->wide.blas || k->wide.blas_m != M) {
         bool capturing = true;
         if (cf_rt_stream_capturing(a->stream, &capturing, NULL) != CF_OK || capturing)
