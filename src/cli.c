@@ -49,7 +49,7 @@ static const char emit_usage[] =
     "the epilogue parameter struct and the epilogue, over the hand-written\n"
     "sm_90a mainloop of src/device/cf_sm90.cuh.  --unfused prints instead the\n"
     "unfused path's row kernels (cf_rows_kernel: the epilogue over a GEMM output\n"
-    "read from memory, one CTA per row; one after each GEMM with an epilogue).\n"
+    "read from memory, a cluster of CTAs per row; one after each GEMM with an epilogue).\n"
     "Needs no GPU.\n\n";
 
 static const char compile_usage[] =

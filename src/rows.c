@@ -487,7 +487,7 @@ static void emit_prologue(rows_gen *g, int n_red)
         }
 }
 
-/* The kernel: signature, prologue, one CTA per row running every stage. */
+/* The kernel: signature, prologue, a cluster of CTAs per row running every stage. */
 static void emit_kernel(rows_gen *g, int n_red, int nn)
 {
     emit_signature(g);
