@@ -431,7 +431,7 @@ def write_plot(path, records, title="comfuse grid"):
     ax.grid(axis="x", which="major", lw=0.3)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=7, frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))   # the title above the legend
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
