@@ -705,6 +705,11 @@ cf_status cf_rt_tensor_map_2d_named(void *desc128, const char *name, cf_dtype t,
 typedef struct cf_rt_cublas_plan cf_rt_cublas_plan;
 cf_status cf_rt_cublas_plan_create(cf_dtype t, cf_dtype c_t, int64_t M, int64_t N, int64_t K, bool b_is_nk,
                                    cf_rt_cublas_plan **plan, cf_error *err);
+/* The same over a workspace the caller owns (ws_size bytes, cf_rt_cublas_workspace_bytes() is
+ * what a plan of its own allocates): no device allocation, so plans for many shapes can share one. */
+cf_status cf_rt_cublas_plan_create_ws(cf_dtype t, cf_dtype c_t, int64_t M, int64_t N, int64_t K, bool b_is_nk,
+                                      cf_rt_devptr ws, size_t ws_size, cf_rt_cublas_plan **plan, cf_error *err);
+size_t cf_rt_cublas_workspace_bytes(void);
 cf_status cf_rt_cublas_plan_run(cf_rt_cublas_plan *plan, cf_rt_devptr A, cf_rt_devptr B,
                                 cf_rt_devptr C, cf_rt_stream s, cf_error *err);
 void cf_rt_cublas_plan_free(cf_rt_cublas_plan *plan);

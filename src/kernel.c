@@ -36,6 +36,9 @@ struct tmap {
     unsigned char desc[128];
 };
 
+/* cuBLASLt plans the wide path keeps (Python's M buckets call one kernel at several M) */
+#define WIDE_BLAS_PLANS 4
+
 struct cf_kernel {
     const cf_graph *graph;
     cf_ir *ir;
@@ -75,8 +78,12 @@ struct cf_kernel {
         cf_rows *rows;
         cf_rt_devptr c;
         size_t c_bytes;
-        cf_rt_cublas_plan *blas;   /* cuBLASLt's GEMM at blas_m rows, when it can run */
-        int64_t blas_m;
+        struct {                   /* cuBLASLt's GEMM at the last few M, one workspace */
+            cf_rt_cublas_plan *plan;
+            int64_t m;
+        } blas[WIDE_BLAS_PLANS];
+        int blas_next;             /* the entry the next new M replaces */
+        cf_rt_devptr blas_ws;
         bool no_blas;              /* cuBLASLt is missing or has no algorithm: ours only */
     } wide;
 };
@@ -103,7 +110,10 @@ void cf_kernel_free(cf_kernel *k)
             cf_rt_free(k->padded[i].buf, NULL);
     free(k->padded);
     cf_rows_free(k->wide.rows);
-    cf_rt_cublas_plan_free(k->wide.blas);
+    for (int i = 0; i < WIDE_BLAS_PLANS; i++)
+        cf_rt_cublas_plan_free(k->wide.blas[i].plan);
+    if (k->wide.blas_ws)
+        cf_rt_free(k->wide.blas_ws, NULL);
     cf_kernel_free(k->wide.gemm);
     cf_graph_free(k->wide.graph);
     cf_rt_cubin_free(&k->cubin);
@@ -589,21 +599,31 @@ static bool wide_blas(cf_kernel *k, const cf_launch_args *a, int64_t M, int64_t 
 {
     if (k->wide.no_blas || x % 256 || w % 256 || c % 256 || N % 8 || K % 8)
         return false;   /* (odd pitches take cuBLAS's slow kernels: ours with padded copies is faster) */
-    if (!k->wide.blas || k->wide.blas_m != M) {
+    cf_rt_cublas_plan *plan = NULL;
+    for (int i = 0; i < WIDE_BLAS_PLANS && !plan; i++)
+        if (k->wide.blas[i].plan && k->wide.blas[i].m == M)
+            plan = k->wide.blas[i].plan;
+    if (!plan) {   /* a new M: a plan over the kernel's one workspace (allocated once, outside a capture) */
         bool capturing = true;
         if (cf_rt_stream_capturing(a->stream, &capturing, NULL) != CF_OK || capturing)
             return false;
-        cf_rt_cublas_plan_free(k->wide.blas);
-        k->wide.blas = NULL;
-        if (cf_rt_cublas_plan_create(k->ir->args[0].dtype, CF_F32, M, N, K, k->ir->args[1].b_is_nk, &k->wide.blas,
-                                     NULL) != CF_OK) {
-            k->wide.blas = NULL;
+        if (!k->wide.blas_ws && cf_rt_malloc(&k->wide.blas_ws, cf_rt_cublas_workspace_bytes(), NULL) != CF_OK) {
+            k->wide.blas_ws = 0;
             k->wide.no_blas = true;
             return false;
         }
-        k->wide.blas_m = M;
+        if (cf_rt_cublas_plan_create_ws(k->ir->args[0].dtype, CF_F32, M, N, K, k->ir->args[1].b_is_nk,
+                                        k->wide.blas_ws, cf_rt_cublas_workspace_bytes(), &plan, NULL) != CF_OK) {
+            k->wide.no_blas = true;
+            return false;
+        }
+        const int e = k->wide.blas_next;
+        k->wide.blas_next = (e + 1) % WIDE_BLAS_PLANS;
+        cf_rt_cublas_plan_free(k->wide.blas[e].plan);   /* host objects only: the workspace stays */
+        k->wide.blas[e].plan = plan;
+        k->wide.blas[e].m = M;
     }
-    return cf_rt_cublas_plan_run(k->wide.blas, x, w, c, a->stream, NULL) == CF_OK;
+    return cf_rt_cublas_plan_run(plan, x, w, c, a->stream, NULL) == CF_OK;
 }
 
 /* Rows wider than one cluster cannot be reduced on chip: C goes through

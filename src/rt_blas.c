@@ -81,12 +81,13 @@ struct cf_rt_cublas_plan {
     cublasLtMatmulAlgo_t algo;
     cf_rt_devptr ws;
     size_t ws_size;
+    bool owns_ws;   /* allocated by the plan (else the caller's, shared by its plans) */
 };
 
 enum { LT_WORKSPACE = 32 << 20 };
 
-cf_status cf_rt_cublas_plan_create(cf_dtype t, cf_dtype c_t, int64_t M, int64_t N, int64_t K, bool b_is_nk,
-                                   cf_rt_cublas_plan **out, cf_error *err)
+static cf_status plan_create(cf_dtype t, cf_dtype c_t, int64_t M, int64_t N, int64_t K, bool b_is_nk,
+                             cf_rt_devptr ws, size_t ws_size, cf_rt_cublas_plan **out, cf_error *err)
 {
     cf_status st;
     *out = NULL;
@@ -122,8 +123,10 @@ cf_status cf_rt_cublas_plan_create(cf_dtype t, cf_dtype c_t, int64_t M, int64_t 
     CF_LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->lb, dt, (uint64_t)K, (uint64_t)M, K));
     CF_LT_CHECK(lt.cublasLtMatrixLayoutCreate(&p->lc, c_t == CF_F32 ? CUDA_R_32F : dt, (uint64_t)N,
                                               (uint64_t)M, N));
-    p->ws_size = LT_WORKSPACE;
-    if ((st = cf_rt_malloc(&p->ws, p->ws_size, err)) != CF_OK)
+    p->ws = ws;
+    p->ws_size = ws ? ws_size : LT_WORKSPACE;
+    p->owns_ws = !ws;
+    if (p->owns_ws && (st = cf_rt_malloc(&p->ws, p->ws_size, err)) != CF_OK)
         goto fail;
     CF_LT_CHECK(lt.cublasLtMatmulPreferenceCreate(&pref));
     CF_LT_CHECK(lt.cublasLtMatmulPreferenceSetAttribute(
@@ -149,6 +152,22 @@ fail:
     cf_rt_cublas_plan_free(p);
     return st;
 }
+
+cf_status cf_rt_cublas_plan_create(cf_dtype t, cf_dtype c_t, int64_t M, int64_t N, int64_t K, bool b_is_nk,
+                                   cf_rt_cublas_plan **out, cf_error *err)
+{
+    return plan_create(t, c_t, M, N, K, b_is_nk, 0, 0, out, err);
+}
+
+cf_status cf_rt_cublas_plan_create_ws(cf_dtype t, cf_dtype c_t, int64_t M, int64_t N, int64_t K, bool b_is_nk,
+                                      cf_rt_devptr ws, size_t ws_size, cf_rt_cublas_plan **out, cf_error *err)
+{
+    if (!ws || !ws_size)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_rt_cublas_plan_create_ws: no workspace");
+    return plan_create(t, c_t, M, N, K, b_is_nk, ws, ws_size, out, err);
+}
+
+size_t cf_rt_cublas_workspace_bytes(void) { return LT_WORKSPACE; }
 
 cf_status cf_rt_cublas_plan_run(cf_rt_cublas_plan *p, cf_rt_devptr A, cf_rt_devptr B,
                                 cf_rt_devptr C, cf_rt_stream s, cf_error *err)
@@ -179,7 +198,7 @@ void cf_rt_cublas_plan_free(cf_rt_cublas_plan *p)
         lt.cublasLtMatmulDescDestroy(p->op);
     if (p->h)
         lt.cublasLtDestroy(p->h);
-    if (p->ws)
+    if (p->ws && p->owns_ws)
         cf_rt_free(p->ws, NULL);
     free(p);
 }
