@@ -40,7 +40,7 @@ static void fuzz_codegen(const cf_graph *g, const cf_ir *ir)
     }
     cf_kernel_free(k);
     cf_strbuf rows = {0};
-    st = cf_rows_generate(ir, "fuzz", &rows, NULL, &err);
+    st = cf_rows_generate(ir, "fuzz", &rows, &err);
     if (st == CF_OK && (!rows.data || !strstr(rows.data, "cf_rows_kernel")))
         __builtin_trap();
     if (st != CF_OK && st != CF_ERR_UNSUPPORTED)
