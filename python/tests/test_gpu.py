@@ -202,3 +202,21 @@ def test_operand_order_gets_its_own_kernel():
         ya, yb = fa(x, w, r), fb(x, w, r)
     assert fa.regions()[0].last == "fused" and fb.regions()[0].last == "fused"
     assert _rel(ya, F.linear(x, w) - r) < 1e-2 and _rel(yb, r - F.linear(x, w)) < 1e-2
+
+
+def test_vocabulary_rows_at_several_m():
+    """A vocabulary head's log-softmax (rows wider than a row group: the GEMM into f32, a cuBLASLt
+    plan for each M over the kernel's one workspace, then the row kernel split over a cluster of
+    CTAs while rows are few), at three M in one process, against float32."""
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    k, n = 512, 32000
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+    f = comfuse.fuse(lambda x, w: F.log_softmax(F.linear(x, w), dim=-1))
+    with torch.no_grad():
+        for m in (64, 80, 700):
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            got = f(x, w)
+            assert f.regions()[0].last == "fused", f.regions()[0].last
+            want = F.log_softmax(F.linear(x.float(), w.float()), dim=-1)
+            assert got.shape == (m, n) and _rel(got, want) < 1e-2, (m, _rel(got, want))
