@@ -340,3 +340,14 @@ def test_compile_only_reports_failures_spills_and_wide_rows(tmp_path, monkeypatc
     assert all(c["spill_bytes"] == 8 and c["wide_row_path"] == (c["N"] == 50257) for c in good)
     out = capsys.readouterr().out
     assert f"{len(good)}/{len(doc['cells'])} cells compile" in out and "boom" in out
+
+
+def test_faster_than_compile_takes_its_better_figure():
+    """torch.compile is judged by the better of its host-timed and CUDA-graph-replayed times."""
+    r = grid.new_record(0, grid.select(grid.CELLS, quick=True)[0])
+    r.update(fused_ms=1.0, cublas_ms=1.0, compile_ms=1.2, eager_ms=2.0, status="measured")
+    assert grid.finish_record(dict(r))["faster_than_compile"] is True            # no graph figure
+    slow = grid.finish_record(dict(r, compile_graph_ms=0.9))
+    assert slow["faster_than_compile"] is False
+    assert slow["ratios"]["fused/compile_best"] == pytest.approx(1.0 / 0.9)
+    assert slow["ratios"]["fused/compile"] == pytest.approx(1.0 / 1.2)           # the host-timed ratio kept
