@@ -65,6 +65,8 @@ struct cf_unfused {
     size_t c_bytes[2], operand_bytes[2];
     cf_rt_cublas_plan *plan[2];
     int64_t plan_shape[2][3];
+    cf_rt_devptr blas_ws;  /* the plans' one workspace (their GEMMs run one after the other) */
+    size_t blas_ws_bytes;
     uint64_t *pin, *pout;  /* a piece's launch tables (the largest piece's size) */
     double *pparams;
 };
@@ -588,6 +590,8 @@ void cf_unfused_free(cf_unfused *u)
         if (u->operand[j])
             cf_rt_free(u->operand[j], NULL);
     }
+    if (u->blas_ws)
+        cf_rt_free(u->blas_ws, NULL);
     for (int i = 0; i < 2; i++) {
         uf_piece *p = &u->piece[i];
         cf_rows_free(p->rows);
@@ -675,9 +679,12 @@ static cf_status prepare_gemm(cf_unfused *u, int j, const cf_launch_args *a, cf_
         st = ensure(&u->operand[j], &u->operand_bytes[j], (size_t)M * (size_t)K * cf_dtype_size(m->dtype), err);
     const int64_t shape[3] = {M, N, K};
     if (st == CF_OK && (!u->plan[j] || memcmp(u->plan_shape[j], shape, sizeof shape) != 0)) {
-        cf_rt_cublas_plan_free(u->plan[j]);
+        cf_rt_cublas_plan_free(u->plan[j]);   /* host objects only: the workspace stays */
         u->plan[j] = NULL;
-        st = cf_rt_cublas_plan_create(m->dtype, CF_F32, M, N, K, m->b_is_nk, &u->plan[j], err);
+        st = ensure(&u->blas_ws, &u->blas_ws_bytes, cf_rt_cublas_workspace_bytes(), err);
+        if (st == CF_OK)
+            st = cf_rt_cublas_plan_create_ws(m->dtype, CF_F32, M, N, K, m->b_is_nk, u->blas_ws, u->blas_ws_bytes,
+                                             &u->plan[j], err);
         if (st == CF_OK)
             memcpy(u->plan_shape[j], shape, sizeof shape);
     }
