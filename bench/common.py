@@ -98,6 +98,32 @@ def time_ms(fn):
     return sorted(times)[len(times) // 2]
 
 
+def graph_ms(fn, reps=20, turns=10):
+    """fn's GPU time per call with its host work taken out: reps calls captured in one CUDA
+    graph (after warm-up on a side stream), the graph replayed turns times; the median."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(turns):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / reps)
+    return sorted(times)[len(times) // 2]
+
+
 BENCH_FIELDS = ("fused_ms", "cublaslt_ms", "floor_ms", "unfused_ms", "fused_over_cublaslt", "unfused_over_cublaslt",
                 "predicted_ms")
 

@@ -595,32 +595,6 @@ def raise_recompile_limits(torch):
             setattr(cfg, name, max(getattr(cfg, name), 4096))
 
 
-def graph_ms(torch, fn, reps=20, turns=10):
-    """fn's GPU time per call with its host work taken out: reps calls captured in one CUDA
-    graph (after warm-up on a side stream), the graph replayed turns times; the median."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(turns):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / reps)
-    return sorted(times)[len(times) // 2]
-
-
 def timed(r, key, fn):
     """r[key] = fn's median ms; a failure (out of memory, a torch error) is a note, not the end of the run."""
     try:
@@ -692,7 +666,7 @@ def gpu_run(args, cells, binary, out_dir):
                 r["notes"].append(f"torch.compile recompiled at timing ({time.time() - t0:.1f} s)")
             timed(r, "compile_ms", lambda: cfn(*inputs))
             try:
-                r["compile_graph_ms"] = graph_ms(torch, lambda: cfn(*inputs))
+                r["compile_graph_ms"] = common.graph_ms(lambda: cfn(*inputs))
             except Exception as e:  # a function that cannot be captured keeps its host-timed figure
                 r["notes"].append(f"compile_graph_ms failed: {type(e).__name__}: {str(e)[:200]}")
         x, w = cublas_operands(torch, c, inputs)
