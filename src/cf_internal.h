@@ -295,6 +295,8 @@ typedef struct cf_device_facts {
 
 /* Shared memory per CTA on sm_90 with the opt-in attribute. */
 #define CF_SMEM_OPTIN 232448
+/* The most slices of K a plan takes (each a copy of the grid, all co-resident). */
+#define CF_SPLIT_K_MAX 16
 
 cf_device_facts cf_device_facts_h200(void);
 cf_status cf_device_facts_query(cf_device_facts *dev, cf_error *err);
@@ -306,6 +308,7 @@ typedef struct cf_plan_request {
     int sync_finish;     /* 1 every tile finishes at once, -1 late (when it can)        */
     int pair_tiles;      /* 1 two column tiles per CTA, -1 one                          */
     int multicast;       /* 1 pairs of a row group's CTAs multicast X, -1 not           */
+    int split_k;         /* K in this many slices on copies of the grid (1: none)        */
 } cf_plan_request;
 
 /* A plan's shared memory: the static part (the DSMEM exchange's buffers), the dynamic part
@@ -334,6 +337,8 @@ typedef struct cf_plan {
     bool finisher;       /* a fourth warpgroup finishes late tiles (when they are) */
     bool pair_tiles;     /* each CTA takes two adjacent column tiles of a row block, one per
                             warpgroup, and posts their combined partials (cf_cg_can_pair) */
+    int split_k;         /* slices of K, each on its own copy of the grid; slice 0 adds the
+                            others' partial accumulators (through L2) and runs the epilogue */
     int smem_limit;      /* the device's shared memory per CTA (0: CF_SMEM_OPTIN) */
     /* derived by cf_plan_make */
     cf_plan_request req; /* the request with every field chosen                */

@@ -43,12 +43,16 @@ const char cli_kernel_opts_usage[] =
     "  --multicast on|off  through L2, pairs of adjacent CTAs of a row group run as\n"
     "                      hardware clusters of 2 and multicast the X rows they\n"
     "                      share (default: on from K = 4096)\n"
+    "  --split-k S         K in S slices, each on its own copy of the grid (all\n"
+    "                      resident); slice 0 adds the others' partial\n"
+    "                      accumulators through L2 and runs the epilogue (default:\n"
+    "                      the cost model's choice, for shapes that leave SMs idle)\n"
     "  --plan key=value[,key=value]\n"
     "                      override fields of the plan (`explain --shape` prints\n"
     "                      it): block_m, block_n, stages, cluster, reduce\n"
     "                      (peer|leader|global), schedule, finish (sync|late),\n"
-    "                      pair (on|off), multicast (on|off); the flags above set\n"
-    "                      the same fields\n";
+    "                      pair (on|off), multicast (on|off), split_k; the flags\n"
+    "                      above set the same fields\n";
 
 /* CF_ERR_INVALID_ARG: options the library refuses (a tile too large for the registers, a
  * cluster a reduce mode cannot take) are bad usage too */
@@ -194,6 +198,7 @@ static const struct {
     {"--block-n", "64, 128, 192 or 256", 64, 256, false},
     {"--stages", "an integer in 2..12", 2, 12, false},
     {"--cluster", "1..64 (1, 2, 4, 8 or 16 with --reduce-mode peer or leader)", 1, 64, false},
+    {"--split-k", "an integer in 1..16", 1, CF_SPLIT_K_MAX, false},
 };
 
 static int tile_option(const char *flag)
@@ -214,7 +219,7 @@ static bool set_tile_option(cli_opts *o, const char *flag, const char *v)
         fprintf(stderr, "comfuse: %s %s: must be %s\n", flag, v, tile_opts[i].allowed);
         return false;
     }
-    int *field[] = {&o->kopt.block_m, &o->kopt.block_n, &o->kopt.stages, &o->kopt.cluster_n};
+    int *field[] = {&o->kopt.block_m, &o->kopt.block_n, &o->kopt.stages, &o->kopt.cluster_n, &o->kopt.split_k};
     *field[i] = (int)x;
     if (field[i] == &o->kopt.stages)
         o->stages_asked = (int)x;   /* must fit as asked (cli_build_kernel) */

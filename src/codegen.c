@@ -1901,6 +1901,8 @@ static void emit_sched_mainloop(cg_ctx *c, int n_out, const cf_plan_smem *smem)
     sched_int(c, "stages", opt->stages, "operand ring depth");
     sched_int(c, "cluster_n", opt->cluster_n, "CTAs per hardware cluster along N");
     sched_int(c, "row_ctas", opt->row_ctas, "CTAs per row block");
+    sched_int(c, "split_k", opt->split_k > 1 ? opt->split_k : 1,
+              opt->split_k > 1 ? "slices of K, a copy of the grid each; partials through L2" : "K in one slice");
     snprintf(why, sizeof why, opt->cooperative ? "cooperative: both consumer warpgroups on one %dx%d tile"
                                                : "a tile per consumer warpgroup, mainloops in turn", tile_m, opt->bn);
     sched_bool(c, "pingpong", !opt->cooperative, why);

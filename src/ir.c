@@ -654,9 +654,9 @@ size_t cf_ir_param_bytes(const cf_ir *ir, int *tile_outputs)
     const size_t slots = (size_t)(n ? n : 1);   /* CF_NUM_OUT is at least 1 */
     size_t epi, align;
     cf_cg_epi_layout(ir, NULL, &epi, &align);
-    /* two operand TMA descriptors (three for a dual GEMM), one per output, xchg + xsync, output
-     * pointers, M N K, pitches */
-    size_t head = 256 + (ir->dual ? 128 : 0) + 128 * slots + 16 + 8 * slots + 12 + 4 * slots;
+    /* two operand TMA descriptors (three for a dual GEMM), one per output, xchg + xsync +
+     * split_ws + split_cnt, output pointers, M N K, pitches */
+    size_t head = 256 + (ir->dual ? 128 : 0) + 128 * slots + 32 + 8 * slots + 12 + 4 * slots;
     head = (head + align - 1) / align * align;
     return (head + epi + 63) / 64 * 64;
 }

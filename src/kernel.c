@@ -12,13 +12,13 @@
 
 /* Indices of the kernel's exported configuration (cf_kernel_info in
  * src/device/cf_sm90.cuh). */
-#define DEVICE_HEADER_VERSION 6 /* CF_SM90_VERSION this host code packs arguments for */
+#define DEVICE_HEADER_VERSION 7 /* CF_SM90_VERSION this host code packs arguments for */
 
 enum {
     INFO_VERSION, INFO_SMEM, INFO_BM, INFO_BN, INFO_TILE_M, INFO_STAGES, INFO_CLUSTER_N, INFO_B_NK,
     INFO_IN_F16, INFO_NUM_OUT, INFO_PINGPONG, INFO_THREADS, INFO_STG_CHUNKS, INFO_GROUP_M,
     INFO_A_BOX_ROWS, INFO_B_BOX, INFO_ROW_CTAS, INFO_RED_GLOBAL, INFO_NUM_RED, INFO_LATE_FINISH, INFO_OUT_BOX_ROWS,
-    INFO_TIN_ARGS, INFO_COUNT
+    INFO_TIN_ARGS, INFO_SPLIT_K, INFO_COUNT
 };
 
 /* What a TMA descriptor encodes (the tensor's name only words errors): equal keys give equal
@@ -61,6 +61,10 @@ struct cf_kernel {
     size_t xchg_last;      /* the last launch's bytes, when every launch was issued here (no CUDA graph) */
     bool captured;         /* a launch was captured into a CUDA graph: replays post unseen     */
     int64_t prepared_m;    /* the largest M cf_kernel_prepare was given: the slots' first size */
+    /* split_k: per tile, a counter of the K slices posted (zero between launches: the kernel
+     * resets it), then the slices' partial accumulators (see prepare_split) */
+    cf_rt_devptr split;
+    size_t split_bytes;
     cf_rt_devptr *retired; /* outgrown slots, freed with the kernel (see grow_exchange)        */
     int n_retired;
     /* The TMA descriptor of each IR arg's last launch and what it encodes (see tensor_map). */
@@ -101,6 +105,8 @@ void cf_kernel_free(cf_kernel *k)
         cf_rt_free(k->xchg, NULL);
     if (k->xsync)
         cf_rt_free(k->xsync, NULL);
+    if (k->split)
+        cf_rt_free(k->split, NULL);
     for (int i = 0; i < k->n_retired; i++)
         cf_rt_free(k->retired[i], NULL);
     free(k->retired);
@@ -370,8 +376,8 @@ static args_layout layout_of(const cf_ir *ir, int n_out, int n_tin, size_t *epi_
     args_layout l;
     l.tma_out = ir->dual ? 384 : 256;
     l.tma_in = l.tma_out + 128 * (size_t)n_out;
-    l.xchg = l.tma_in + 128 * (size_t)n_tin; /* xchg, xsync */
-    l.out_ptr = l.xchg + 16;
+    l.xchg = l.tma_in + 128 * (size_t)n_tin; /* xchg, xsync, split_ws, split_cnt */
+    l.out_ptr = l.xchg + 32;
     l.mnk = l.out_ptr + 8 * (size_t)n_out;
     l.out_ld = l.mnk + 12;
     cf_cg_epi_layout(ir, NULL, epi_size, epi_align);
@@ -519,6 +525,47 @@ static cf_status prepare_exchange(cf_kernel *k, int64_t M, int64_t tiles_m, cf_r
             return st;
         }
     }
+    return CF_OK;
+}
+
+/* split_k: the counters (a word per tile, 256-byte aligned block) and the partials of `tiles`
+ * tiles.  New memory is zeroed (the counters' invariant: zero between launches); outgrown
+ * memory is kept until the kernel is freed, as the exchange's (a launch or a captured graph may
+ * still use it). */
+static size_t split_counter_bytes(int64_t tiles) { return align_up((size_t)tiles * 4, 256); }
+
+static cf_status prepare_split(cf_kernel *k, int64_t tiles, cf_rt_stream stream, cf_error *err)
+{
+    const size_t part = (size_t)k->info[INFO_TILE_M] * (size_t)k->info[INFO_BN] * 4 *
+                        (size_t)(k->info[INFO_SPLIT_K] - 1),
+                 bytes = split_counter_bytes(tiles) + part * (size_t)tiles;
+    if (bytes <= k->split_bytes)
+        return CF_OK;
+    bool capturing = false;
+    cf_status st = cf_rt_stream_capturing(stream, &capturing, err);
+    if (st != CF_OK)
+        return st;
+    if (capturing)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                         "CUDA-graph capture of a launch with %lld tiles: the K slices' partials are not allocated "
+                         "for it yet (launch it once before capture, at the largest M)", (long long)tiles);
+    if (k->split) {
+        cf_rt_devptr *r = realloc(k->retired, ((size_t)k->n_retired + 1) * sizeof *r);
+        if (!r)
+            return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+        k->retired = r;
+    }
+    cf_rt_devptr p = 0;
+    if ((st = cf_rt_malloc(&p, bytes, err)) != CF_OK)
+        return st;
+    if ((st = cf_rt_memset_d8_async(p, 0, split_counter_bytes(tiles), stream, err)) != CF_OK) {
+        cf_rt_free(p, NULL);
+        return st;
+    }
+    if (k->split)
+        k->retired[k->n_retired++] = k->split;
+    k->split = p;
+    k->split_bytes = bytes;
     return CF_OK;
 }
 
@@ -872,7 +919,13 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     bool global = k->info[INFO_RED_GLOBAL]; /* emitted only for row groups of 2 or more */
     if (global && (st = prepare_exchange(k, M, tiles_m, a->stream, err)) != CF_OK)
         return st;
-    uint64_t xptr[2] = {global ? k->xchg : 0, global ? k->xsync : 0};
+    const bool split = k->info[INFO_SPLIT_K] > 1;
+    const int64_t split_tiles = at.group_tiles * rc;   /* the padded row's column tiles, every row tile */
+    if (split && (st = prepare_split(k, split_tiles, a->stream, err)) != CF_OK)
+        return st;
+    /* xchg, xsync, then split_ws (the partials after the counters) and split_cnt */
+    uint64_t xptr[4] = {global ? k->xchg : 0, global ? k->xsync : 0,
+                        split ? k->split + split_counter_bytes(split_tiles) : 0, split ? k->split : 0};
     memcpy(block + l.xchg, xptr, sizeof xptr);
     cf_rt_launch_cfg cfg = {
         .grid = {(unsigned)at.grid_ctas, 1, 1},
@@ -880,7 +933,7 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
         .cluster = {(unsigned)cl, 1, 1},
         .dyn_smem = (unsigned)k->info[INFO_SMEM],
         .stream = a->stream,
-        .cooperative = global, /* a row group's CTAs wait for each other: all must be resident */
+        .cooperative = global || split, /* CTAs wait for each other: all must be resident */
     };
     void *params[] = {block};
     if ((st = cf_rt_launch(k->func, &cfg, params, err)) != CF_OK)

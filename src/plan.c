@@ -265,6 +265,13 @@ void cf_plan_fill(cf_plan_request *o, cf_plan_request def)
     if (def.schedule == CF_SCHEDULE_FINISHER &&
         (o->sync_finish == 1 || shape_given || (o->reduce_mode && o->reduce_mode != CF_REDUCE_GLOBAL)))
         def.schedule = CF_SCHEDULE_PINGPONG;
+    /* slices of K run one tile per warpgroup at a time (pingpong, no pair) */
+    if (o->split_k > 1) {
+        if (!o->pair_tiles)
+            o->pair_tiles = -1;
+        if (!o->schedule && def.schedule == CF_SCHEDULE_COOPERATIVE)
+            o->schedule = CF_SCHEDULE_PINGPONG;
+    }
     /* the pair was chosen for the default's late finish, row group and schedule */
     if (!o->pair_tiles)
         o->pair_tiles = def.pair_tiles == 1 && o->sync_finish != 1 && !shape_given &&
@@ -317,6 +324,8 @@ void cf_plan_fill(cf_plan_request *o, cf_plan_request def)
         o->cluster_n = def.cluster_n;
     if (!o->multicast)
         o->multicast = def.multicast == 1 && o->reduce_mode == CF_REDUCE_GLOBAL && o->cluster_n % 2 == 0 ? 1 : -1;
+    if (!o->split_k)
+        o->split_k = 1;
 }
 
 cf_plan_request cf_plan_defaults(const cf_ir *ir, int64_t m, int64_t n, int64_t k)
@@ -410,6 +419,14 @@ static cf_status check_request(const cf_plan_request *o, bool reduces, bool dual
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
                          "multicast: needs row reductions through L2 (reduce mode global) over 2 or more CTAs; "
                          "the DSMEM modes' cluster already multicasts X");
+    if (o->split_k < 1 || o->split_k > CF_SPLIT_K_MAX)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "split_k %d: must be 1..%d", o->split_k,
+                         CF_SPLIT_K_MAX);
+    if (o->split_k > 1 && (o->schedule == CF_SCHEDULE_COOPERATIVE || o->pair_tiles == 1 || dual))
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
+                         "split_k %d: slices of K need one tile per warpgroup and one accumulator: the pingpong "
+                         "or finisher schedule, no pair of tiles, one GEMM (here: %s)", o->split_k,
+                         dual ? "two GEMMs over one X" : o->pair_tiles == 1 ? "pair tiles" : "cooperative");
     return CF_OK;
 }
 
@@ -463,7 +480,8 @@ static cf_plan render_fields(const cf_ir *ir, const cf_plan_request *o, const cf
                      .red_leader = o->reduce_mode == CF_REDUCE_LEADER, .red_global = global,
                      .sync_finish = o->sync_finish == 1, .pair_tiles = o->pair_tiles == 1,
                      .cooperative = o->schedule == CF_SCHEDULE_COOPERATIVE,
-                     .finisher = o->schedule == CF_SCHEDULE_FINISHER, .smem_limit = dev->smem_per_block};
+                     .finisher = o->schedule == CF_SCHEDULE_FINISHER, .split_k = o->split_k,
+                     .smem_limit = dev->smem_per_block};
 }
 
 /* The consequences of the rendered fields: what Ψ will emit for them. */
@@ -611,9 +629,11 @@ void cf_plan_shape(const cf_ir *ir, cf_plan *p, int64_t M, int64_t N, int64_t K,
     p->tiles_m = (M + tile_m - 1) / tile_m;
     p->tiles_n = (N + p->bn - 1) / p->bn;
     p->group_tiles = p->tiles_m * ((p->tiles_n + per_group - 1) / per_group);
-    int64_t groups = p->resident_ctas / p->row_ctas;
+    /* split_k: a copy of the row groups per slice of K, all resident at once */
+    const int split = p->split_k > 1 ? p->split_k : 1;
+    int64_t groups = p->resident_ctas / split / p->row_ctas;
     groups = groups < p->group_tiles ? groups : p->group_tiles;
-    p->grid_ctas = groups * p->row_ctas;
+    p->grid_ctas = groups * p->row_ctas * split;
     p->waves = groups > 0 ? (double)p->group_tiles / (double)groups : 0;
     p->wide = ir->n_stages[0] > 1 && N > (int64_t)p->bn * per_group;
     if (p->wide && ir->dual)   /* the wide path's GEMM and row kernel take one weight */
@@ -625,8 +645,8 @@ void cf_plan_shape(const cf_ir *ir, cf_plan *p, int64_t M, int64_t N, int64_t K,
                  "rows of N=%lld are wider than the row group (%d columns): the wide-row path (this GEMM to f32, "
                  "then the row kernel)", (long long)N, p->bn * per_group);
     else if (groups < 1)
-        snprintf(p->fallback, sizeof p->fallback, "a row group of %d CTAs does not fit on the device at once",
-                 p->row_ctas);
+        snprintf(p->fallback, sizeof p->fallback, "a row group of %d CTAs%s does not fit on the device at once",
+                 p->row_ctas, split > 1 ? " times the K slices" : "");
     else
         p->fallback[0] = 0;
     p->predicted_us = cf_plan_predict(ir, p, dev);
@@ -650,6 +670,12 @@ void cf_plan_shape(const cf_ir *ir, cf_plan *p, int64_t M, int64_t N, int64_t K,
 #define EPI_EXPOSED 0.15            /* PingPong: the share of an epilogue the other warpgroup's
                                        mainloop does not hide                                 */
 #define LAUNCH_US 3.0               /* launch, prologue and the last tile's drain              */
+/* An operand stage's load latency under a full stream, from L2 and from HBM: an SM streams its
+ * ring's bytes in flight per latency, which bounds it below its L2 share when few SMs stream
+ * weights that no other tile reuses (M = 64, N = K = 4096: 61-72 GB/s an SM with 80-160 KB in
+ * flight). */
+#define L2_LATENCY_US 0.5
+#define HBM_LATENCY_US 2.2
 
 /* FP32-pipe instructions per output element of the epilogue: an op's cost in the pipe
  * (transcendentals go through the SFU and a few FMAs), a reduction's add and shuffle share,
@@ -734,15 +760,27 @@ double cf_plan_predict(const cf_ir *ir, const cf_plan *p, const cf_device_facts 
     const int tile_m = p->cooperative ? 2 * p->bm : p->bm;
     /* Waves: tiles per SM, in whole tiles (the busiest SM sets the time). */
     const double tiles = (double)p->tiles_m * (double)p->tiles_n;
-    const double rounds = ceil(tiles / (double)p->grid_ctas);
-    /* Mainloop of one tile: tensor-core time against its operand bytes from L2 at the SM's
-     * share of L2 bandwidth (a cluster's multicast halves X's). */
+    const int split = p->split_k > 1 ? p->split_k : 1;
+    const double rounds = ceil(tiles / (double)(p->grid_ctas / split));
+    /* Mainloop of one tile over its slice of K: tensor-core time against its operand bytes at
+     * the SM's stream rate, its share of L2 bandwidth or its ring's bytes in flight per load
+     * latency, whichever is lower (a cluster's multicast halves X's bytes). */
     const double eff = p->bm == 128 ? MMA_EFF_128 : MMA_EFF_64;
     const int n_b = ir->dual ? 2 : 1;   /* a dual GEMM's tile multiplies X by both weights' columns */
-    const double mma = 2.0 * tile_m * p->bn * n_b * (double)p->k / (TC_FLOP_PER_SM_CLK * eff * clk_per_us);
-    const double x_bytes = tile_m * (double)p->k * 2 * (p->cluster_n > 1 ? 0.5 : 1.0);
-    const double l2 = (x_bytes + n_b * p->bn * (double)p->k * 2) / (L2_BYTES_PER_US / dev->sm_count);
-    const double mainloop = overlap(mma, l2);
+    const double k = (double)p->k / split;
+    const double mma = 2.0 * tile_m * p->bn * n_b * k / (TC_FLOP_PER_SM_CLK * eff * clk_per_us);
+    const double x_rows = tile_m * (p->cluster_n > 1 ? 0.5 : 1.0), row_bytes = (x_rows + n_b * p->bn) * 2.0;
+    /* the share of a row block's operand bytes that come from HBM: X's rows once for all its
+     * column tiles, the weights' columns each once (reuse by other row blocks is not counted,
+     * which keeps more M from predicting less time) */
+    const double miss = fmin(1.0, (x_rows + n_b * (double)p->n) / ((double)p->tiles_n * row_bytes / 2.0));
+    const double latency = L2_LATENCY_US + (HBM_LATENCY_US - L2_LATENCY_US) * miss;
+    const double rate = fmin(L2_BYTES_PER_US / dev->sm_count, p->stages * row_bytes * 64 / latency);
+    const double mainloop = overlap(mma, row_bytes * k / rate);
+    /* split_k: slice 0 waits for the others' posts and reads their partials from L2 */
+    const double partials = split > 1 ? XCHG_POST_US + (split - 1) * tile_m * p->bn * 4.0 /
+                                                           (L2_BYTES_PER_US / dev->sm_count)
+                                      : 0;
     /* Epilogue of one tile on the FP32 pipe, and the exchange: a post and the gather rounds of
      * 8 ranks per reduction, waited for at once, or (late finish) under the next mainloop but
      * for what outlasts it (smoothly: x^2 / (x + mainloop)). */
@@ -757,7 +795,7 @@ double cf_plan_predict(const cf_ir *ir, const cf_plan *p, const cf_device_facts 
      * SM runs one chain; PingPong two, sharing the tensor cores: a tile takes the mainloop
      * (tensor-bound) or half a chain (latency-bound), whichever is longer, plus the share of
      * the epilogue the other warpgroup's mainloop does not hide. */
-    const double chain = mainloop + epi + xchg;
+    const double chain = mainloop + partials + epi + xchg;
     const double tile = p->cooperative ? chain : overlap(mainloop, chain / 2) + EPI_EXPOSED * epi;
     /* HBM: every byte once (the wide-row path writes C as f32 and reads it back) */
     const double mn = (double)p->m * (double)p->n;
@@ -824,6 +862,8 @@ cf_status cf_plan_override(cf_plan_request *r, const char *key, const char *v, c
         ok = (x = either(v, "on", "off")) != 0, field = &r->pair_tiles;
     else if (strcmp(key, "multicast") == 0)
         ok = (x = either(v, "on", "off")) != 0, field = &r->multicast;
+    else if (strcmp(key, "split_k") == 0)
+        ok = parse_int_in(v, 1, CF_SPLIT_K_MAX, &x), field = &r->split_k;
     else {
         for (int i = 0; i < CF_ARRAY_LEN(derived_keys); i++)
             if (strcmp(key, derived_keys[i]) == 0)
@@ -832,7 +872,7 @@ cf_status cf_plan_override(cf_plan_request *r, const char *key, const char *v, c
                                  "it cannot be set", key);
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
                          "--plan %s: no such field (block_m, block_n, stages, cluster, reduce, schedule, finish, "
-                         "pair, multicast)", key);
+                         "pair, multicast, split_k)", key);
     }
     if (ok) {
         *field = x;
@@ -842,7 +882,7 @@ cf_status cf_plan_override(cf_plan_request *r, const char *key, const char *v, c
         {"block_m", "64 or 128"}, {"block_n", "64, 128, 192 or 256"}, {"stages", "an integer in 2..12"},
         {"cluster", "1..64"}, {"row_ctas", "1..64"}, {"reduce", "peer, leader or global"},
         {"schedule", "pingpong, cooperative or finisher"}, {"finish", "sync or late"}, {"pair", "on or off"},
-        {"pair_tiles", "on or off"}, {"multicast", "on or off"},
+        {"pair_tiles", "on or off"}, {"multicast", "on or off"}, {"split_k", "an integer in 1..16"},
     };
     const char *what = "";
     for (int i = 0; i < CF_ARRAY_LEN(takes); i++)
@@ -880,6 +920,10 @@ void cf_plan_format(const cf_plan *p, cf_strbuf *sb)
     cf_sb_printf(sb, "  finish: %s\n", p->late_finish ? "late (after the next mainloop)" : "at once");
     cf_sb_printf(sb, "  pair tiles: %s\n", yes_no(p->pair_tiles));
     cf_sb_printf(sb, "  multicast: %s\n", yes_no(p->multicast));
+    if (p->split_k > 1)
+        cf_sb_printf(sb, "  split K: %d slices, each on its own copy of the grid; partials through L2\n", p->split_k);
+    else
+        cf_sb_printf(sb, "  split K: no\n");
     cf_sb_printf(sb, "  gather early: %s\n", yes_no(p->gather_early));
     cf_sb_printf(sb, "  finisher warpgroup: %s\n", yes_no(p->has_finisher));
     cf_sb_printf(sb, "  gelu at store: %d\n", p->gelu_at_store);
@@ -908,26 +952,32 @@ cf_status cf_plan_model_choice(const cf_ir *ir, int64_t M, int64_t N, int64_t K,
 {
     /* tiles of 128 rows up to 128 columns, of 64 rows wider (128 accumulators a thread);
      * with reductions, each with and without the pair of tiles per CTA */
-    static const int tiles[][2] = {{128, 64}, {128, 128}, {64, 128}, {64, 192}, {64, 256}};
+    static const int tiles[][2] = {{64, 64}, {128, 64}, {128, 128}, {64, 128}, {64, 192}, {64, 256}};
+    static const int splits[] = {1, 2, 3, 4, 6, 8};
     const bool reduces = ir->n_stages[0] > 1;
     bool found = false;
     cf_status st = CF_OK;
     for (int i = 0; i < CF_ARRAY_LEN(tiles); i++)
-        for (int pair = -1; pair <= (reduces ? 1 : -1); pair += 2) {
-            /* a row group of exactly the row's column tiles (no idle CTA) */
-            const int64_t row_tiles = (N + tiles[i][1] - 1) / tiles[i][1], per_cta = pair == 1 ? 2 : 1;
-            const int64_t ctas = reduces ? (row_tiles + per_cta - 1) / per_cta : 0;
-            if (ctas > 64)
-                continue;
-            cf_plan_request r = {.block_m = tiles[i][0], .block_n = tiles[i][1], .pair_tiles = pair,
-                                 .cluster_n = (int)ctas};
-            cf_plan p;
-            if ((st = cf_plan_make(ir, M, N, K, dev, &r, &p, err)) != CF_OK || p.wide || p.predicted_us <= 0)
-                continue;
-            if (!found || p.predicted_us < best->predicted_us)
-                *best = p;
-            found = true;
-        }
+        for (int pair = -1; pair <= (reduces ? 1 : -1); pair += 2)
+            for (int j = 0; j < CF_ARRAY_LEN(splits) && (pair == -1 || j == 0); j++) {
+                /* a row group of exactly the row's column tiles (no idle CTA) */
+                const int64_t row_tiles = (N + tiles[i][1] - 1) / tiles[i][1], per_cta = pair == 1 ? 2 : 1;
+                const int64_t ctas = reduces ? (row_tiles + per_cta - 1) / per_cta : 0;
+                /* every slice at least two k-blocks */
+                if (ctas > 64 || (K + 63) / 64 < 2 * splits[j])
+                    continue;
+                /* the ring as deep as shared memory holds (cf_plan_make lowers it to fit): the
+                 * model's stream rate grows with the bytes in flight */
+                cf_plan_request r = {.block_m = tiles[i][0], .block_n = tiles[i][1], .pair_tiles = pair,
+                                     .cluster_n = (int)ctas, .split_k = splits[j], .stages = 12};
+                cf_plan p;
+                if ((st = cf_plan_make(ir, M, N, K, dev, &r, &p, err)) != CF_OK || p.wide || p.predicted_us <= 0 ||
+                    p.fallback[0])
+                    continue;
+                if (!found || p.predicted_us < best->predicted_us)
+                    *best = p;
+                found = true;
+            }
     if (found)
         return CF_OK;
     return st != CF_OK ? st

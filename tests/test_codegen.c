@@ -195,56 +195,56 @@ static void test_nvrtc(void)
         cf_plan_request opt;
         const char *ptx_needs; /* an instruction this configuration must use */
     } cases[] = {
-        {"examples/gemm.cf", true, {128, 128, 6, 2, 0, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "multicast::cluster"},
-        {"examples/gemm.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, 0, 0, 0}, "multicast::cluster"},
-        {"examples/gemm_bias_gelu.cf", true, {128, 128, 6, 1, 0, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "tanh.approx"},
-        {"examples/gemm_bias_gelu.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, 0, 0, 0}, "tanh.approx"},
-        {"tests/specs/all_elementwise.cf", false, {64, 128, 4, 1, 0, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "ld.global"},
-        {"tests/specs/all_elementwise.cf", false, {64, 256, 4, 1, 0, CF_SCHEDULE_COOPERATIVE, 0, 0, 0}, "ld.global"},
-        {"examples/gemm_bias_ln.cf", true, {64, 128, 6, 8, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "st.async"},
-        {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "st.async"},
-        {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "mapa"},
-        {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "shfl.sync.bfly"},
+        {"examples/gemm.cf", true, {128, 128, 6, 2, 0, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "multicast::cluster"},
+        {"examples/gemm.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, 0, 0, 0, 0}, "multicast::cluster"},
+        {"examples/gemm_bias_gelu.cf", true, {128, 128, 6, 1, 0, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "tanh.approx"},
+        {"examples/gemm_bias_gelu.cf", true, {128, 128, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, 0, 0, 0, 0}, "tanh.approx"},
+        {"tests/specs/all_elementwise.cf", false, {64, 128, 4, 1, 0, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "ld.global"},
+        {"tests/specs/all_elementwise.cf", false, {64, 256, 4, 1, 0, CF_SCHEDULE_COOPERATIVE, 0, 0, 0, 0}, "ld.global"},
+        {"examples/gemm_bias_ln.cf", true, {64, 128, 6, 8, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "st.async"},
+        {"examples/gemm_rmsnorm.cf", true, {64, 128, 6, 4, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "st.async"},
+        {"examples/gemm_softmax.cf", true, {64, 128, 6, 16, CF_REDUCE_LEADER, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "mapa"},
+        {"examples/gemm_ln_softmax.cf", true, {64, 128, 6, 2, CF_REDUCE_PEER, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "shfl.sync.bfly"},
         /* through L2: 8-byte slots with coherent 64-bit loads and stores; a merged pair's second
          * partial rounded to make room for its tag (& -256), a NaN kept NaN (0x7fffff00) */
-        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "2147483392"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "-256;"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "st.relaxed.gpu.global.u64"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "ld.relaxed.gpu.global.u64"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "atom.global.add"},
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "2147483392"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "-256;"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 6, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "st.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "ld.relaxed.gpu.global.u64"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 6, 64, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "atom.global.add"},
         /* late finish: the parked tile comes back with ldmatrix beside the next accumulator (LN
          * unpaired spills 36 bytes: the previous tile's statistics stay live while this tile
          * posts first; measured 0.6 % faster than finishing first at 16384x1024x1024) */
-        {"examples/gemm_bias_ln.cf", false, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "ldmatrix.sync.aligned.m8n8.x4"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "ldmatrix.sync.aligned.m8n8.x4"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0}, "cvt.f32.f16"},
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "ldmatrix.sync.aligned.m8n8.x4"},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "ldmatrix.sync.aligned.m8n8.x4"},
+        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}, "cvt.f32.f16"},
         /* a finisher warpgroup (512 threads) takes the late finish: 120 registers, the parked tile
          * handed over by mbarriers; the traced kernel of bench/trace.sh compiles too (below) */
-        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0},
+        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0, 0},
          "setmaxnreg.dec.sync.aligned.u32 120"},
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0, 0},
          "setmaxnreg.inc.sync.aligned.u32 184"},
-        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0},
+        {"examples/gemm_bias_ln.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0, 0},
          "mbarrier.try_wait.parity"},
         /* two column tiles per CTA: WG0 hands its row words to WG1 through shared memory, WG1
          * posts one merged word (pair) per row for both */
-        {"examples/gemm_bias_ln.cf", false, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0},
+        {"examples/gemm_bias_ln.cf", false, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0, 0},
          "st.shared.v2.f32"},
-        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0},
+        {"examples/gemm_softmax.cf", true, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0, 0},
          "ld.shared.v2.f32"},
         /* (12 bytes of spills: the late finish reads its parked groups ahead beside the gather's
          * 16 words; at the 8192x4096x4096 this is the default for, a 36k-cycle mainloop hides it) */
-        {"examples/gemm_rmsnorm.cf", false, {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0},
+        {"examples/gemm_rmsnorm.cf", false, {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0, 0},
          "mbarrier.arrive"},
         /* RMSNorm at 16 CTAs unpaired: the parked tile's late gather loads as the mainloop ends
          * (CF_GATHER_EARLY), its words in registers: no spills, no stack frame */
-        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0},
+        {"examples/gemm_rmsnorm.cf", true, {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0, 0},
          "ld.relaxed.gpu"},
         /* LN+softmax: the finisher runs the stages between the two exchanges (CF_MID) */
-        {"examples/gemm_ln_softmax.cf", false, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0},
+        {"examples/gemm_ln_softmax.cf", false, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0, 0},
          "ex2.approx.ftz.f32"},
         /* LN+softmax on the consumers (its default at K = 1024): 240 registers, the producer 24 */
-        {"examples/gemm_ln_softmax.cf", false, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0},
+        {"examples/gemm_ln_softmax.cf", false, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0},
          "setmaxnreg.dec.sync.aligned.u32 24"},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
@@ -314,7 +314,7 @@ static void test_nvrtc(void)
         cf_graph *g = parse("examples/gemm_bias_ln.cf");
         cf_kernel *k = NULL;
         cf_error err;
-        cf_plan_request opt = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0};
+        cf_plan_request opt = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0};
         setenv("CF_TRACE", "1", 1);
         CHECK_EQ_INT(CF_OK, build_req(g, &opt, "traced", &k, &err));
         CHECK_EQ_INT(CF_OK, k ? cf_kernel_compile(k, &err) : CF_ERR_INTERNAL);
@@ -827,16 +827,16 @@ static void test_gather_early(void)
         cf_plan_request o;
         const char *want; /* NULL: no gather_early */
     } cases[] = {
-        {"examples/gemm_rmsnorm.cf", {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0},
+        {"examples/gemm_rmsnorm.cf", {128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0, 0},
          "gather_early = 1;       /* 1 + the slot block (0) of the parked tile's late gather"},
-        {"examples/gemm_softmax.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0},
+        {"examples/gemm_softmax.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0, 0},
          "gather_early = 1;"},   /* merged: the first reduction's block */
-        {"examples/gemm_bias_ln.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0}, NULL},
-        {"examples/gemm_rmsnorm.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, 1, 0}, NULL},
-        {"examples/gemm_rmsnorm.cf", {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 1, -1, 0}, NULL},
-        {"examples/gemm_rmsnorm.cf", {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0}, NULL},
-        {"examples/gemm_rmsnorm.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, -1, -1, 0}, NULL},
-        {"examples/gemm_ln_softmax.cf", {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0}, NULL},
+        {"examples/gemm_bias_ln.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0, 0}, NULL},
+        {"examples/gemm_rmsnorm.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, 1, 0, 0}, NULL},
+        {"examples/gemm_rmsnorm.cf", {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 1, -1, 0, 0}, NULL},
+        {"examples/gemm_rmsnorm.cf", {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0, 0}, NULL},
+        {"examples/gemm_rmsnorm.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, -1, -1, 0, 0}, NULL},
+        {"examples/gemm_ln_softmax.cf", {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, -1, -1, 0, 0}, NULL},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         cf_graph *g = parse(cases[i].spec);
@@ -874,7 +874,7 @@ static void test_pair_tiles(void)
     cf_graph *ln = parse("examples/gemm_bias_ln.cf"), *lns = parse("examples/gemm_ln_softmax.cf");
     cf_error err;
     cf_kernel *k = NULL;
-    cf_plan_request o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0};
+    cf_plan_request o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0, 0};
     CHECK_EQ_INT(CF_OK, ln ? build_req(ln, &o, "pair", &k, &err) : CF_ERR_INTERNAL);
     const char *text = k ? cf_kernel_source(k) : NULL;
     CHECK_CONTAINS(text, "pair_tiles = true;");
@@ -884,9 +884,9 @@ static void test_pair_tiles(void)
         cf_graph *g;
         cf_plan_request o;
     } bad[] = {
-        {ln, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 1, 0}},   /* the finisher finishes */
-        {ln, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, true, 1, 0}},    /* nothing finishes late */
-        {lns, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0}},  /* two exchanges */
+        {ln, {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 1, 0, 0}},   /* the finisher finishes */
+        {ln, {128, 128, 6, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, true, 1, 0, 0}},    /* nothing finishes late */
+        {lns, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0, 0}},  /* two exchanges */
     };
     for (int i = 0; i < CF_ARRAY_LEN(bad); i++) {
         k = NULL;
@@ -894,11 +894,11 @@ static void test_pair_tiles(void)
         CHECK_CONTAINS(err.msg, "pair_tiles: needs a late finish");
         CHECK(k == NULL);
     }
-    cf_plan_request odd = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 2, 0};
+    cf_plan_request odd = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 2, 0, 0};
     k = NULL;
     CHECK_EQ_INT(CF_ERR_INVALID_ARG, ln ? build_req(ln, &odd, "odd", &k, &err) : CF_ERR_INTERNAL);
     CHECK_CONTAINS(err.msg, "pair_tiles 2: must be 0 (auto), 1 or -1");
-    cf_plan_request odd_finish = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 3, -1, 0};
+    cf_plan_request odd_finish = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 3, -1, 0, 0};
     k = NULL;
     CHECK_EQ_INT(CF_ERR_INVALID_ARG, ln ? build_req(ln, &odd_finish, "odd", &k, &err) : CF_ERR_INTERNAL);
     CHECK_CONTAINS(err.msg, "sync_finish 3: must be 0 (auto), 1 or -1");
@@ -909,7 +909,7 @@ static void test_pair_tiles(void)
     } reads[] = {{CF_SCHEDULE_PINGPONG, "cf_unpark_stream<CF_PARK_BF16, 2, KEPT> unpark0(t);"},
                  {CF_SCHEDULE_FINISHER, "cf_unpark_stream<CF_PARK_BF16, 0, KEPT> unpark0(t);"}};
     for (int i = 0; i < CF_ARRAY_LEN(reads); i++) {
-        cf_plan_request ro = {128, 128, 5, 8, CF_REDUCE_GLOBAL, reads[i].schedule, false, -1, 0};
+        cf_plan_request ro = {128, 128, 5, 8, CF_REDUCE_GLOBAL, reads[i].schedule, false, -1, 0, 0};
         k = NULL;
         CHECK_EQ_INT(CF_OK, ln ? build_req(ln, &ro, "reads", &k, &err) : CF_ERR_INTERNAL);
         CHECK_CONTAINS(k ? cf_kernel_source(k) : NULL, reads[i].stream);
@@ -926,7 +926,7 @@ static void test_mid_part(void)
     cf_graph *g = NULL;
     cf_error err;
     CHECK_EQ_INT(CF_OK, cf_spec_parse(lnsm, strlen(lnsm), "mid.cf", &g, &err));
-    cf_plan_request fin = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0};
+    cf_plan_request fin = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0, 0};
     cf_kernel *k = NULL;
     CHECK_EQ_INT(CF_OK, build_req(g, &fin, "mid", &k, &err));
     const char *text = k ? cf_kernel_source(k) : NULL;
@@ -999,7 +999,7 @@ static void test_mid_part(void)
     static const char *lnsrc = "input X: bf16[M, K]\ninput W: bf16[K, N]\nx = X @ W\nd = x - mean(x)\n"
                                "output Y: bf16 = d * rsqrt(mean(d * d) + 1e-5)\n";
     CHECK_EQ_INT(CF_OK, cf_spec_parse(lnsrc, strlen(lnsrc), "ln32.cf", &ln2, &err));
-    cf_plan_request ln32 = {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, -1, 0};
+    cf_plan_request ln32 = {128, 128, 5, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, -1, 0, 0};
     k = NULL;
     CHECK_EQ_INT(CF_OK, ln2 ? build_req(ln2, &ln32, "ln32", &k, &err) : CF_ERR_INTERNAL);
     text = k ? cf_kernel_source(k) : NULL;
@@ -1033,9 +1033,9 @@ static void test_post_first(void)
         cf_plan_request o;
         bool post_first;
     } cases[] = {
-        {{128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, -1, 0}, true},
-        {{128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0}, false},
-        {{128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0}, false},
+        {{128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, -1, 0, 0}, true},
+        {{128, 128, 5, 16, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 1, 0, 0}, false},
+        {{128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0, 0}, false},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         cf_kernel *k = NULL;
@@ -1075,7 +1075,7 @@ static void test_corrected_scale(void)
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         cf_graph *g = parse(cases[i].spec);
-        cf_plan_request o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, cases[i].sync_finish, -1, 0};
+        cf_plan_request o = {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, cases[i].sync_finish, -1, 0, 0};
         cf_kernel *k = NULL;
         cf_error err;
         CHECK_EQ_INT(CF_OK, g ? build_req(g, &o, "corrected-scale", &k, &err) : CF_ERR_INTERNAL);
@@ -1136,7 +1136,7 @@ static void test_scale_into_exp(void)
     }
     /* the finisher's mid part too: its two passes over the parked tile read v */
     cf_graph *lnsm = parse("examples/gemm_ln_softmax.cf");
-    cf_plan_request opt = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0};
+    cf_plan_request opt = {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0, 0};
     cf_kernel *k = NULL;
     cf_error err;
     CHECK_EQ_INT(CF_OK, lnsm ? build_req(lnsm, &opt, "scaled-mid", &k, &err) : CF_ERR_INTERNAL);
@@ -1532,9 +1532,9 @@ static void test_dual(void)
         const char *src_needs, *ptx_needs;
     } cases[] = {
         {"examples/swiglu.cf", {0}, "const float u_1 = acc2[r];", "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"},
-        {"examples/swiglu.cf", {128, 64, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, 0, 0, 0}, "pingpong = false;",
+        {"examples/swiglu.cf", {128, 64, 4, 2, 0, CF_SCHEDULE_COOPERATIVE, 0, 0, 0, 0}, "pingpong = false;",
          "multicast::cluster"},
-        {"examples/swiglu.cf", {64, 128, 0, 0, 0, 0, 0, 0, 0}, "bn = 128;",
+        {"examples/swiglu.cf", {64, 128, 0, 0, 0, 0, 0, 0, 0, 0}, "bn = 128;",
          "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"},
         {"tests/specs/geglu_nk.cf", {0}, "T0[r] = u_1;  /* kept for the store */",
          "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"},

@@ -179,6 +179,62 @@ static void test_model_takes_over(void)
     }
 }
 
+/* Slices of K: the grid is a copy of the row groups per slice, all resident; the model takes
+ * them where one row block of tiles leaves most SMs idle and not where the tiles fill the
+ * GPU; what the kernel cannot slice is refused by name. */
+static void test_split_k(void)
+{
+    cf_plan p;
+    cf_error err;
+    cf_plan_request r = {.split_k = 4, .block_m = 64};
+    CHECK(plan_of("examples/gemm_rmsnorm.cf", 64, 4096, 4096, NULL, &r, &p, &err));
+    CHECK_EQ_INT(4, p.split_k);
+    CHECK_EQ_INT(32, p.row_ctas);   /* 4096 columns in tiles of 128 */
+    CHECK_EQ_INT(128, (int)p.grid_ctas);   /* 4 copies of one row group */
+    CHECK(!p.pair_tiles && !p.cooperative && !p.fallback[0]);
+    /* five copies of 32 CTAs do not fit on 132 SMs */
+    r.split_k = 5;
+    CHECK(plan_of("examples/gemm_rmsnorm.cf", 64, 4096, 4096, NULL, &r, &p, &err));
+    CHECK(p.grid_ctas == 0 && strstr(p.fallback, "times the K slices") != NULL);
+    /* the model: at M = 64 it slices K (and predicts less than the unsliced plan) */
+    CHECK(plan_of("examples/gemm_rmsnorm.cf", 64, 4096, 4096, NULL, NULL, &p, &err));
+    CHECK(p.split_k > 1 && p.grid_ctas <= p.resident_ctas);
+    cf_plan one;
+    cf_plan_request same = {.block_m = p.bm, .block_n = p.bn, .stages = p.stages, .split_k = 1};
+    CHECK(plan_of("examples/gemm_rmsnorm.cf", 64, 4096, 4096, NULL, &same, &one, &err));
+    CHECK(p.predicted_us < one.predicted_us);
+    /* a bare GEMM at M = 64 too (its default schedule, cooperative, gives way to pingpong) */
+    CHECK(plan_of("examples/gemm_bias_gelu.cf", 64, 4096, 4096, NULL, NULL, &p, &err));
+    CHECK(p.split_k > 1 && !p.cooperative);
+    /* not where the tiles fill the GPU */
+    CHECK(plan_of("examples/gemm_rmsnorm.cf", 8192, 4096, 4096, NULL, NULL, &p, &err));
+    CHECK_EQ_INT(1, p.split_k);
+    /* refused, named */
+    cf_plan_request coop = {.split_k = 2, .schedule = CF_SCHEDULE_COOPERATIVE};
+    CHECK(!plan_of("examples/gemm.cf", 64, 4096, 4096, NULL, &coop, &p, &err));
+    CHECK_CONTAINS(err.msg, "split_k 2: slices of K need one tile per warpgroup");
+    CHECK_CONTAINS(err.msg, "(here: cooperative)");
+    cf_plan_request pair = {.split_k = 2, .pair_tiles = 1};
+    CHECK(!plan_of("examples/gemm_rmsnorm.cf", 64, 4096, 4096, NULL, &pair, &p, &err));
+    CHECK_CONTAINS(err.msg, "(here: pair tiles)");
+    cf_plan_request dual = {.split_k = 2};
+    CHECK(!plan_of("examples/swiglu.cf", 64, 4096, 4096, NULL, &dual, &p, &err));
+    CHECK_CONTAINS(err.msg, "(here: two GEMMs over one X)");
+    cf_plan_request o = {0};
+    CHECK_EQ_INT(CF_OK, cf_plan_override(&o, "split_k", "3", &err));
+    CHECK_EQ_INT(3, o.split_k);
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_plan_override(&o, "split_k", "17", &err));
+    CHECK_CONTAINS(err.msg, "--plan split_k=17: must be an integer in 1..16");
+    CHECK_EQ_INT(3, o.split_k);
+    /* the CLI's flag, rendered into the schedule */
+    char out[1 << 16];
+    CHECK_EQ_INT(0, cli("emit --split-k 4 --block-m 64 --shape M=64,N=4096,K=4096 examples/gemm_rmsnorm.cf", out,
+                        sizeof out));
+    CHECK_CONTAINS(out, "static constexpr int split_k = 4;");
+    CHECK_EQ_INT(2, cli("emit --split-k 0 examples/gemm_rmsnorm.cf", out, sizeof out));
+    CHECK_CONTAINS(out, "--split-k 0: must be an integer in 1..16");
+}
+
 /* The C API refuses a dual GEMM whose rows outgrow the row group at build time, with the
  * reason, rather than after NVRTC at its first launch (it has no wide-row path). */
 static void test_dual_too_wide_refused_at_build(void)
@@ -383,6 +439,7 @@ int main(int argc, char **argv)
     test_stages_fit();
     test_model_monotone();
     test_model_takes_over();
+    test_split_k();
     test_dual_too_wide_refused_at_build();
     test_overrides();
     test_cli_and_api_agree();

@@ -108,6 +108,10 @@ template <class P> struct cf_schedule : P {
     static constexpr int reg_producer = P::finisher || reg_wide ? 24 : 40;
     static constexpr int reg_consumer = P::finisher ? 184 : reg_wide ? 240 : 232;
     static constexpr int reg_finisher = 120;
+    /* split_k: slices of K on copies of the grid, partials through L2 (cf_split_post); one tile
+     * per warpgroup at a time, one accumulator (pingpong, no pair of tiles, no second GEMM) */
+    static_assert(P::split_k >= 1 && (P::split_k == 1 || (P::pingpong && !P::pair_tiles && !P::dual)),
+                  "split_k needs pingpong, one tile per warpgroup and one GEMM");
     static constexpr int bk = 64;                        /* K elements per stage (one 128-B swizzle row) */
     static constexpr int num_threads = P::finisher ? 512 : 384;
     static constexpr int launch_regs = (65536 / num_threads) & ~7;
@@ -209,7 +213,9 @@ static_assert(!cf_S::mid || (cf_S::finisher && cf_S::late_finish), "mid: the fin
 #define CF_INFO_NUM_RED 18     /* row reductions per tile (sizes args.xchg) */
 #define CF_INFO_LATE_FINISH 19 /* 1: tiles finish after the next mainloop (cf_epilogue_finish) */
 #define CF_INFO_OUT_BOX_ROWS 20 /* TMA box of each stored output: {128/esize, this} (S::out_box_rows) */
-#define CF_SM90_VERSION 6
+#define CF_INFO_TIN_ARGS 21    /* [M,N] inputs fetched through the operand ring, a bit per argument */
+#define CF_INFO_SPLIT_K 22     /* slices of K (S::split_k): cooperative launch, args.split_ws and split_cnt */
+#define CF_SM90_VERSION 7
 
 /* ----------------------------------------------------------------------------------------
  * Types shared with the host
@@ -244,6 +250,8 @@ struct cf_gemm_args {
     cf_tma_desc tma_out[cf_S::num_out + cf_S::num_tin];
     unsigned long long *xchg;  /* S::red_global: row partials, 8-byte slots (cf_reduce.cuh) */
     unsigned *xsync;           /* S::red_global: [0] launch epoch, [1] CTAs that have read it */
+    float *split_ws;           /* S::split_k > 1: the K slices' partial accumulators (cf_split_post) */
+    unsigned *split_cnt;       /* S::split_k > 1: per tile, the slices posted (0 between launches) */
     void *out[cf_S::num_out];
     int M, N, K;
     int out_ld[cf_S::num_out];
@@ -1080,10 +1088,11 @@ __device__ __forceinline__ void cf_tin_release(const cf_tile &t) {
         cf_release_stage(t.ring_empty + 8 * ((t.tin_pos + e) % cf_S::stages), t.lane);
 }
 
-extern "C" __device__ const int cf_kernel_info[22] = {
+extern "C" __device__ const int cf_kernel_info[23] = {
     CF_SM90_VERSION, cf_S::smem_bytes, cf_S::bm, cf_S::bn, cf_S::tile_m, cf_S::stages, cf_S::cluster_n, cf_S::b_nk,
     cf_S::in_f16, cf_S::num_out, cf_S::pingpong, cf_S::num_threads, cf_S::stg_chunks, cf_S::group_m, cf_S::a_box_rows,
-    cf_S::b_nk ? cf_S::bn : 64, cf_S::row_ctas, cf_S::red_global, cf_S::num_red, cf_S::late_finish, cf_S::out_box_rows, cf_S::tin_args};
+    cf_S::b_nk ? cf_S::bn : 64, cf_S::row_ctas, cf_S::red_global, cf_S::num_red, cf_S::late_finish, cf_S::out_box_rows, cf_S::tin_args,
+    cf_S::split_k};
 
 
 /* The CTA's i-th tile -> (row tile, column tile): row-group tile ct = cid + (i / S::group_tiles) *
@@ -1147,7 +1156,9 @@ struct cf_cta {
     unsigned bar_full, bar_empty; /* the ring's mbarriers, a stage each */
     unsigned bar_fin;             /* finisher: per consumer WG, parked / free */
     unsigned bar_pair;            /* pair_tiles: full / empty, then the words */
-    int M, N, K, tiles_m, groups_n, nkb;
+    int M, N, K, tiles_m, groups_n;
+    int nkb, kb0;                 /* the k-blocks of this CTA's K slice: [kb0, kb0 + nkb) */
+    int ks;                       /* split_k: the K slice (0: the slice that runs the epilogue) */
     int nclusters, cid;           /* row groups, and this CTA's */
     int my_n;                     /* tiles of this CTA's stream (the same for all CTAs of a row group) */
     int rank;                     /* in the row group (a cluster's CTAs are consecutive) */
@@ -1167,11 +1178,17 @@ template <class S> __device__ __forceinline__ cf_cta cf_cta_of(const cf_gemm_arg
     const int tiles_n = (c.N + S::bn - 1) / S::bn;
     c.groups_n = (tiles_n + S::row_ctas * S::group_tiles - 1) / (S::row_ctas * S::group_tiles);
     const int num_ct = c.tiles_m * c.groups_n;
-    c.nkb = (c.K + S::bk - 1) / S::bk;
-    c.nclusters = gridDim.x / S::row_ctas;
-    c.cid = blockIdx.x / S::row_ctas;
+    /* split_k: the grid is split_k copies of the row groups, one per K slice (blockIdx.x /
+     * copy).  Slice 0 runs the epilogue and takes K's last part, which is never empty. */
+    const int copy = gridDim.x / S::split_k, block = blockIdx.x % copy;
+    c.ks = blockIdx.x / copy;
+    const int nkb_all = (c.K + S::bk - 1) / S::bk, part = S::split_k - 1 - c.ks;
+    c.kb0 = nkb_all * part / S::split_k;
+    c.nkb = nkb_all * (part + 1) / S::split_k - c.kb0;
+    c.nclusters = copy / S::row_ctas;
+    c.cid = block / S::row_ctas;
     c.my_n = num_ct > c.cid ? (num_ct - c.cid + c.nclusters - 1) / c.nclusters * S::group_tiles : 0;
-    c.rank = (int)(blockIdx.x % S::row_ctas);
+    c.rank = block % S::row_ctas;
     c.cl_rank = 0;
     if constexpr (S::cluster_n > 1)
         c.cl_rank = (int)cf_cluster_ctarank();
@@ -1244,6 +1261,7 @@ template <class S> __device__ __forceinline__ void cf_producer(const cf_gemm_arg
 #pragma unroll 1
             for (int kb = 0; kb < cta.nkb; ++kb) {
                 cf_mbar_wait(cta.bar_empty + 8 * stage, phase ^ 1);
+                const int kc = (cta.kb0 + kb) * S::bk;   /* K coordinate of this k-block */
                 /* X's tile (with multicast this CTA's slice of it, to every CTA of the cluster),
                  * then each weight's (written out here: as a function of its own, the compiler numbered
                  * the loop's registers differently) */
@@ -1252,27 +1270,27 @@ template <class S> __device__ __forceinline__ void cf_producer(const cf_gemm_arg
                 const unsigned sa = cta.base + stage * S::stage_bytes;
                 const unsigned sb = sa + S::a_stage_bytes;
                 if constexpr (S::multicast)
-                    cf_tma_load_2d_mc(sa + cta.cl_rank * (S::a_box_rows * 128), &args.tma_a, fb, kb * S::bk,
+                    cf_tma_load_2d_mc(sa + cta.cl_rank * (S::a_box_rows * 128), &args.tma_a, fb, kc,
                                       m0 + cta.cl_rank * S::a_box_rows, (unsigned short)((1u << S::cluster_n) - 1));
                 else
-                    cf_tma_load_2d(sa, &args.tma_a, fb, kb * S::bk, m0);
+                    cf_tma_load_2d(sa, &args.tma_a, fb, kc, m0);
 #pragma unroll
                 for (int b = 0; b < S::num_b; ++b) {   /* W1's tile, then (dual) W2's */
                     const cf_tma_desc *tb = &args.tma_b[b];
                     const unsigned sbb = sb + b * S::b_stage_bytes;
                     if constexpr (S::b_nk) {
-                        cf_tma_load_2d(sbb, tb, fb, kb * S::bk, n0);
+                        cf_tma_load_2d(sbb, tb, fb, kc, n0);
                     } else {
 #pragma unroll
                         for (int j = 0; j < S::bn / 64; ++j)
-                            cf_tma_load_2d(sbb + j * (64 * 128), tb, fb, n0 + 64 * j, kb * S::bk);
+                            cf_tma_load_2d(sbb + j * (64 * 128), tb, fb, n0 + 64 * j, kc);
                     }
                 }
                 if (++stage == S::stages) { stage = 0; phase ^= 1; }
             }
             if constexpr (S::num_tin > 0) {   /* the tile's [M, N] epilogue inputs, into the next stage(s) */
 #pragma unroll 1
-                for (int e = 0; e < S::tin_stages; ++e) {
+                for (int e = 0; e < (cta.ks == 0 ? S::tin_stages : 0); ++e) {   /* the slice that runs the epilogue */
                     cf_mbar_wait(cta.bar_empty + 8 * stage, phase ^ 1);
                     cf_load_tin_stage<S>(args, cta, stage, m0, n0, e);
                     if (++stage == S::stages) { stage = 0; phase ^= 1; }
@@ -1424,7 +1442,8 @@ __device__ __forceinline__ void cf_mainloop(const cf_cta &cta, const cf_tile &t,
          * stages after them, and a wait on a stage whose previous fill has not landed yet
          * passes at once (the parity it waits for is that of the fill before): the inputs
          * come from HBM and can land after the other warpgroup's next k-blocks. */
-        cf_tin_wait(t);
+        if (cta.ks == 0)   /* split_k: the slices after the first load no inputs */
+            cf_tin_wait(t);
     }
     if constexpr (S::pingpong)
         if (i + 1 < my_n) cf_named_bar_arrive(CF_BAR_ORDER0 + (1 - w), 256);   /* other WG's turn */
@@ -1452,6 +1471,65 @@ template <bool DUAL> struct cf_acc2 {
 template <> struct cf_acc2<false> {
     __device__ __forceinline__ float (&of(float (&acc)[CF_ACC_REGS]))[CF_ACC_REGS] { return acc; }
 };
+
+/* ---------------- split_k: partial accumulators through L2 ----------------
+ * With S::split_k > 1 the grid is that many copies of the row groups, one per slice of K.  A
+ * warpgroup of slice ks > 0 runs its tile's mainloop over its slice and posts the accumulator
+ * (cf_split_post); slice 0's warpgroup, after its own slice, waits until the others have
+ * posted, adds their partials (cf_split_gather) and runs the epilogue.  Small M leaves most SMs
+ * idle without it: one row block of tiles streams all of K per CTA.  The launch is cooperative
+ * (every CTA resident), so the wait ends. */
+__device__ __forceinline__ void cf_st_cg_v4(float *p, float a, float b, float c, float d) {
+    asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+__device__ __forceinline__ void cf_ld_cg_v4(const float *p, float &a, float &b, float &c, float &d) {
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p) : "memory");
+}
+/* Slice `slice`'s (1 ..) partial of tile `tile` (row tile * padded column tiles + column tile):
+ * CF_ACC_REGS floats a thread, as float4s interleaved over the warpgroup's 128 threads (a warp
+ * stores 512 contiguous bytes). */
+template <class S> __device__ __forceinline__ float *cf_split_slot(const cf_gemm_args &args, const cf_tile &t,
+                                                                   int tile, int slice) {
+    const long long slot = (long long)tile * (S::split_k - 1) + (slice - 1);
+    return args.split_ws + slot * (CF_ACC_REGS * 128) + 4 * t.tid;
+}
+template <class S> __device__ __forceinline__ void cf_split_post(const cf_gemm_args &args, const cf_tile &t,
+                                                                 const float (&acc)[CF_ACC_REGS], int tile, int slice) {
+    float *p = cf_split_slot<S>(args, t, tile, slice);
+#pragma unroll
+    for (int r = 0; r < CF_ACC_REGS; r += 4)
+        cf_st_cg_v4(p + 128 * r, acc[r], acc[r + 1], acc[r + 2], acc[r + 3]);
+    cf_named_bar_sync(t.bar_id, 128);   /* every thread's stores precede the count */
+    if (t.tid == 0) {
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" :: "l"(args.split_cnt + tile) : "memory");
+    }
+}
+template <class S> __device__ __forceinline__ void cf_split_gather(const cf_gemm_args &args, const cf_tile &t,
+                                                                   float (&acc)[CF_ACC_REGS], int tile) {
+    if (t.tid == 0) {
+        unsigned n;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(n) : "l"(args.split_cnt + tile) : "memory");
+        } while (n < (unsigned)(S::split_k - 1));
+        args.split_cnt[tile] = 0;   /* for the next launch, which is stream-ordered after this one */
+    }
+    cf_named_bar_sync(t.bar_id, 128);   /* thread 0's acquire orders the warpgroup's loads */
+#pragma unroll 1
+    for (int slice = 1; slice < S::split_k; ++slice) {
+        const float *p = cf_split_slot<S>(args, t, tile, slice);
+#pragma unroll
+        for (int r = 0; r < CF_ACC_REGS; r += 4) {
+            float a, b, c, d;
+            cf_ld_cg_v4(p + 128 * r, a, b, c, d);
+            acc[r] += a; acc[r + 1] += b; acc[r + 2] += c; acc[r + 3] += d;
+        }
+    }
+}
+/* A tile's index in the split counters and partials: row tile, then column tile of the padded row. */
+__device__ __forceinline__ int cf_split_tile(const cf_cta &cta, int tm, int tn) {
+    return tm * cta.groups_n * cf_S::row_ctas * cf_S::group_tiles + tn;
+}
 
 template <class S>
 __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_cta &cta, int tid, int wg) {
@@ -1496,6 +1574,8 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
             cf_epilogue_preload(args, next, pre);
         }
         cf_mainloop<S>(cta, t, acc, acc2, i, istep, pos, a_off);
+        if constexpr (S::split_k > 1)   /* the other slices' partials of this tile */
+            cf_split_gather<S>(args, t, acc, cf_split_tile(cta, tm, tn));
         if constexpr (S::xchg_l2)
             if (i == istart) t.epoch = cf_launch_epoch();
         t.tile_m = tm; t.tile_n = tn;
@@ -1569,6 +1649,30 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
 #endif
 }
 
+/* split_k: a consumer warpgroup of a K slice after the first.  Its tiles' mainloops over the
+ * slice, each accumulator posted for slice 0's epilogue; an empty slice (K of fewer k-blocks
+ * than slices) posts zeros. */
+template <class S> __device__ __forceinline__ void cf_split_poster(const cf_gemm_args &args, const cf_cta &cta,
+                                                                   int tid, int wg) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(S::reg_consumer));
+    const int w = wg - 1;
+    float acc[CF_ACC_REGS];
+    cf_tile t = cf_wg_tile(args, cta.M, cta.N, tid, cta.rank, CF_BAR_EPI0 + w);
+    t.wg = w;
+#pragma unroll 1
+    for (int i = w; i < cta.my_n; i += 2) {
+        int tm, tn;
+        cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
+        if (cta.nkb > 0) {
+            cf_mainloop<S>(cta, t, acc, acc, i, 2, i * cta.nkb, 0);
+        } else {
+#pragma unroll
+            for (int r = 0; r < CF_ACC_REGS; ++r) acc[r] = 0.0f;
+        }
+        cf_split_post<S>(args, t, acc, cf_split_tile(cta, tm, tn), cta.ks);
+    }
+}
+
 /* A CTA: its layout, its barriers, then each warpgroup runs its role. */
 template <class S> __device__ __forceinline__ void cf_cta_run(const cf_gemm_args &args) {
     const int tid = threadIdx.x;
@@ -1583,6 +1687,11 @@ template <class S> __device__ __forceinline__ void cf_cta_run(const cf_gemm_args
         cf_cluster_sync();
     if (wg == 0) {
         cf_producer<S>(args, cta, tid);
+    } else if (S::split_k > 1 && cta.ks > 0) {   /* uniform over the CTA */
+        if (wg < 3)
+            cf_split_poster<S>(args, cta, tid, wg);
+        else   /* the finisher's registers go back to the pool the consumers take theirs from */
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(S::reg_finisher));
     } else if constexpr (S::finisher) {
         if (wg == 3)
             cf_finisher<S>(args, cta, tid);

@@ -9,6 +9,7 @@ struct cf_sched {
     static constexpr int stages = 5;             /* operand ring depth */
     static constexpr int cluster_n = 1;          /* CTAs per hardware cluster along N */
     static constexpr int row_ctas = 1;           /* CTAs per row block */
+    static constexpr int split_k = 1;            /* K in one slice */
     static constexpr bool pingpong = true;       /* a tile per consumer warpgroup, mainloops in turn */
     static constexpr bool b_nk = false;          /* W given as [K,N] */
     static constexpr bool dual = false;          /* one GEMM */
