@@ -14,6 +14,7 @@
  *         static constexpr int stages = 5;                // smem ring depth
  *         static constexpr int cluster_n = 1;             // CTAs per cluster along N (1,2,4,8); launch with it
  *         static constexpr int row_ctas = 1;              // CTAs per row block (a multiple of cluster_n)
+ *         static constexpr int split_k = 1;               // slices of K, a copy of the grid each
  *         static constexpr bool pingpong = true;          // false: cooperative
  *         static constexpr bool b_nk = false;             // W is [N,K] row-major (nn.Linear), else [K,N]
  *         static constexpr bool dual = false;             // two GEMMs over one X: tma_b[1] and acc2
@@ -58,6 +59,9 @@
  * Column tiles past tiles_n (when tiles_n % S::row_ctas != 0) are still "computed" (TMA zero fill)
  * and their stores are skipped: t.n0 >= t.N tells the epilogue.  Row-group-tile order is grouped by
  * S::group_m row blocks (L2 reuse): inside a group the row index runs fastest.
+ * S::split_k > 1: the grid is S::split_k copies of that, one per slice of K (CTA blockIdx.x /
+ * copy); a slice after the first runs its tiles' mainloops over its slice and posts each
+ * accumulator to L2 (cf_split_poster), slice 0 adds them before its epilogue (cf_split_gather).
  * Ragged M/N/K: TMA zero-fills out-of-bounds loads; TMA stores clip.  Requirements: K >= 1,
  * K*2 and N*2 (row pitches) multiples of 16 bytes, i.e. K % 8 == 0 and N % 8 == 0, base pointers
  * 16-byte aligned, output ld*elem_size a multiple of 16. 
@@ -84,7 +88,7 @@
 /* Psi's choices come as struct cf_sched, generated before this header: one static constexpr
  * member each (bm, bn, stages, cluster_n, row_ctas, pingpong, b_nk, dual, in_f16, num_out,
  * stg_chunks, smem_plan, multicast, num_tin, tin_args, late_finish, pair_tiles, post_first,
- * gather_early, finisher, mid, num_red, static_smem, red_global, red_leader).  cf_schedule adds
+ * gather_early, finisher, mid, num_red, static_smem, red_global, red_leader, split_k).  cf_schedule adds
  * what follows from them.  The roles (cf_producer, cf_mainloop, cf_consumer, cf_finisher) are
  * templates over it, S, and read S::stages, S::pingpong, ...; the kernel instantiates them with
  * cf_S.  A feature that is off is a discarded `if constexpr` branch: no code, as an #if made. */
