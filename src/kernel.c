@@ -64,7 +64,8 @@ struct cf_kernel {
     /* split_k: per tile, a counter of the K slices posted (zero between launches: the kernel
      * resets it), then the slices' partial accumulators (see prepare_split) */
     cf_rt_devptr split;
-    size_t split_bytes;
+    int64_t split_tiles;   /* the tiles it holds counters and partials for */
+    size_t split_cnt_bytes;
     cf_rt_devptr *retired; /* outgrown slots, freed with the kernel (see grow_exchange)        */
     int n_retired;
     /* The TMA descriptor of each IR arg's last launch and what it encodes (see tensor_map). */
@@ -529,17 +530,23 @@ static cf_status prepare_exchange(cf_kernel *k, int64_t M, int64_t tiles_m, cf_r
 }
 
 /* split_k: the counters (a word per tile, 256-byte aligned block) and the partials of `tiles`
- * tiles.  New memory is zeroed (the counters' invariant: zero between launches); outgrown
- * memory is kept until the kernel is freed, as the exchange's (a launch or a captured graph may
- * still use it). */
+ * tiles: row_tiles (a row block's) times the row blocks of this launch, or of the M
+ * cf_kernel_prepare was given if more, so that a capture after it finds them allocated.  New
+ * memory is zeroed (the counters' invariant: zero between launches); outgrown memory is kept
+ * until the kernel is freed, as the exchange's (a launch or a captured graph may still use it).
+ * The counters' block is the allocation's (split_cnt_bytes), the same for every launch on it: a
+ * launch at a smaller M must not write partials over counters a larger one needs zero. */
 static size_t split_counter_bytes(int64_t tiles) { return align_up((size_t)tiles * 4, 256); }
 
-static cf_status prepare_split(cf_kernel *k, int64_t tiles, cf_rt_stream stream, cf_error *err)
+static cf_status prepare_split(cf_kernel *k, int64_t row_tiles, int64_t tiles_m, cf_rt_stream stream, cf_error *err)
 {
+    const int64_t tile_m = k->info[INFO_TILE_M];
+    const int64_t prepared = (k->prepared_m + tile_m - 1) / tile_m;
+    const int64_t tiles = row_tiles * (tiles_m > prepared ? tiles_m : prepared);
     const size_t part = (size_t)k->info[INFO_TILE_M] * (size_t)k->info[INFO_BN] * 4 *
                         (size_t)(k->info[INFO_SPLIT_K] - 1),
                  bytes = split_counter_bytes(tiles) + part * (size_t)tiles;
-    if (bytes <= k->split_bytes)
+    if (tiles <= k->split_tiles)
         return CF_OK;
     bool capturing = false;
     cf_status st = cf_rt_stream_capturing(stream, &capturing, err);
@@ -565,7 +572,8 @@ static cf_status prepare_split(cf_kernel *k, int64_t tiles, cf_rt_stream stream,
     if (k->split)
         k->retired[k->n_retired++] = k->split;
     k->split = p;
-    k->split_bytes = bytes;
+    k->split_tiles = tiles;
+    k->split_cnt_bytes = split_counter_bytes(tiles);
     return CF_OK;
 }
 
@@ -917,15 +925,15 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
                          k->max_clusters * cl);
     const int64_t tiles_m = at.tiles_m;
     bool global = k->info[INFO_RED_GLOBAL]; /* emitted only for row groups of 2 or more */
+    const bool split = k->info[INFO_SPLIT_K] > 1;
+    /* a row block's tiles: the padded row's column tiles */
+    if (split && (st = prepare_split(k, at.group_tiles / tiles_m * rc, tiles_m, a->stream, err)) != CF_OK)
+        return st;
     if (global && (st = prepare_exchange(k, M, tiles_m, a->stream, err)) != CF_OK)
         return st;
-    const bool split = k->info[INFO_SPLIT_K] > 1;
-    const int64_t split_tiles = at.group_tiles * rc;   /* the padded row's column tiles, every row tile */
-    if (split && (st = prepare_split(k, split_tiles, a->stream, err)) != CF_OK)
-        return st;
     /* xchg, xsync, then split_ws (the partials after the counters) and split_cnt */
-    uint64_t xptr[4] = {global ? k->xchg : 0, global ? k->xsync : 0,
-                        split ? k->split + split_counter_bytes(split_tiles) : 0, split ? k->split : 0};
+    uint64_t xptr[4] = {global ? k->xchg : 0, global ? k->xsync : 0, split ? k->split + k->split_cnt_bytes : 0,
+                        split ? k->split : 0};
     memcpy(block + l.xchg, xptr, sizeof xptr);
     cf_rt_launch_cfg cfg = {
         .grid = {(unsigned)at.grid_ctas, 1, 1},

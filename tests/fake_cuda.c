@@ -18,7 +18,7 @@ static int handle;   /* the address every module, function, stream and event is 
 struct fake_cuda_counts {
     int encodes, allocs, frees, syncs, memsets_async, launches, copies_2d;
     size_t memset_async_bytes;
-    unsigned char params[384];   /* the last launch's first three TMA descriptors */
+    unsigned char params[512];   /* the first 512 bytes of the last launch's parameter block */
 };
 static struct fake_cuda_counts counts;
 static int capturing;

@@ -222,7 +222,7 @@ static void test_compile_shapes(void)
 struct fake_cuda_counts {   /* tests/fake_cuda.c's */
     int encodes, allocs, frees, syncs, memsets_async, launches, copies_2d;
     size_t memset_async_bytes;
-    unsigned char params[384];
+    unsigned char params[512];
 };
 
 static int input_named(const cf_graph *g, const char *name)

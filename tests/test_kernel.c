@@ -12,7 +12,7 @@
 struct fake_cuda_counts {
     int encodes, allocs, frees, syncs, memsets_async, launches, copies_2d;
     size_t memset_async_bytes;
-    unsigned char params[384];
+    unsigned char params[512];
 };
 static struct fake_cuda_counts *fc;
 static void (*fake_capture)(int);
@@ -150,6 +150,42 @@ static void test_exchange_capture(cf_kernel *k)
     CHECK_EQ_INT(1, fc->memsets_async);   /* a replay may have posted into the tail since */
 }
 
+/* Slices of K: the counters and partials are allocated with the kernel's first launch, for the
+ * prepared M if larger, the counters zeroed once; the block passes them (split_ws after the
+ * allocation's counters); a larger M grows them (the old kept), and under capture that is
+ * refused by name. */
+static void test_split(void)
+{
+    cf_error err;
+    cf_plan_request r = {.split_k = 4, .block_m = 64};
+    cf_kernel *k = NULL;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build_req(g, &r, 64, N, K, "test_split", &k, &err));
+    if (!k)
+        return;
+    const int64_t dims[3] = {128, N, K};
+    CHECK_EQ_INT(CF_OK, cf_kernel_prepare(k, dims, &err));
+    CHECK_EQ_INT(CF_OK, launch(k, 64, 0, 0, &err));
+    CHECK_EQ_INT(3, fc->allocs);   /* the split's counters and partials, the exchange's slots and epoch */
+    CHECK(fc->memsets_async == 2);  /* the split's counters, the exchange's slots */
+    /* xchg, xsync, split_ws, split_cnt follow the operand and output descriptors */
+    uint64_t p[4];
+    memcpy(p, fc->params + 384, sizeof p);
+    CHECK(p[3] != 0 && p[2] == p[3] + 256);   /* the prepared M's 2 x 32 tiles' counters: 256 bytes */
+    CHECK_EQ_INT(CF_OK, launch(k, 128, 0, 0, &err));
+    uint64_t q[4];
+    memcpy(q, fc->params + 384, sizeof q);
+    CHECK(fc->allocs == 0 && fc->memsets_async == 0 && q[3] == p[3] && q[2] == p[2]);
+    CHECK_EQ_INT(CF_OK, launch(k, 1024, 0, 0, &err));   /* 16 row blocks: grows */
+    memcpy(q, fc->params + 384, sizeof q);
+    CHECK(fc->frees == 0 && fc->syncs == 0 && q[3] != p[3] && q[2] == q[3] + 16 * (N / 128) * 4);
+    fake_capture(1);
+    CHECK_EQ_INT(CF_ERR_INVALID_ARG, launch(k, 2048, 0, 0, &err));
+    CHECK_CONTAINS(err.msg, "the K slices' partials are not allocated for it yet");
+    CHECK_EQ_INT(0, fc->launches);
+    fake_capture(0);
+    cf_kernel_free(k);
+}
+
 static void run_all(void)
 {
     cf_error err;
@@ -189,6 +225,8 @@ static void run_all(void)
         test_exchange_capture(k);
         cf_kernel_free(k);
     }
+    if (ok)
+        test_split();
     cf_graph_free(g);
 }
 
