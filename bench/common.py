@@ -98,29 +98,46 @@ def time_ms(fn):
     return sorted(times)[len(times) // 2]
 
 
+FLUSH_BYTES = 256 << 20   # over five times the H200's 50 MB L2, as `comfuse bench` and do_bench flush
+
+
 def graph_ms(fn, reps=20, turns=10):
-    """fn's GPU time per call with its host work taken out: reps calls captured in one CUDA
-    graph (after warm-up on a side stream), the graph replayed turns times; the median."""
+    """fn's GPU time per call with its host work taken out, from a cold L2 as every other
+    column is timed: reps of (an L2 flush, fn) captured in one CUDA graph (after warm-up on a
+    side stream), the graph replayed turns times, less the same graph of flushes alone; the
+    median.  (Without the flush a replay reads weights that fit in L2 from L2, and beats any
+    flushed figure at small M.)"""
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
             fn()
     torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    g.replay()
+
+    def capture(with_fn):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(reps):
+                flush.zero_()
+                if with_fn:
+                    fn()
+        g.replay()
+        return g
+
+    graphs = (capture(True), capture(False))
     torch.cuda.synchronize()
     times = []
     for _ in range(turns):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / reps)
+        t = []
+        for g in graphs:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            t.append(a.elapsed_time(b))
+        times.append((t[0] - t[1]) / reps)
     return sorted(times)[len(times) // 2]
 
 

@@ -21,9 +21,9 @@ Per cell it prints (the table also to DIR/grid.txt), and writes to DIR/grid.json
   compile_ms    torch.compile(dynamic=False) of the same function (common.py)
   compile_graph_ms
                 the same compiled function replayed from a CUDA graph: its GPU time without the
-                host work (guards, launches) that compile_ms includes at small shapes; L2 is not
-                flushed between replays.  "faster than torch.compile" is judged against the
-                better of the two
+                host work (guards, launches) that compile_ms includes at small shapes, L2 flushed
+                before each call as for every other column (common.graph_ms).  "faster than
+                torch.compile" is judged against the better of the two
   eager_ms      the same function in eager PyTorch
   unfused_ms    comfuse's unfused path (cuBLASLt GEMM, then its row kernel), where bench prints it
   cublaslt_ms, fused_over_cublaslt
