@@ -351,3 +351,8 @@ def test_faster_than_compile_takes_its_better_figure():
     assert slow["faster_than_compile"] is False
     assert slow["ratios"]["fused/compile_best"] == pytest.approx(1.0 / 0.9)
     assert slow["ratios"]["fused/compile"] == pytest.approx(1.0 / 1.2)           # the host-timed ratio kept
+    # both replayed from a CUDA graph: GPU time against GPU time decides
+    both = grid.finish_record(dict(r, compile_graph_ms=0.9, fused_graph_ms=0.8))
+    assert both["faster_than_compile"] is True
+    assert both["ratios"]["fused_graph/compile_graph"] == pytest.approx(0.8 / 0.9)
+    assert grid.finish_record(dict(r, compile_graph_ms=0.7, fused_graph_ms=0.8))["faster_than_compile"] is False
