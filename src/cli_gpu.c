@@ -669,6 +669,32 @@ static void trace_cta(const long long *tr, int c, trace_sums *s)
 }
 #undef TURN
 #undef SUM
+/* The grid on one clock (%globaltimer): from the first CTA's start to the last role's end, and
+ * how far apart the CTAs start and end.  Beside the launch's event-timed figure this splits it
+ * into the CTAs' own time and what the launch adds. */
+static void trace_print_grid(const long long *tr)
+{
+    long long s0 = 0, s1 = 0, e0 = 0, e1 = 0;
+    int n = 0;
+    for (int c = 0; c < CF_TRACE_CTAS; c++) {
+        const long long start = AT(c, 0, CF_TRACE_TILES, CF_TRS_GT_START);
+        long long end = 0;
+        for (int w = 0; w < CF_TRACE_ROLES; w++)
+            end = AT(c, w, CF_TRACE_TILES, CF_TRS_GT_END) > end ? AT(c, w, CF_TRACE_TILES, CF_TRS_GT_END) : end;
+        if (!start || !end)
+            continue;
+        s0 = !n || start < s0 ? start : s0;
+        s1 = !n || start > s1 ? start : s1;
+        e0 = !n || end < e0 ? end : e0;
+        e1 = !n || end > e1 ? end : e1;
+        n++;
+    }
+    if (n)
+        printf("  trace, the grid (globaltimer, %d CTAs): first start to last end %.2f us; starts spread over "
+               "%.2f us, ends over %.2f us\n", n, (double)(e1 - s0) / 1e3, (double)(s1 - s0) / 1e3,
+               (double)(e1 - e0) / 1e3);
+}
+
 #undef AT
 
 /* The finisher's lines (with a finisher only). */
@@ -742,6 +768,7 @@ static void print_trace(fused_ctx *f)
         trace_cta(tr, c, &s);
     if (s.ctas && s.tiles)
         trace_print(&s);
+    trace_print_grid(tr);
     free(tr);
 }
 

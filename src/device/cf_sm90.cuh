@@ -328,6 +328,11 @@ __device__ __forceinline__ void cf_trace_at(int w, int j, int ev, int tid, long 
 /* value v (or the clock) as event ev of tile j; tiles past CF_TRACE_TILES are not kept */
 #define CF_TR_V(w, j, ev, tid, v) cf_trace_at(w, (j) < CF_TRACE_TILES ? (j) : CF_TRACE_TILES + 1, ev, tid, v)
 #define CF_TR(w, j, ev, tid) CF_TR_V(w, j, ev, tid, clock64())
+__device__ __forceinline__ long long cf_globaltimer() {
+    long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 #else
 #define CF_TRACE_WAITS 0
 #define CF_TR(w, j, ev, tid) ((void)0)
@@ -1648,6 +1653,7 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
     if (t.lane == 0) cf_bulk_wait_read<0>();
 #ifdef CF_TRACE
     cf_trace_at(w, CF_TRACE_TILES, CF_TRS_END, t.tid, clock64());
+    cf_trace_at(w, CF_TRACE_TILES, CF_TRS_GT_END, t.tid, cf_globaltimer());
     cf_trace_at(w, CF_TRACE_TILES, CF_TRS_TILES, t.tid, (cta.my_n - w + 1) / 2);
     for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(w, CF_TRACE_TILES, CF_TRS_CAT0 + c, t.tid, cf_tr_cat[w][c]);
 #endif
@@ -1675,6 +1681,9 @@ template <class S> __device__ __forceinline__ void cf_split_poster(const cf_gemm
         }
         cf_split_post<S>(args, t, acc, cf_split_tile(cta, tm, tn), cta.ks);
     }
+#ifdef CF_TRACE
+    cf_trace_at(w, CF_TRACE_TILES, CF_TRS_GT_END, t.tid, cf_globaltimer());
+#endif
 }
 
 /* A CTA: its layout, its barriers, then each warpgroup runs its role. */
@@ -1684,6 +1693,7 @@ template <class S> __device__ __forceinline__ void cf_cta_run(const cf_gemm_args
     const cf_cta cta = cf_cta_of<S>(args);
 #ifdef CF_TRACE
     if (tid < CF_TRACE_ROLES * CF_TRC_N) cf_tr_cat[tid / CF_TRC_N][tid % CF_TRC_N] = 0;
+    cf_trace_at(0, CF_TRACE_TILES, CF_TRS_GT_START, tid, cf_globaltimer());
 #endif
     if (tid == 0) cf_init_barriers<S>(cta);
     __syncthreads();

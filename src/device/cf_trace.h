@@ -14,7 +14,7 @@ enum {
     CF_TRACE_CTAS = 160,
     CF_TRACE_ROLES = 3,
     CF_TRACE_TILES = 31,
-    CF_TRACE_EV = 20
+    CF_TRACE_EV = 22
 };
 
 /* The events of one tile. */
@@ -62,13 +62,15 @@ enum cf_trace_summary {
     CF_TRS_END = 1,         /* the role ends                                                */
     CF_TRS_TILES = 2,       /* its tile count                                               */
     CF_TRS_CAT0 = 3,        /* CF_TRS_CAT0 + CF_TRC_*: its epilogue parts                    */
-    CF_TRS_LAST_FINISH = 19 /* the end of its last tile's late finish                       */
+    CF_TRS_LAST_FINISH = 19,/* the end of its last tile's late finish                       */
+    CF_TRS_GT_START = 20,   /* %globaltimer (ns, one clock for all SMs): the CTA starts (role 0) */
+    CF_TRS_GT_END = 21      /* ... the role ends (K-slice posters included)                 */
 };
 
 /* (valid in C and C++ alike: a negative array size fails to compile) */
 typedef char cf_trace_layout_fits[((int)CF_TRC_SEC0 + (int)CF_TRC_SECTIONS <= (int)CF_TRC_FLOOP &&
                                    (int)CF_TRS_CAT0 + (int)CF_TRC_N <= (int)CF_TRS_LAST_FINISH &&
-                                   (int)CF_TRS_LAST_FINISH < (int)CF_TRACE_EV &&
+                                   (int)CF_TRS_GT_END < (int)CF_TRACE_EV &&
                                    (int)CF_TRE_MID_DONE < (int)CF_TRACE_EV) ? 1 : -1];
 
 #endif
