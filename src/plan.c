@@ -959,22 +959,25 @@ cf_status cf_plan_model_choice(const cf_ir *ir, int64_t M, int64_t N, int64_t K,
     cf_status st = CF_OK;
     for (int i = 0; i < CF_ARRAY_LEN(tiles); i++)
         for (int pair = -1; pair <= (reduces ? 1 : -1); pair += 2)
-            for (int j = 0; j < CF_ARRAY_LEN(splits) && (pair == -1 || j == 0); j++)
-                for (int deep = 0; deep < 2; deep++) {
+            for (int j = 0; j < CF_ARRAY_LEN(splits) && (pair == -1 || j == 0); j++) {
                 /* a row group of exactly the row's column tiles (no idle CTA) */
                 const int64_t row_tiles = (N + tiles[i][1] - 1) / tiles[i][1], per_cta = pair == 1 ? 2 : 1;
                 const int64_t ctas = reduces ? (row_tiles + per_cta - 1) / per_cta : 0;
                 /* every slice at least two k-blocks */
                 if (ctas > 64 || (K + 63) / 64 < 2 * splits[j])
                     continue;
-                /* the plan's own depth, and the ring as deep as shared memory holds
-                 * (cf_plan_make lowers it to fit; the model's stream rate grows with the bytes in
-                 * flight), which a late finish or a pair of tiles may not take */
+                /* the ring as deep as shared memory holds (cf_plan_make lowers it to fit; the
+                 * model's stream rate grows with the bytes in flight), else where that is
+                 * refused (a pair of tiles needs the late finish a deep ring leaves no room
+                 * for) the plan's own depth */
                 cf_plan_request r = {.block_m = tiles[i][0], .block_n = tiles[i][1], .pair_tiles = pair,
-                                     .cluster_n = (int)ctas, .split_k = splits[j], .stages = deep ? 12 : 0};
+                                     .cluster_n = (int)ctas, .split_k = splits[j], .stages = 12};
                 cf_plan p;
-                if ((st = cf_plan_make(ir, M, N, K, dev, &r, &p, err)) != CF_OK || p.wide || p.predicted_us <= 0 ||
-                    p.fallback[0])
+                if ((st = cf_plan_make(ir, M, N, K, dev, &r, &p, err)) != CF_OK) {
+                    r.stages = 0;
+                    st = cf_plan_make(ir, M, N, K, dev, &r, &p, err);
+                }
+                if (st != CF_OK || p.wide || p.predicted_us <= 0 || p.fallback[0])
                     continue;
                 if (!found || p.predicted_us < best->predicted_us)
                     *best = p;
