@@ -544,7 +544,7 @@ static cf_status prepare_split(cf_kernel *k, int64_t row_tiles, int64_t tiles_m,
     const int64_t prepared = (k->prepared_m + tile_m - 1) / tile_m;
     const int64_t tiles = row_tiles * (tiles_m > prepared ? tiles_m : prepared);
     const size_t part = (size_t)k->info[INFO_TILE_M] * (size_t)k->info[INFO_BN] * 4 *
-                        (size_t)(k->info[INFO_SPLIT_K] - 1),
+                        (size_t)(k->info[INFO_SPLIT_K] - 1) * (k->ir->dual ? 2 : 1),   /* a dual GEMM's two */
                  bytes = split_counter_bytes(tiles) + part * (size_t)tiles;
     if (tiles <= k->split_tiles)
         return CF_OK;

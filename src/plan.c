@@ -422,11 +422,11 @@ static cf_status check_request(const cf_plan_request *o, bool reduces, bool dual
     if (o->split_k < 1 || o->split_k > CF_SPLIT_K_MAX)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "split_k %d: must be 1..%d", o->split_k,
                          CF_SPLIT_K_MAX);
-    if (o->split_k > 1 && (o->schedule == CF_SCHEDULE_COOPERATIVE || o->pair_tiles == 1 || dual))
+    if (o->split_k > 1 && (o->schedule == CF_SCHEDULE_COOPERATIVE || o->pair_tiles == 1))
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
-                         "split_k %d: slices of K need one tile per warpgroup and one accumulator: the pingpong "
-                         "or finisher schedule, no pair of tiles, one GEMM (here: %s)", o->split_k,
-                         dual ? "two GEMMs over one X" : o->pair_tiles == 1 ? "pair tiles" : "cooperative");
+                         "split_k %d: slices of K need one tile per warpgroup: the pingpong or finisher schedule, "
+                         "no pair of tiles (here: %s)", o->split_k,
+                         o->pair_tiles == 1 ? "pair tiles" : "cooperative");
     return CF_OK;
 }
 
@@ -545,7 +545,7 @@ cf_status cf_plan_make(const cf_ir *ir, int64_t M, int64_t N, int64_t K, const c
                        const cf_plan_request *req, cf_plan *out, cf_error *err)
 {
     cf_status st = plan_by_rules(ir, M, N, K, dev, req, out, err);
-    if (st != CF_OK || !request_empty(req) || !M || !N || !K || ir->n_gemms != 1 || ir->dual || out->wide ||
+    if (st != CF_OK || !request_empty(req) || !M || !N || !K || ir->n_gemms != 1 || out->wide ||
         out->predicted_us <= 0 || rules_fitted_class(out))
         return st;
     cf_plan best;

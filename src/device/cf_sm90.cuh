@@ -112,10 +112,11 @@ template <class P> struct cf_schedule : P {
     static constexpr int reg_producer = P::finisher || reg_wide ? 24 : 40;
     static constexpr int reg_consumer = P::finisher ? 184 : reg_wide ? 240 : 232;
     static constexpr int reg_finisher = 120;
-    /* split_k: slices of K on copies of the grid, partials through L2 (cf_split_post); one tile
-     * per warpgroup at a time, one accumulator (pingpong, no pair of tiles, no second GEMM) */
-    static_assert(P::split_k >= 1 && (P::split_k == 1 || (P::pingpong && !P::pair_tiles && !P::dual)),
-                  "split_k needs pingpong, one tile per warpgroup and one GEMM");
+    /* split_k: slices of K on copies of the grid, partials through L2 (cf_split_post; a dual
+     * GEMM's two accumulators side by side); one tile per warpgroup at a time (pingpong, no
+     * pair of tiles) */
+    static_assert(P::split_k >= 1 && (P::split_k == 1 || (P::pingpong && !P::pair_tiles)),
+                  "split_k needs pingpong and one tile per warpgroup");
     static constexpr int bk = 64;                        /* K elements per stage (one 128-B swizzle row) */
     static constexpr int num_threads = P::finisher ? 512 : 384;
     static constexpr int launch_regs = (65536 / num_threads) & ~7;
@@ -1494,28 +1495,59 @@ __device__ __forceinline__ void cf_st_cg_v4(float *p, float a, float b, float c,
 __device__ __forceinline__ void cf_ld_cg_v4(const float *p, float &a, float &b, float &c, float &d) {
     asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p) : "memory");
 }
-/* Slice `slice`'s (1 ..) partial of tile `tile` (row tile * padded column tiles + column tile):
- * CF_ACC_REGS floats a thread, as float4s interleaved over the warpgroup's 128 threads (a warp
- * stores 512 contiguous bytes). */
+/* Slice `slice`'s (1 ..) partial of accumulator b (a dual GEMM's second: 1) of tile `tile` (row
+ * tile * padded column tiles + column tile): CF_ACC_REGS floats a thread, as float4s interleaved
+ * over the warpgroup's 128 threads (a warp stores 512 contiguous bytes). */
 template <class S> __device__ __forceinline__ float *cf_split_slot(const cf_gemm_args &args, const cf_tile &t,
-                                                                   int tile, int slice) {
-    const long long slot = (long long)tile * (S::split_k - 1) + (slice - 1);
+                                                                   int tile, int slice, int b) {
+    const long long slot = ((long long)tile * (S::split_k - 1) + (slice - 1)) * S::num_b + b;
     return args.split_ws + slot * (CF_ACC_REGS * 128) + 4 * t.tid;
 }
-template <class S> __device__ __forceinline__ void cf_split_post(const cf_gemm_args &args, const cf_tile &t,
-                                                                 const float (&acc)[CF_ACC_REGS], int tile, int slice) {
-    float *p = cf_split_slot<S>(args, t, tile, slice);
+__device__ __forceinline__ void cf_split_store(float *p, const float (&acc)[CF_ACC_REGS]) {
 #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; r += 4)
         cf_st_cg_v4(p + 128 * r, acc[r], acc[r + 1], acc[r + 2], acc[r + 3]);
+}
+__device__ __forceinline__ void cf_split_add(const float *p, float (&acc)[CF_ACC_REGS]) {
+#pragma unroll
+    for (int r = 0; r < CF_ACC_REGS; r += 4) {
+        float a, b, c, d;
+        cf_ld_cg_v4(p + 128 * r, a, b, c, d);
+        acc[r] += a; acc[r + 1] += b; acc[r + 2] += c; acc[r + 3] += d;
+    }
+}
+/* The tile's count of posted slices, once every thread of the warpgroup has stored its part. */
+__device__ __forceinline__ void cf_split_count(const cf_gemm_args &args, const cf_tile &t, int tile) {
     cf_named_bar_sync(t.bar_id, 128);   /* every thread's stores precede the count */
     if (t.tid == 0) {
         asm volatile("fence.acq_rel.gpu;" ::: "memory");
         asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" :: "l"(args.split_cnt + tile) : "memory");
     }
 }
+template <class S> __device__ __forceinline__ void cf_split_post(const cf_gemm_args &args, const cf_tile &t,
+                                                                 const float (&acc)[CF_ACC_REGS],
+                                                                 const float (&acc2)[CF_ACC_REGS], int tile, int slice) {
+    cf_split_store(cf_split_slot<S>(args, t, tile, slice, 0), acc);
+    if constexpr (S::dual)
+        cf_split_store(cf_split_slot<S>(args, t, tile, slice, 1), acc2);
+    cf_split_count(args, t, tile);
+}
+/* An empty slice (fewer k-blocks than slices) posts zeros, without touching the accumulators
+ * (zeroing them on a branch beside the mainloop's wgmma made ptxas spill a dual GEMM's). */
+template <class S> __device__ __forceinline__ void cf_split_post_zero(const cf_gemm_args &args, const cf_tile &t,
+                                                                      int tile, int slice) {
+#pragma unroll 1
+    for (int b = 0; b < S::num_b; ++b) {
+        float *p = cf_split_slot<S>(args, t, tile, slice, b);
+#pragma unroll 1
+        for (int r = 0; r < CF_ACC_REGS; r += 4)
+            cf_st_cg_v4(p + 128 * r, 0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    cf_split_count(args, t, tile);
+}
 template <class S> __device__ __forceinline__ void cf_split_gather(const cf_gemm_args &args, const cf_tile &t,
-                                                                   float (&acc)[CF_ACC_REGS], int tile) {
+                                                                   float (&acc)[CF_ACC_REGS],
+                                                                   float (&acc2)[CF_ACC_REGS], int tile) {
     if (t.tid == 0) {
         unsigned n;
         do {
@@ -1526,13 +1558,9 @@ template <class S> __device__ __forceinline__ void cf_split_gather(const cf_gemm
     cf_named_bar_sync(t.bar_id, 128);   /* thread 0's acquire orders the warpgroup's loads */
 #pragma unroll 1
     for (int slice = 1; slice < S::split_k; ++slice) {
-        const float *p = cf_split_slot<S>(args, t, tile, slice);
-#pragma unroll
-        for (int r = 0; r < CF_ACC_REGS; r += 4) {
-            float a, b, c, d;
-            cf_ld_cg_v4(p + 128 * r, a, b, c, d);
-            acc[r] += a; acc[r + 1] += b; acc[r + 2] += c; acc[r + 3] += d;
-        }
+        cf_split_add(cf_split_slot<S>(args, t, tile, slice, 0), acc);
+        if constexpr (S::dual)
+            cf_split_add(cf_split_slot<S>(args, t, tile, slice, 1), acc2);
     }
 }
 /* A tile's index in the split counters and partials: row tile, then column tile of the padded row. */
@@ -1584,7 +1612,7 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
         }
         cf_mainloop<S>(cta, t, acc, acc2, i, istep, pos, a_off);
         if constexpr (S::split_k > 1)   /* the other slices' partials of this tile */
-            cf_split_gather<S>(args, t, acc, cf_split_tile(cta, tm, tn));
+            cf_split_gather<S>(args, t, acc, acc2, cf_split_tile(cta, tm, tn));
         if constexpr (S::xchg_l2)
             if (i == istart) t.epoch = cf_launch_epoch();
         t.tile_m = tm; t.tile_n = tn;
@@ -1661,12 +1689,14 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
 
 /* split_k: a consumer warpgroup of a K slice after the first.  Its tiles' mainloops over the
  * slice, each accumulator posted for slice 0's epilogue; an empty slice (K of fewer k-blocks
- * than slices) posts zeros. */
+ * than slices) posts zeros (cf_split_post_zero). */
 template <class S> __device__ __forceinline__ void cf_split_poster(const cf_gemm_args &args, const cf_cta &cta,
                                                                    int tid, int wg) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(S::reg_consumer));
     const int w = wg - 1;
     float acc[CF_ACC_REGS];
+    cf_acc2<S::dual> second;
+    float (&acc2)[CF_ACC_REGS] = second.of(acc);
     cf_tile t = cf_wg_tile(args, cta.M, cta.N, tid, cta.rank, CF_BAR_EPI0 + w);
     t.wg = w;
 #pragma unroll 1
@@ -1674,12 +1704,11 @@ template <class S> __device__ __forceinline__ void cf_split_poster(const cf_gemm
         int tm, tn;
         cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
         if (cta.nkb > 0) {
-            cf_mainloop<S>(cta, t, acc, acc, i, 2, i * cta.nkb, 0);
+            cf_mainloop<S>(cta, t, acc, acc2, i, 2, i * cta.nkb, 0);
+            cf_split_post<S>(args, t, acc, acc2, cf_split_tile(cta, tm, tn), cta.ks);
         } else {
-#pragma unroll
-            for (int r = 0; r < CF_ACC_REGS; ++r) acc[r] = 0.0f;
+            cf_split_post_zero<S>(args, t, cf_split_tile(cta, tm, tn), cta.ks);
         }
-        cf_split_post<S>(args, t, acc, cf_split_tile(cta, tm, tn), cta.ks);
     }
 #ifdef CF_TRACE
     cf_trace_at(w, CF_TRACE_TILES, CF_TRS_GT_END, t.tid, cf_globaltimer());
