@@ -36,6 +36,39 @@ class NotFusible(Exception):
     """A node or region outside the domain; the message is the one-line reason."""
 
 
+# ---- shape queries: metadata, not values -----------------------------------
+# `F.layer_norm(h, (h.shape[-1],), ...)` reads h's shape, not its values: symbolic_trace records
+# getattr(h, "shape") then getitem(., -1) (or h.size(-1)).  Such a query of a region value
+# neither ends the region nor makes the value an output; the rewrite answers it from the GEMM's
+# operands (h's last dim is W's N, the others are X's).
+
+def shape_base(node):
+    """The tensor whose shape node queries when node is getattr(t, "shape") or t.size(),
+    every use of which is an integer-indexed dim; else None."""
+    if not isinstance(node, torch.fx.Node):
+        return None
+    whole = (node.op == "call_function" and node.target is getattr and node.args[1:] == ("shape",)) or \
+        (node.op == "call_method" and node.target == "size" and len(node.args) == 1 and not node.kwargs)
+    if whole and node.users and all(u.op == "call_function" and u.target is operator.getitem
+                                    and isinstance(u.args[1], int) for u in node.users):
+        return node.args[0]
+    if node.op == "call_method" and node.target == "size" and len(node.args) == 2 and isinstance(node.args[1], int):
+        return node.args[0]
+    return None
+
+
+def shape_dim(node):
+    """(t, i) when node is one dim of t's shape (t.shape[i], t.size()[i], t.size(i)), else None."""
+    if not isinstance(node, torch.fx.Node):
+        return None
+    if node.op == "call_method" and node.target == "size" and len(node.args) == 2:
+        b = shape_base(node)
+        return (b, node.args[1]) if b is not None else None
+    if node.op == "call_function" and node.target is operator.getitem and shape_base(node.args[0]) is not None:
+        return shape_base(node.args[0]), node.args[1]
+    return None
+
+
 # ---- shapes and dtypes from node metadata ---------------------------------
 
 def _tok(d):
@@ -648,7 +681,8 @@ def _check_step(r, node, step, base, nm):
             raise NotFusible("%s is not applied to the GEMM output" % _node_desc(node))
         if k in ("layer_norm", "rms_norm"):
             shp = step.attrs["shape"]
-            shp = [shp] if isinstance(shp, int) else list(shp)
+            shp = [shp] if isinstance(shp, int) or isinstance(shp, torch.fx.Node) else list(shp)
+            shp = [_dim_value(r, d) for d in shp]
             if shp != [r.N]:
                 raise NotFusible("%s normalises over %s, not the last dim [%d]" % (_node_desc(node), shp, r.N))
             for o in ops[1:]:
@@ -809,6 +843,8 @@ def _grow(r, gm, order, taken):
         reads = [a for a in node.all_input_nodes]
         if not any(a in r.cls or a in tainted for a in reads):
             continue
+        if shape_base(node) in r.cls:
+            continue       # a shape query: metadata (see shape_base)
         if node.op == "output" or node in taken or any(a in tainted for a in reads):
             tainted.add(node)
             continue
@@ -824,10 +860,25 @@ def _grow(r, gm, order, taken):
             tainted.add(node)
 
 
+def _dim_value(r, d):
+    """A normalised-shape entry: an int, or a region value's last dim queried (r.N)."""
+    q = shape_dim(d)
+    if q is None:
+        return d.name if isinstance(d, torch.fx.Node) else d
+    t, i = q
+    m = meta(t)
+    rank = len(m[0]) if m else None
+    if t in r.cls and r.cls[t] == TILE and rank is not None and i in (-1, rank - 1):
+        return r.N
+    if t in r.inputs and m is not None and -rank <= i < rank:
+        return m[0][i]     # a dim of a region input (the weight's N, as w.shape[1]), as traced
+    return "%s.shape[%d]" % (t.name, i)
+
+
 def finish_region(r, gm):
     """Sets r.outputs (region values read outside it); None when nothing to fuse."""
     inside = set(r.nodes)
-    r.outputs = [n for n in r.nodes if any(u not in inside for u in n.users)]
+    r.outputs = [n for n in r.nodes if any(u not in inside and shape_base(u) is not n for u in n.users)]
 
 
 def translate(r, gm=None):

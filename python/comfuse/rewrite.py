@@ -77,11 +77,16 @@ def _subgraph(gm, r):
     for wt in (r.wt_node, r.wt_node2):
         if wt is not None and wt not in env:
             env[wt] = g.node_copy(wt, lambda a: env[a])
+    def arg(a):
+        if a not in env:                  # a shape query of a region value (R.shape_dim)
+            t, i = R.shape_dim(a)
+            env[a] = g.call_method("size", (env[t], i))
+        return env[a]
     for n in r.nodes:
         if n in r.alias:
             env[n] = env[r.alias[n]]      # lin(x) again: the same value
             continue
-        env[n] = g.node_copy(n, lambda a: env[a])
+        env[n] = g.node_copy(n, arg)
     g.output(tuple(env[o] for o in r.outputs))
     return fx.GraphModule(gm, g)
 
@@ -115,6 +120,28 @@ def _topo_sort(graph):
         if prev is not None and prev.next is not n:
             prev.append(n)
         prev = n
+
+
+def _answer_shape_queries(gm, r):
+    """Shape queries of region values (R.shape_base) answered from the GEMM's operands, which
+    are computed before the region: a value's last dim is W's N, the others are X's.  Then the
+    region's nodes have no use left outside it but its outputs."""
+    x, w = r.inputs[0], r.inputs[1]
+    n_dim = 0 if r.steps[r.mm].attrs["layout"] == "nk" else -1
+    for n in r.nodes:
+        for u in [u for u in n.users if R.shape_base(u) is n]:
+            rank = len(R.meta(n)[0])
+            # t.shape[i], t.size()[i]: the getitem users; t.size(i): the query itself
+            dims = [u] if u.op == "call_method" and len(u.args) == 2 else list(u.users)
+            for q in dims:
+                i = q.args[1]
+                with gm.graph.inserting_before(r.nodes[0]):
+                    a = gm.graph.call_method("size", (w, n_dim) if i in (-1, rank - 1) else (x, i))
+                a.meta = dict(q.meta)
+                q.replace_all_uses_with(a)
+                if q is not u:
+                    gm.graph.erase_node(q)
+            gm.graph.erase_node(u)
 
 
 def rewrite(gm, opaque=False):
@@ -151,6 +178,7 @@ def rewrite(gm, opaque=False):
             o.replace_all_uses_with(rep)
             for later in regions[r.index + 1:]:
                 later.substitute(o, rep)
+        _answer_shape_queries(gm, r)
         for n in reversed(r.nodes):
             if not n.users:
                 gm.graph.erase_node(n)

@@ -143,6 +143,28 @@ def test_outputs_with_other_consumers():
     assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
+@pytest.mark.parametrize("form", ["shape", "size", "size_all", "weight"])
+def test_shape_queries_are_metadata(form):
+    """F.layer_norm(h, (h.shape[-1],)) reads h's shape, not its values: the region goes on through
+    the norm, h is not an output, and a query used after the region is answered from X and W
+    (the fallback at another N too)."""
+    def fn(x, w, g, b):
+        h = x @ w
+        n = {"shape": lambda: h.shape[-1], "size": lambda: h.size(-1),
+             "size_all": lambda: h.size()[1], "weight": lambda: w.shape[1]}[form]()
+        y = F.layer_norm(h, (n,), g, b)
+        return y, x.new_zeros(h.shape[0] if form != "weight" else 1)   # a query after the region
+    args = (torch.randn(6, 64, dtype=BF), torch.randn(64, 128, dtype=BF), torch.rand(128) + 0.5, torch.randn(128))
+    f, lines = _fused(fn, *args)
+    (m,) = f.regions()
+    assert m.label == "matmul->layer_norm", lines
+    assert len(m.out_cls) == 1                 # h is not stored for its shape
+    _check_reference(f, args)
+    for a in (args, (args[0], torch.randn(64, 256, dtype=BF), torch.rand(256) + 0.5, torch.randn(256))):
+        got, want = f(*a), fn(*a)
+        assert all(torch.equal(u, v) for u, v in zip(got, want))
+
+
 def test_residual_of_the_gemm_input():
     """x + linear(x): x is both the GEMM's X and the residual tile (two cf inputs, one pointer)."""
     lin = nn.Linear(128, 128).to(BF)
