@@ -545,7 +545,9 @@ cf_status cf_plan_make(const cf_ir *ir, int64_t M, int64_t N, int64_t K, const c
                        const cf_plan_request *req, cf_plan *out, cf_error *err)
 {
     cf_status st = plan_by_rules(ir, M, N, K, dev, req, out, err);
-    if (st != CF_OK || !request_empty(req) || !M || !N || !K || ir->n_gemms != 1 || out->wide ||
+    /* (a dual GEMM keeps the rules' plan: the model's choices for it, split K included, have
+     * not been measured; --split-k runs its slices where asked) */
+    if (st != CF_OK || !request_empty(req) || !M || !N || !K || ir->n_gemms != 1 || ir->dual || out->wide ||
         out->predicted_us <= 0 || rules_fitted_class(out))
         return st;
     cf_plan best;
