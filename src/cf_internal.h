@@ -403,10 +403,10 @@ cf_plan_smem cf_plan_smem_of(const cf_ir *ir, const cf_plan *p);
 /* Overrides one field of r from "key=value" (the CLI's --plan); CF_ERR_INVALID_ARG naming
  * the key and what it takes. */
 cf_status cf_plan_override(cf_plan_request *r, const char *key, const char *value, cf_error *err);
-/* The candidate the cost model ranks first among tile shapes (and, with reductions, one or
- * two tiles per CTA), the rest chosen by the plan: printed beside the plan for A/B runs,
- * not taken (the plan's choices are still the measured rules).  CF_ERR_INVALID_ARG when no
- * candidate fits in one row group. */
+/* The candidate the cost model ranks first among tile shapes, one or two tiles per CTA (with
+ * reductions) and slices of K, each at the deepest ring that fits: cf_plan_make takes it outside
+ * the class the rules were fitted to where it predicts a clear gain; `explain` prints it beside
+ * the plan otherwise.  CF_ERR_INVALID_ARG when no candidate fits in one row group. */
 cf_status cf_plan_model_choice(const cf_ir *ir, int64_t M, int64_t N, int64_t K, const cf_device_facts *dev,
                                cf_plan *best, cf_error *err);
 /* Every field of p, one "name: value" line each, then "predicted: X us". */

@@ -947,7 +947,7 @@ void cf_plan_format(const cf_plan *p, cf_strbuf *sb)
         cf_sb_printf(sb, "chosen by: the cost model (the rules' plan: predicted %.1f us)\n", p->rules_us);
 }
 
-/* ---- the model's own choice (printed beside the plan, not taken) ---------------------- */
+/* ---- the model's own choice (cf_plan_make takes it outside the rules' class) ----------- */
 
 cf_status cf_plan_model_choice(const cf_ir *ir, int64_t M, int64_t N, int64_t K, const cf_device_facts *dev,
                                cf_plan *best, cf_error *err)
