@@ -42,17 +42,37 @@ class NotFusible(Exception):
 # neither ends the region nor makes the value an output; the rewrite answers it from the GEMM's
 # operands (h's last dim is W's N, the others are X's).
 
-def shape_base(node):
-    """The tensor whose shape node queries when node is getattr(t, "shape") or t.size(),
-    every use of which is an integer-indexed dim; else None."""
+def whole_shape(node):
+    """t when node is getattr(t, "shape") or t.size(), else None."""
     if not isinstance(node, torch.fx.Node):
         return None
-    whole = (node.op == "call_function" and node.target is getattr and node.args[1:] == ("shape",)) or \
-        (node.op == "call_method" and node.target == "size" and len(node.args) == 1 and not node.kwargs)
-    if whole and node.users and all(u.op == "call_function" and u.target is operator.getitem
-                                    and isinstance(u.args[1], int) for u in node.users):
+    if (node.op == "call_function" and node.target is getattr and node.args[1:] == ("shape",)) or \
+            (node.op == "call_method" and node.target == "size" and len(node.args) == 1 and not node.kwargs):
         return node.args[0]
-    if node.op == "call_method" and node.target == "size" and len(node.args) == 2 and isinstance(node.args[1], int):
+    return None
+
+
+def tail_slice(node):
+    """t when node is t.shape[-1:] (the last dim as a one-entry shape), else None."""
+    if not (isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is operator.getitem):
+        return None
+    t, sl = whole_shape(node.args[0]), node.args[1]
+    m = meta(t) if t is not None else None
+    if m is None or not isinstance(sl, slice) or sl.stop is not None or sl.step not in (None, 1):
+        return None
+    return t if sl.start in (-1, len(m[0]) - 1) else None
+
+
+def shape_base(node):
+    """The tensor whose shape node queries when node is t.shape or t.size(), every use of which
+    is an integer-indexed dim or the last dim as a shape (t.shape[-1:]), or t.size(i); else None."""
+    t = whole_shape(node)
+    if t is not None and node.users and all(
+            u.op == "call_function" and u.target is operator.getitem and
+            (isinstance(u.args[1], int) or tail_slice(u) is t) for u in node.users):
+        return t
+    if isinstance(node, torch.fx.Node) and node.op == "call_method" and node.target == "size" and \
+            len(node.args) == 2 and isinstance(node.args[1], int):
         return node.args[0]
     return None
 
@@ -64,9 +84,15 @@ def shape_dim(node):
     if node.op == "call_method" and node.target == "size" and len(node.args) == 2:
         b = shape_base(node)
         return (b, node.args[1]) if b is not None else None
-    if node.op == "call_function" and node.target is operator.getitem and shape_base(node.args[0]) is not None:
+    if node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[1], int) and \
+            shape_base(node.args[0]) is not None:
         return shape_base(node.args[0]), node.args[1]
     return None
+
+
+def is_shape_query(node):
+    """node reads only a tensor's shape (t.shape, t.size(), t.size(i), an index or slice of one)."""
+    return whole_shape(node) is not None or shape_dim(node) is not None or tail_slice(node) is not None
 
 
 # ---- shapes and dtypes from node metadata ---------------------------------
@@ -680,9 +706,7 @@ def _check_step(r, node, step, base, nm):
         if base != TILE or ops[0] not in r.cls:
             raise NotFusible("%s is not applied to the GEMM output" % _node_desc(node))
         if k in ("layer_norm", "rms_norm"):
-            shp = step.attrs["shape"]
-            shp = [shp] if isinstance(shp, int) or isinstance(shp, torch.fx.Node) else list(shp)
-            shp = [_dim_value(r, d) for d in shp]
+            shp = _norm_shape(r, step.attrs["shape"], ops[1:])
             if shp != [r.N]:
                 raise NotFusible("%s normalises over %s, not the last dim [%d]" % (_node_desc(node), shp, r.N))
             for o in ops[1:]:
@@ -858,6 +882,25 @@ def _grow(r, gm, order, taken):
             if r.tail_reason is None and "second GEMM" not in str(e):
                 r.tail_reason = str(e)     # the next GEMM is a natural end: not worth a word
             tainted.add(node)
+
+
+def _norm_shape(r, shp, affine):
+    """A norm's normalized_shape as a list: ints, a region value's last dim (r.N) where it is
+    queried (h.shape[-1], h.shape[-1:]), a region input's dims as traced (w.shape[1], g.shape),
+    else the entries' names (which then do not match)."""
+    if isinstance(shp, torch.fx.Node):
+        t = tail_slice(shp)
+        if t is not None and r.cls.get(t) == TILE:
+            return [r.N]
+        t = whole_shape(shp) if tail_slice(shp) is None else None
+        if t is not None and (t in r.inputs or t in affine) and meta(t) is not None:
+            return list(meta(t)[0])      # F.layer_norm(x, self.weight.shape, ...): gamma's [N]
+        if shape_dim(shp) is None:
+            return [shp.name]
+        shp = [shp]
+    elif isinstance(shp, int):
+        shp = [shp]
+    return [_dim_value(r, d) for d in shp]
 
 
 def _dim_value(r, d):

@@ -78,9 +78,8 @@ def _subgraph(gm, r):
         if wt is not None and wt not in env:
             env[wt] = g.node_copy(wt, lambda a: env[a])
     def arg(a):
-        if a not in env:                  # a shape query of a region value (R.shape_dim)
-            t, i = R.shape_dim(a)
-            env[a] = g.call_method("size", (env[t], i))
+        if a not in env and R.is_shape_query(a):   # a norm's shape read from a region value or input
+            env[a] = g.node_copy(a, arg)
         return env[a]
     for n in r.nodes:
         if n in r.alias:
@@ -136,7 +135,11 @@ def _answer_shape_queries(gm, r):
             for q in dims:
                 i = q.args[1]
                 with gm.graph.inserting_before(r.nodes[0]):
-                    a = gm.graph.call_method("size", (w, n_dim) if i in (-1, rank - 1) else (x, i))
+                    if isinstance(i, slice):     # t.shape[-1:]: W's N as a one-entry shape
+                        a = gm.graph.call_function(__import__("operator").getitem, (
+                            gm.graph.call_method("size", (w,)), slice(n_dim, None) if n_dim else slice(0, 1)))
+                    else:
+                        a = gm.graph.call_method("size", (w, n_dim) if i in (-1, rank - 1) else (x, i))
                 a.meta = dict(q.meta)
                 q.replace_all_uses_with(a)
                 if q is not u:

@@ -143,17 +143,17 @@ def test_outputs_with_other_consumers():
     assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
-@pytest.mark.parametrize("form", ["shape", "size", "size_all", "weight"])
+@pytest.mark.parametrize("form", ["shape", "size", "size_all", "weight", "tail", "gamma"])
 def test_shape_queries_are_metadata(form):
     """F.layer_norm(h, (h.shape[-1],)) reads h's shape, not its values: the region goes on through
     the norm, h is not an output, and a query used after the region is answered from X and W
     (the fallback at another N too)."""
     def fn(x, w, g, b):
         h = x @ w
-        n = {"shape": lambda: h.shape[-1], "size": lambda: h.size(-1),
-             "size_all": lambda: h.size()[1], "weight": lambda: w.shape[1]}[form]()
-        y = F.layer_norm(h, (n,), g, b)
-        return y, x.new_zeros(h.shape[0] if form != "weight" else 1)   # a query after the region
+        shp = {"shape": lambda: (h.shape[-1],), "size": lambda: (h.size(-1),), "size_all": lambda: (h.size()[1],),
+               "weight": lambda: (w.shape[1],), "tail": lambda: h.shape[-1:], "gamma": lambda: g.shape}[form]()
+        y = F.layer_norm(h, shp, g, b)
+        return y, x.new_zeros(h.shape[0] if form not in ("weight", "gamma") else 1)   # a query after the region
     args = (torch.randn(6, 64, dtype=BF), torch.randn(64, 128, dtype=BF), torch.rand(128) + 0.5, torch.randn(128))
     f, lines = _fused(fn, *args)
     (m,) = f.regions()
