@@ -323,6 +323,7 @@ typedef struct cf_resources {
                                  C7515): a kernel-source defect that costs tens of percent */
     int gelu_at_store;        /* 16-bit outputs whose GELU the store computes on packed
                                  pairs in the output's type (bf16: rel. error ~2.8e-3) */
+    int split_k;              /* slices of K, each on its own copy of the grid (1: none) */
     bool cache_hit;
     double compile_ms;
     char cache_path[1024];    /* the cache entry holding the cubin; "" when not stored */

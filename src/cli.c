@@ -189,6 +189,8 @@ const char *cli_layout_text(const cf_resources *r, char *buf, size_t n)
                        : r->schedule == CF_SCHEDULE_FINISHER  ? "pingpong + a finisher warpgroup"
                                                               : "pingpong",
                        r->cluster_n);
+    if (r->split_k > 1 && len > 0 && (size_t)len < n)
+        len += snprintf(buf + len, n - (size_t)len, ", K in %d slices", r->split_k);
     if (r->reduce_mode && r->row_ctas > 1 && len > 0 && (size_t)len < n)
         snprintf(buf + len, n - (size_t)len, ", row reductions over %d CTAs%s through %s%s", r->row_ctas,
                  r->pair_tiles ? " of two column tiles each" : "", how[r->reduce_mode],

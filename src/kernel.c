@@ -353,6 +353,7 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
     r->gather_early = k->plan.gather_early;
     r->wgmma_serialized = k->cubin.wgmma_serialized;
     r->gelu_at_store = k->plan.gelu_at_store;
+    r->split_k = k->info[INFO_SPLIT_K] > 1 ? k->info[INFO_SPLIT_K] : 1;
     r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;
     r->compile_ms = k->cubin.compile_ms;
     snprintf(r->cache_path, sizeof r->cache_path, "%s", k->cubin.stored ? k->cubin.cache_path : "");

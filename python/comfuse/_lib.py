@@ -88,7 +88,7 @@ class cf_resources(ctypes.Structure):
                   "reduce_mode")]
                 + [("late_finish", ctypes.c_bool), ("pair_tiles", ctypes.c_bool),
                    ("gather_early", ctypes.c_bool), ("wgmma_serialized", ctypes.c_bool),
-                   ("gelu_at_store", ctypes.c_int), ("cache_hit", ctypes.c_bool),
+                   ("gelu_at_store", ctypes.c_int), ("split_k", ctypes.c_int), ("cache_hit", ctypes.c_bool),
                    ("compile_ms", ctypes.c_double), ("cache_path", ctypes.c_char * 1024),
                    ("cache_note", ctypes.c_char * 512)])
 

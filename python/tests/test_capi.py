@@ -115,6 +115,22 @@ def test_kernel_compile_and_resources():
         pytest.skip("NVRTC not installed")
     r = k.resources()
     assert r["threads"] >= 256 and r["smem_bytes"] > 0 and r["cache_path"]
+    assert r["split_k"] == 1                      # the struct's layout agrees with the C header's
+
+
+def test_split_k_in_resources():
+    """At a decode batch the plan slices K; resources say so (the C API's options leave it to
+    the plan at the shape they were made for)."""
+    g = _ln_graph()
+    try:
+        k = capi.Kernel(g, g.options_for(64, 4096, 4096))
+        k.prepare((64, 4096, 4096))
+    except capi.CfError as e:
+        if e.status_name == "CF_ERR_NVRTC" and "not found" in str(e):
+            pytest.skip("NVRTC not installed")
+        raise
+    r = k.resources()
+    assert r["split_k"] > 1 and r["block_m"] == 64 and r["cache_path"]
 
 
 def test_kernel_prepare():
