@@ -19,8 +19,10 @@ from . import region as R
 
 log = logging.getLogger("comfuse")
 
-# M buckets: the plan (cf_options_for) may differ for small M; each bucket compiles once.
-BUCKETS = (256, 4096, 1 << 31)
+# M buckets: the plan (cf_options_for) may differ for small M; each bucket compiles once.  A
+# decode batch (M <= 64) gets its own: there the plan slices K over 64-row tiles, which the
+# plan for 256 rows does not (RMSNorm 64x4096x4096: 4 slices of 64x128 tiles, 2 of 128x128).
+BUCKETS = (64, 256, 4096, 1 << 31)
 
 _lock = threading.Lock()
 _kernels = {}          # (recipe, bucket) -> capi.Kernel

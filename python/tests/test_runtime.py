@@ -53,7 +53,7 @@ def test_kernel_is_looked_up_once_per_bucket(host):
         (m,) = f.regions()
         assert len(host) == 1 and host[0].key[1] == runtime.bucket_of(15)
         s0 = comfuse.stats()
-        for lead in ((3, 5), (7,), (2, 100)):          # M = 15, 7, 200: one bucket
+        for lead in ((3, 5), (7,), (2, 30)):           # M = 15, 7, 60: one bucket
             f(torch.randn(*lead, 64, dtype=BF))
         s1 = comfuse.stats()
         assert len(host) == 1, "a new M in the same bucket built a kernel"
@@ -61,7 +61,7 @@ def test_kernel_is_looked_up_once_per_bucket(host):
         assert s1["kernel_cache_hits"] - s0["kernel_cache_hits"] == 3
         f(torch.randn(300, 64, dtype=BF))              # the next bucket: one more kernel
         assert len(host) == 2 and host[1].key[1] == runtime.bucket_of(300)
-        assert [d[0][0] for d in host[0].launches] == [15, 15, 7, 200] and host[1].launches[0][0] == (300, 128, 64)
+        assert [d[0][0] for d in host[0].launches] == [15, 15, 7, 60] and host[1].launches[0][0] == (300, 128, 64)
     assert m.last == "fused"
 
 
