@@ -65,7 +65,6 @@ struct cf_kernel {
      * resets it), then the slices' partial accumulators (see prepare_split) */
     cf_rt_devptr split;
     int64_t split_tiles;   /* the tiles it holds counters and partials for */
-    size_t split_cnt_bytes;
     cf_rt_devptr *retired; /* outgrown slots, freed with the kernel (see grow_exchange)        */
     int n_retired;
     /* The TMA descriptor of each IR arg's last launch and what it encodes (see tensor_map). */
@@ -459,6 +458,19 @@ static cf_status load_module(cf_kernel *k, cf_error *err)
  * one was captured every launch zeroes up to the most any launch has posted (xchg_high), the
  * order-independent form, and a captured launch records that memset in the graph. */
 
+/* Room in k->retired for old (a buffer about to be replaced; none when 0), taken before the new
+ * allocation so that, once it succeeds, retiring the old cannot fail. */
+static cf_status reserve_retired(cf_kernel *k, cf_rt_devptr old, cf_error *err)
+{
+    if (!old)
+        return CF_OK;
+    cf_rt_devptr *r = realloc(k->retired, ((size_t)k->n_retired + 1) * sizeof *r);
+    if (!r)
+        return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
+    k->retired = r;
+    return CF_OK;
+}
+
 /* Slots for at least bytes: also for the prepared M, and at least twice the old, so an M growing
  * launch by launch reallocates a few times at most.  The old slots are kept until the kernel is
  * freed: a launch may still read them, on any stream, and a captured graph points at them;
@@ -472,14 +484,11 @@ static cf_status grow_exchange(cf_kernel *k, size_t bytes, size_t tile_bytes, cf
         want = tile_bytes * (((size_t)k->prepared_m + tile_m - 1) / tile_m);
     if (want < 2 * k->xchg_bytes)
         want = 2 * k->xchg_bytes;
-    if (k->xchg) {
-        cf_rt_devptr *r = realloc(k->retired, ((size_t)k->n_retired + 1) * sizeof *r);
-        if (!r)
-            return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
-        k->retired = r;
-    }
+    cf_status st = reserve_retired(k, k->xchg, err);
+    if (st != CF_OK)
+        return st;
     cf_rt_devptr p = 0;
-    cf_status st = cf_rt_malloc(&p, want, err);
+    st = cf_rt_malloc(&p, want, err);
     if (st != CF_OK && want > bytes && (st = cf_rt_malloc(&p, want = bytes, err)) == CF_OK)
         cf_error_clear(err);   /* the prepared or doubled size did not fit; this launch's does */
     if (st == CF_OK && (st = cf_rt_memset_d8_async(p, 0, want, stream, err)) != CF_OK)
@@ -535,7 +544,7 @@ static cf_status prepare_exchange(cf_kernel *k, int64_t M, int64_t tiles_m, cf_r
  * cf_kernel_prepare was given if more, so that a capture after it finds them allocated.  New
  * memory is zeroed (the counters' invariant: zero between launches); outgrown memory is kept
  * until the kernel is freed, as the exchange's (a launch or a captured graph may still use it).
- * The counters' block is the allocation's (split_cnt_bytes), the same for every launch on it: a
+ * The counters' block is the allocation's (split_tiles'), the same for every launch on it: a
  * launch at a smaller M must not write partials over counters a larger one needs zero. */
 static size_t split_counter_bytes(int64_t tiles) { return align_up((size_t)tiles * 4, 256); }
 
@@ -557,12 +566,8 @@ static cf_status prepare_split(cf_kernel *k, int64_t row_tiles, int64_t tiles_m,
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0},
                          "CUDA-graph capture of a launch with %lld tiles: the K slices' partials are not allocated "
                          "for it yet (launch it once before capture, at the largest M)", (long long)tiles);
-    if (k->split) {
-        cf_rt_devptr *r = realloc(k->retired, ((size_t)k->n_retired + 1) * sizeof *r);
-        if (!r)
-            return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory");
-        k->retired = r;
-    }
+    if ((st = reserve_retired(k, k->split, err)) != CF_OK)
+        return st;
     cf_rt_devptr p = 0;
     if ((st = cf_rt_malloc(&p, bytes, err)) != CF_OK)
         return st;
@@ -574,7 +579,6 @@ static cf_status prepare_split(cf_kernel *k, int64_t row_tiles, int64_t tiles_m,
         k->retired[k->n_retired++] = k->split;
     k->split = p;
     k->split_tiles = tiles;
-    k->split_cnt_bytes = split_counter_bytes(tiles);
     return CF_OK;
 }
 
@@ -933,8 +937,8 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     if (global && (st = prepare_exchange(k, M, tiles_m, a->stream, err)) != CF_OK)
         return st;
     /* xchg, xsync, then split_ws (the partials after the counters) and split_cnt */
-    uint64_t xptr[4] = {global ? k->xchg : 0, global ? k->xsync : 0, split ? k->split + k->split_cnt_bytes : 0,
-                        split ? k->split : 0};
+    uint64_t xptr[4] = {global ? k->xchg : 0, global ? k->xsync : 0,
+                        split ? k->split + split_counter_bytes(k->split_tiles) : 0, split ? k->split : 0};
     memcpy(block + l.xchg, xptr, sizeof xptr);
     cf_rt_launch_cfg cfg = {
         .grid = {(unsigned)at.grid_ctas, 1, 1},

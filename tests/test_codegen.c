@@ -243,6 +243,12 @@ static void test_nvrtc(void)
         /* LN+softmax: the finisher runs the stages between the two exchanges (CF_MID) */
         {"examples/gemm_ln_softmax.cf", false, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_FINISHER, 0, 0, 0, 0},
          "ex2.approx.ftz.f32"},
+        /* K in slices: the later slices post their accumulators (st.cg, then a counted release),
+         * slice 0 adds them; a dual GEMM posts both, without spilling (an empty slice posts zeros
+         * beside, not inside, the mainloop's accumulators) */
+        {"examples/gemm_rmsnorm.cf", true, {64, 128, 8, 32, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 4},
+         "red.relaxed.gpu.global.add.u32"},
+        {"examples/swiglu.cf", true, {64, 128, 6, 1, 0, CF_SCHEDULE_PINGPONG, 0, 0, 0, 3}, "ld.global.cg.v4.f32"},
         /* LN+softmax on the consumers (its default at K = 1024): 240 registers, the producer 24 */
         {"examples/gemm_ln_softmax.cf", false, {128, 128, 4, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0},
          "setmaxnreg.dec.sync.aligned.u32 24"},

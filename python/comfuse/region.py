@@ -892,7 +892,7 @@ def _norm_shape(r, shp, affine):
         t = tail_slice(shp)
         if t is not None and r.cls.get(t) == TILE:
             return [r.N]
-        t = whole_shape(shp) if tail_slice(shp) is None else None
+        t = whole_shape(shp)
         if t is not None and (t in r.inputs or t in affine) and meta(t) is not None:
             return list(meta(t)[0])      # F.layer_norm(x, self.weight.shape, ...): gamma's [N]
         if shape_dim(shp) is None:

@@ -1,5 +1,6 @@
 """Replacing planned regions of an FX GraphModule with FusedRegion calls."""
 import logging
+import operator
 
 import torch
 import torch.fx as fx
@@ -136,7 +137,7 @@ def _answer_shape_queries(gm, r):
                 i = q.args[1]
                 with gm.graph.inserting_before(r.nodes[0]):
                     if isinstance(i, slice):     # t.shape[-1:]: W's N as a one-entry shape
-                        a = gm.graph.call_function(__import__("operator").getitem, (
+                        a = gm.graph.call_function(operator.getitem, (
                             gm.graph.call_method("size", (w,)), slice(n_dim, None) if n_dim else slice(0, 1)))
                     else:
                         a = gm.graph.call_method("size", (w, n_dim) if i in (-1, rank - 1) else (x, i))
@@ -175,7 +176,7 @@ def rewrite(gm, opaque=False):
         outs = []
         with gm.graph.inserting_after(call):
             for i, o in enumerate(r.outputs):
-                outs.append(gm.graph.call_function(__import__("operator").getitem, (call, i)))
+                outs.append(gm.graph.call_function(operator.getitem, (call, i)))
         for o, rep in zip(r.outputs, outs):
             rep.meta = dict(o.meta)
             o.replace_all_uses_with(rep)
