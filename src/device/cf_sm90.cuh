@@ -1190,15 +1190,16 @@ template <class S> __device__ __forceinline__ cf_cta cf_cta_of(const cf_gemm_arg
     const int num_ct = c.tiles_m * c.groups_n;
     /* split_k: the grid is split_k copies of the row groups, one per K slice (blockIdx.x /
      * copy).  Slice 0 runs the epilogue and takes K's last part, which is never empty. */
-    const int copy = gridDim.x / S::split_k, block = blockIdx.x % copy;
-    c.ks = blockIdx.x / copy;
+    const unsigned copy = gridDim.x / S::split_k;
+    const unsigned block = S::split_k > 1 ? blockIdx.x % copy : blockIdx.x;
+    c.ks = S::split_k > 1 ? (int)(blockIdx.x / copy) : 0;   /* a constant without slices: their tests fold */
     const int nkb_all = (c.K + S::bk - 1) / S::bk, part = S::split_k - 1 - c.ks;
     c.kb0 = nkb_all * part / S::split_k;
     c.nkb = nkb_all * (part + 1) / S::split_k - c.kb0;
-    c.nclusters = copy / S::row_ctas;
-    c.cid = block / S::row_ctas;
+    c.nclusters = (int)(copy / S::row_ctas);
+    c.cid = (int)(block / S::row_ctas);
     c.my_n = num_ct > c.cid ? (num_ct - c.cid + c.nclusters - 1) / c.nclusters * S::group_tiles : 0;
-    c.rank = block % S::row_ctas;
+    c.rank = (int)(block % S::row_ctas);
     c.cl_rank = 0;
     if constexpr (S::cluster_n > 1)
         c.cl_rank = (int)cf_cluster_ctarank();
