@@ -527,9 +527,6 @@ def _gemm_shape(mm, step):
         K = Kw          # a dynamic X whose K the weight fixes (each call checks x.shape[-1])
     if not (_static(K) and _static(N)) or K != Kw:
         raise NotFusible("N and K must be static and agree (got K=%s, W %s)" % (K, list(wm[0])))
-    if N % 8 or K % 8:
-        raise NotFusible("N=%d, K=%d: TMA needs rows of a multiple of 16 bytes (N and K multiples of 8)"
-                         % (N, K))
     return w, wt, N, K, xm[1], xm[0][:-1]
 
 
@@ -622,11 +619,34 @@ def _combine(a, b):
     return SCALAR
 
 
+_WIDENS = {(torch.bfloat16, torch.float32), (torch.float16, torch.float32)}
+_CASTS = {"float", "to", "type", "type_as", "half", "bfloat16"}
+
+
+def widened_source(e):
+    """The tensor an external operand is an exact cast of (r.float() of a bf16 residual), else
+    e.  Values are f32 inside the kernel, which widens a narrow input as it loads it: reading
+    the source saves PyTorch writing an f32 copy and the kernel reading twice the bytes."""
+    while isinstance(e, torch.fx.Node) and e.op == "call_method" and e.target in _CASTS:
+        src, em = e.args[0], meta(e)
+        sm = meta(src)
+        if em is None or sm is None or sm[0] != em[0] or not (sm[1] == em[1] or (sm[1], em[1]) in _WIDENS):
+            break
+        try:
+            if describe(e).kind != "identity":
+                break
+        except NotFusible:
+            break
+        e = src
+    return e
+
+
 def try_absorb(r, node, step):
     """Adds node to r when it fits the domain; NotFusible otherwise (r unchanged)."""
     nm = meta(node)
     if nm is None or nm[1] not in DT:
         raise NotFusible("%s produces %s, not a bf16/f16/f32 tensor" % (_node_desc(node), nm and nm[1]))
+    step.operands = [o if o in r.cls else widened_source(o) for o in step.operands]
     ops = step.operands
     in_r = [o for o in ops if isinstance(o, torch.fx.Node) and o in r.cls]
     if not in_r:

@@ -79,8 +79,8 @@ def _subgraph(gm, r):
         if wt is not None and wt not in env:
             env[wt] = g.node_copy(wt, lambda a: env[a])
     def arg(a):
-        if a not in env and R.is_shape_query(a):   # a norm's shape read from a region value or input
-            env[a] = g.node_copy(a, arg)
+        if a not in env and (R.is_shape_query(a) or R.widened_source(a) in env):
+            env[a] = g.node_copy(a, arg)   # a norm's shape query, or the cast of an input the kernel widens
         return env[a]
     for n in r.nodes:
         if n in r.alias:
@@ -148,6 +148,18 @@ def _answer_shape_queries(gm, r):
             gm.graph.erase_node(u)
 
 
+def _erase_unused_casts(gm, casts):
+    """The casts of inputs the kernel reads narrow (region.widened_source), once nothing else
+    reads them: PyTorch would still run them."""
+    todo = list(casts)
+    while todo:
+        c = todo.pop()
+        if c.graph is gm.graph and not c.users and R.widened_source(c) is not c:
+            src = c.args[0]
+            gm.graph.erase_node(c)
+            todo.append(src)
+
+
 def rewrite(gm, opaque=False):
     """Plans every region of gm and swaps the fusible ones for FusedRegion modules
     (opaque: for comfuse::region custom-op calls, which Inductor leaves alone)."""
@@ -183,9 +195,11 @@ def rewrite(gm, opaque=False):
             for later in regions[r.index + 1:]:
                 later.substitute(o, rep)
         _answer_shape_queries(gm, r)
+        widened = [a for n in r.nodes for a in n.all_input_nodes if a not in r.cls and R.widened_source(a) is not a]
         for n in reversed(r.nodes):
             if not n.users:
                 gm.graph.erase_node(n)
+        _erase_unused_casts(gm, widened)
         mods.append(mod)
     _topo_sort(gm.graph)
     gm.graph.lint()

@@ -19,10 +19,11 @@ from . import region as R
 
 log = logging.getLogger("comfuse")
 
-# M buckets: the plan (cf_options_for) may differ for small M; each bucket compiles once.  A
-# decode batch (M <= 64) gets its own: there the plan slices K over 64-row tiles, which the
-# plan for 256 rows does not (RMSNorm 64x4096x4096: 4 slices of 64x128 tiles, 2 of 128x128).
-BUCKETS = (64, 256, 4096, 1 << 31)
+# M buckets, powers of two: a bucket's kernel is planned for its largest M (cf_options_for), and
+# the plan's compile-time choices (tile, split K, ring depth) change with M up to about 8192
+# rows: the plan for 4096 rows run at 512 skipped the split K that the plan for 512 takes
+# (RMSNorm 512x4096x4096: 1.4x the time).  Each bucket compiles once (disk-cached).
+BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 1 << 31)
 
 _lock = threading.Lock()
 _kernels = {}          # (recipe, bucket) -> capi.Kernel

@@ -180,6 +180,43 @@ def test_residual_of_the_gemm_input():
         assert torch.equal(f(x), fn(x))
 
 
+@pytest.mark.parametrize("cast", ["float", "to", "half"])
+def test_widening_cast_of_an_input_is_read_narrow(cast):
+    """(x @ w).float() + r.float(): the kernel reads the bf16 residual and widens it as it loads it;
+    no f32 copy of r is made first, and the cast left unused is gone from the graph.  A rounding
+    cast (bf16 to f16, f32 to bf16) stays a PyTorch op, and the kernel reads its result."""
+    def fn(x, w, r, q):
+        h = (x @ w).float()
+        rr = {"float": lambda: r.float(), "to": lambda: r.to(torch.float32), "half": lambda: r.half().float()}[cast]()
+        return F.layer_norm(h + rr + q.to(BF), (128,)).to(BF)
+    args = (torch.randn(6, 64, dtype=BF), torch.randn(64, 128, dtype=BF), torch.randn(6, 128, dtype=BF),
+            torch.randn(6, 128))
+    f, lines = _fused(fn, *args)
+    (m,) = f.regions()
+    r_dt = torch.float16 if cast == "half" else BF
+    assert m.in_dt[2:] == [r_dt, BF] and m.in_cls[2:] == ["tile", "tile"], (m.in_dt, m.in_cls)
+    code = f.gm.code
+    assert "float()" not in code and "float32" not in code, code
+    assert "to(torch.bfloat16)" in code and ("half()" in code) == (cast == "half"), code
+    _check_reference(f, args)
+    assert torch.equal(f(*args), fn(*args))
+
+
+def test_odd_vocabulary_fuses():
+    """GPT-2's 50257 columns (rows not a multiple of 16 bytes) fuse: the C runtime pads what TMA
+    cannot address, and a row this wide takes the wide-row path there."""
+    lm_head = nn.Linear(72, 1001, bias=False).to(BF)
+
+    def fn(h):
+        return torch.log_softmax(lm_head(h).float(), -1)
+    h = torch.randn(3, 72, dtype=BF)
+    with torch.no_grad():
+        f, lines = _fused(fn, h)
+        (m,) = f.regions()
+        assert m.N == 1001 and "fell back at run time: CPU" in lines[0], lines
+        _check_reference(f, (h,))
+
+
 def test_two_regions_and_a_bare_matmul():
     """LLaMA's MLP in F.linear on weights passed in: gate and up read one X and meet in
     silu(g) * u, so both GEMMs and the combination are one dual-GEMM region; down has no
@@ -484,7 +521,9 @@ def test_dynamic_m_uses_one_plan():
 def test_buckets():
     from comfuse import runtime
     assert runtime.bucket_of(1) == runtime.bucket_of(64) != runtime.bucket_of(65)
-    assert runtime.bucket_of(65) == runtime.bucket_of(256) != runtime.bucket_of(257)
+    assert runtime.bucket_of(65) == runtime.bucket_of(128) != runtime.bucket_of(129)
+    assert runtime.bucket_of(2049) == runtime.bucket_of(4096) == 4096 != runtime.bucket_of(4097)
+    assert runtime.bucket_of(8193) == runtime.bucket_of(10 ** 6)
     assert runtime.bucket_of(10 ** 9) == runtime.BUCKETS[-1]
 
 
