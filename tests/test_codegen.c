@@ -1651,6 +1651,51 @@ static void test_staging_turns(void)
     cf_graph_free(g);
 }
 
+/* The exact GELU as emitted, evaluated on the host from the literals of its source (ex2 and rcp
+ * as exp2f and a division): Phi's relative error against erfc stays under 1.5e-3 from the
+ * negative tail to the clamp, and the far tail and the non-finite inputs come out as the
+ * reference's formula gives them.  A wrong or reordered coefficient fails it. */
+static float host_gelu_erf(const double *c, int n, float x)
+{
+    const float cl = fminf(fmaxf(x, -5.5f), 5.5f), z = cl * cl;
+    float p = (float)c[0];
+    for (int i = 1; i < n; i++)
+        p = fmaf(p, z, (float)c[i]);
+    const float r = 1.0f / (1.0f + exp2f(cl * p));
+    return x * (x < -5.5f ? 0.0f : r);
+}
+
+static void test_gelu_erf_accuracy(void)
+{
+    cf_graph *g = parse("examples/gemm_bias_gelu_erf.cf");
+    cf_kernel *k = NULL;
+    CHECK(g && build_req(g, NULL, "erf", &k, &(cf_error){0}) == CF_OK);
+    const char *src = k ? cf_kernel_source(k) : NULL, *body = src ? strstr(src, "float op_gelu_erf(float x)") : NULL;
+    const char *end = body ? strstr(body, "\n}") : NULL;
+    CHECK(body && end);
+    double c[8];
+    int n = 0;
+    const char *q = body ? strstr(body, "float p = ") : NULL;
+    if (q)
+        c[n++] = strtod(q + strlen("float p = "), NULL);
+    for (q = body; q && n < 8 && (q = strstr(q, "p = fmaf(p, z, ")) != NULL && q < end; q += 15)
+        c[n++] = strtod(q + 15, NULL);
+    CHECK_EQ_INT(5, n);
+    double worst = 0;
+    for (int i = 0; n == 5 && i <= 11000; i++) {
+        const double x = -5.5 + i * 1e-3, phi = 0.5 * erfc(-x / sqrt(2.0));
+        const double got = host_gelu_erf(c, n, (float)x) / x;
+        if (fabs(x) > 1e-3 && fabs(got / phi - 1) > worst)
+            worst = fabs(got / phi - 1);
+    }
+    CHECK(n == 5 && worst < 1.5e-3);
+    CHECK(n == 5 && host_gelu_erf(c, n, -7.0f) == 0.0f && host_gelu_erf(c, n, 7.0f) == 7.0f);
+    CHECK(n == 5 && isnan(host_gelu_erf(c, n, -INFINITY)) && host_gelu_erf(c, n, INFINITY) == INFINITY &&
+          isnan(host_gelu_erf(c, n, NAN)));
+    cf_kernel_free(k);
+    cf_graph_free(g);
+}
+
 int main(void)
 {
     test_golden_sources();
@@ -1679,5 +1724,6 @@ int main(void)
     test_tile_inputs();
     test_dual();
     test_staging_turns();
+    test_gelu_erf_accuracy();
     return tu_finish("test_codegen");
 }
