@@ -926,8 +926,9 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     cf_plan_shape(ir, &at, M, N, K, NULL, k->max_clusters * cl);
     if (at.grid_ctas < 1)
         return cf_errorf(err, CF_ERR_CUDA, (cf_loc){0},
-                         "a row group of %d CTAs does not fit on this GPU at once (%d resident)", rc,
-                         k->max_clusters * cl);
+                         "a row group of %d CTAs, times %d slices of K, does not fit on this GPU at once "
+                         "(%d resident): fewer slices or wider tiles (fewer CTAs a row) would", rc,
+                         at.split_k > 1 ? at.split_k : 1, k->max_clusters * cl);
     const int64_t tiles_m = at.tiles_m;
     bool global = k->info[INFO_RED_GLOBAL]; /* emitted only for row groups of 2 or more */
     const bool split = k->info[INFO_SPLIT_K] > 1;
