@@ -439,7 +439,6 @@ FALLBACKS = {
     "training dropout": (lambda x, w: F.dropout(x @ w, 0.5, training=True), "training-mode dropout"),
     "layer_norm over 2 dims": (lambda x, w: F.layer_norm((x @ w).view(2, 4, 128), (4, 128)), "bare matmul"),
     "in-place": (lambda x, w: (x @ w).relu_(), "in-place"),
-    "odd N": (lambda x, w: torch.relu(x @ w[:, :100]), "multiples of 8"),
     "partial broadcast": (lambda x, w: (x.view(2, 4, 64) @ w) + torch.ones(1, 4, 128, dtype=BF), "not a scalar, [N]"),
 }
 
