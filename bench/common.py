@@ -6,6 +6,7 @@ Importable without torch (the grid's cell table and its JSON/plot writing are
 tested on CPU machines); the functions that need torch need it only when called.
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -162,17 +163,58 @@ def parse_bench(stdout):
     return None
 
 
-def spec_path(root, name):
-    return os.path.join(root, "examples", name + ".cf")
+LAYOUTS = ("kn", "nk")   # W given as [K, N] (x @ w, GPT-2's Conv1D) or [N, K] (nn.Linear's weight)
+_W_KN = re.compile(r"^input (W\w*): (bf16|f16)\[K, (N[0-9]*)\]", re.M)
+
+
+def nk_spec_text(text):
+    """An example spec with its weights declared [N, K] (as scripts/gpu-check's variants)."""
+    return _W_KN.sub(r"input \1: \2[\3, K]", text)
+
+
+def spec_path(root, name, layout="kn"):
+    """examples/NAME.cf, or for layout "nk" its [N, K] variant, written under build/specs-nk."""
+    path = os.path.join(root, "examples", name + ".cf")
+    if layout == "kn":
+        return path
+    out = os.path.join(root, "build", "specs-nk", name + ".cf")
+    with open(path) as f:
+        text = nk_spec_text(f.read())
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    if not os.path.exists(out) or open(out).read() != text:
+        tmp = out + ".%d.tmp" % os.getpid()
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, out)      # concurrent writers of the same text: either wins whole
+    return out
+
+
+def with_layout(fn, layout):
+    """fn taking its weights as [N, K] tensors (nn.Linear's), each used through .t() as the
+    workload's x @ w does: the traced graph reads a contiguous [N, K] weight, as a model's."""
+    if layout == "kn":
+        return fn
+    if fn.__name__ in DUAL:
+        def nk(x, w, b, g, be, w2):
+            return fn(x, w.t(), b, g, be, w2.t())
+    elif fn.__name__ in RESIDUAL:
+        def nk(x, w, b, g, be, r):
+            return fn(x, w.t(), b, g, be, r)
+    else:
+        def nk(x, w, b, g, be):
+            return fn(x, w.t(), b, g, be)
+    nk.__name__ = fn.__name__ + "_nk"
+    return nk
 
 
 def shape_arg(m, n, k):
     return f"M={m},N={n},K={k}"
 
 
-def run_bench(root, binary, extra, name, m, n, k, iters=100, timeout=300):
+def run_bench(root, binary, extra, name, m, n, k, iters=100, timeout=300, layout="kn"):
     """One `comfuse bench`: (dict of BENCH_FIELDS or None, the command's output)."""
-    cmd = [binary, "bench", "--iters", str(iters), "--shape", shape_arg(m, n, k), *extra, spec_path(root, name)]
+    cmd = [binary, "bench", "--iters", str(iters), "--shape", shape_arg(m, n, k), *extra,
+           spec_path(root, name, layout)]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

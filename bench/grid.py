@@ -85,8 +85,12 @@ BOUND_DUAL = 1.05
 
 
 def cell(workload, model, layer, short, m, m_desc, n, k, quick=False):
+    """A cell; its weights are [N, K] as nn.Linear stores them (and an attention score's keys),
+    but for GPT-2's Conv1D layers (mlp.c_fc, mlp.c_proj and the c_proj-shaped synthetic
+    cell), which store theirs [K, N] and compute x @ w."""
+    layout = "kn" if model.startswith("GPT-2") and ("c_fc" in layer or "c_proj" in layer) else "nk"
     return {"workload": workload, "model": model, "layer": layer, "short": short,
-            "M": m, "m_desc": m_desc, "N": n, "K": k, "quick": quick}
+            "M": m, "m_desc": m_desc, "N": n, "K": k, "quick": quick, "layout": layout}
 
 
 D64 = "decode, batch 64"
@@ -289,7 +293,8 @@ def new_record(i, c):
     b, why = bound_of(c)
     return {
         "id": i, "name": cell_name(c), "label": cell_label(c), "model": c["model"], "layer": c["layer"],
-        "workload": c["workload"], "spec": f"examples/{c['workload']}.cf", "M": c["M"], "N": c["N"],
+        "workload": c["workload"], "layout": c["layout"],
+        "spec": os.path.relpath(common.spec_path(ROOT, c["workload"], c["layout"]), ROOT), "M": c["M"], "N": c["N"],
         "K": c["K"], "m_desc": c["m_desc"], "bound": b, "bound_kind": why, "main_set": in_main_set(c),
         "fused_ms": None, "cublas_ms": None, "compile_ms": None, "compile_graph_ms": None, "eager_ms": None,
         "unfused_ms": None, "fused_graph_ms": None, "cublas_graph_ms": None,
@@ -470,7 +475,7 @@ def plan_of(text):
 
 def compile_cmd(binary, c):
     return [binary, "compile", "--shape", common.shape_arg(c["M"], c["N"], c["K"]),
-            common.spec_path(ROOT, c["workload"])]
+            common.spec_path(ROOT, c["workload"], c["layout"])]
 
 
 def compile_one(binary, c, timeout=600):
@@ -488,14 +493,14 @@ def compile_all(binary, cells, jobs):
     """Compiles every distinct (workload, shape) of cells, jobs at a time: {key: result}."""
     keys = {}
     for c in cells:
-        keys.setdefault((c["workload"], c["M"], c["N"], c["K"]), c)
+        keys.setdefault(key_of(c), c)
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         futs = {k: pool.submit(compile_one, binary, c) for k, c in keys.items()}
         return {k: f.result() for k, f in futs.items()}
 
 
 def key_of(c):
-    return (c["workload"], c["M"], c["N"], c["K"])
+    return (c["workload"], c["layout"], c["M"], c["N"], c["K"])
 
 
 def compile_only(binary, cells, jobs, out_dir):
@@ -532,7 +537,7 @@ REL_FRO = re.compile(r"rel Frobenius ([0-9.eE+-]+)")
 def check_one(binary, c, rows, seed, timeout=300):
     """(ok, worst relative Frobenius error or None, output) for one `comfuse run --check`."""
     cmd = [binary, "run", "--check", "--rows", str(rows), "--seed", str(seed), "--shape",
-           common.shape_arg(c["M"], c["N"], c["K"]), common.spec_path(ROOT, c["workload"])]
+           common.shape_arg(c["M"], c["N"], c["K"]), common.spec_path(ROOT, c["workload"], c["layout"])]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -575,7 +580,8 @@ def make_inputs(torch, c):
     m, n, k = c["M"], c["N"], c["K"]
     dev = "cuda"
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-    w = torch.randn(k, n, device=dev, dtype=torch.bfloat16) / k ** 0.5
+    w_dims = (n, k) if c["layout"] == "nk" else (k, n)
+    w = torch.randn(*w_dims, device=dev, dtype=torch.bfloat16) / k ** 0.5
     b = torch.randn(n, device=dev)
     if c["workload"] == "gemm_bias_gelu" and c["model"].startswith("Gemma"):
         b.zero_()  # Gemma's projections have no bias (comfuse's spec adds one: same cost)
@@ -585,15 +591,16 @@ def make_inputs(torch, c):
     if c["workload"] in common.RESIDUAL:
         args.append(torch.randn(m, n, device=dev, dtype=torch.bfloat16))
     if c["workload"] in common.DUAL:
-        args.append(torch.randn(k, n, device=dev, dtype=torch.bfloat16) / k ** 0.5)
+        args.append(torch.randn(*w_dims, device=dev, dtype=torch.bfloat16) / k ** 0.5)
     return args
 
 
 def cublas_operands(torch, c, inputs):
-    """(X, W) of cuBLAS's GEMM alone: a dual GEMM's weights side by side, [K, 2N]."""
-    if c["workload"] in common.DUAL:
-        return inputs[0], torch.cat([inputs[1], inputs[5]], 1)
-    return inputs[0], inputs[1]
+    """(X, W) of cuBLAS's GEMM alone, W as a [K, N] operand (a transposed view of an [N, K]
+    weight: cuBLAS's TN GEMM, as nn.Linear runs): a dual GEMM's weights side by side, [K, 2N]."""
+    nk = c["layout"] == "nk"
+    w = torch.cat([inputs[1], inputs[5]], 0 if nk else 1) if c["workload"] in common.DUAL else inputs[1]
+    return inputs[0], (w.t() if nk else w)
 
 
 def raise_recompile_limits(torch):
@@ -634,7 +641,8 @@ def gpu_run(args, cells, binary, out_dir):
     comp = {}
     nvrtc = threading.Thread(target=lambda: comp.update(compile_all(binary, cells, args.jobs)), daemon=True)
     nvrtc.start()
-    compiled = {name: torch.compile(fn, dynamic=False) for name, fn in common.ALL_WORKLOADS.items()}
+    compiled = {(name, lay): torch.compile(common.with_layout(common.ALL_WORKLOADS[name], lay), dynamic=False)
+                for name, lay in sorted({(c["workload"], c["layout"]) for c in cells})}
     torch.manual_seed(0)
     for c, r in zip(cells, records):
         if deadline and time.time() > t_start + COMPILE_SHARE * args.deadline:
@@ -643,7 +651,7 @@ def gpu_run(args, cells, binary, out_dir):
         t0 = time.time()
         try:
             inputs = make_inputs(torch, c)
-            compiled[c["workload"]](*inputs)
+            compiled[(c["workload"], c["layout"])](*inputs)
             torch.cuda.synchronize()
             r["compile_s"] = round(time.time() - t0, 2)
         except Exception as e:  # a compile failure is a finding, not the end of the run
@@ -666,7 +674,8 @@ def gpu_run(args, cells, binary, out_dir):
         if deadline and time.time() > deadline:
             r["status"] = "skipped: deadline"
             continue
-        fn, cfn = common.ALL_WORKLOADS[c["workload"]], compiled[c["workload"]]
+        fn = common.with_layout(common.ALL_WORKLOADS[c["workload"]], c["layout"])
+        cfn = compiled[(c["workload"], c["layout"])]
         inputs = make_inputs(torch, c)
         timed(r, "eager_ms", lambda: fn(*inputs))
         if r["compile_s"] is not None:
@@ -689,7 +698,8 @@ def gpu_run(args, cells, binary, out_dir):
             r["notes"].append(f"cublas_graph_ms failed: {type(e).__name__}: {str(e)[:200]}")
         inputs = x = w = None
         torch.cuda.empty_cache()  # leave comfuse's process the memory
-        vals, log = common.run_bench(ROOT, binary, extra, c["workload"], c["M"], c["N"], c["K"], iters=args.iters)
+        vals, log = common.run_bench(ROOT, binary, extra, c["workload"], c["M"], c["N"], c["K"], iters=args.iters,
+                                     layout=c["layout"])
         if vals is None:
             r["notes"].append("comfuse bench failed: " + log.strip()[-400:])
         else:

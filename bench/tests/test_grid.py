@@ -73,9 +73,31 @@ def test_dual_cells_take_both_weights_and_the_k_2n_baseline():
         def cat(self, ts, dim=0):
             cat.append((ts, dim))
             return "Wcat"
+    class W(str):
+        def t(self):
+            return self + ".t"
     inputs = ["x", "wg", "b", "g", "be", "wu"]
-    assert grid.cublas_operands(T(), c, inputs) == ("x", "Wcat") and cat == [(["wg", "wu"], 1)]
-    assert grid.cublas_operands(T(), mk("gemm_rmsnorm", 64, 4096), inputs[:5]) == ("x", "wg")
+    assert c["layout"] == "nk"        # nn.Linear's weights: [N, K], cuBLAS's TN GEMM over the view
+    T.cat = lambda self, ts, dim=0: cat.append((ts, dim)) or W("Wcat")
+    assert grid.cublas_operands(T(), c, inputs) == ("x", "Wcat.t") and cat == [(["wg", "wu"], 0)]
+    kn = dict(c, layout="kn")
+    assert grid.cublas_operands(T(), kn, inputs) == ("x", "Wcat") and cat[-1] == (["wg", "wu"], 1)
+    assert grid.cublas_operands(T(), mk("gemm_rmsnorm", 64, 4096), ["x", W("wg")] + inputs[2:5]) == ("x", "wg.t")
+
+
+def test_layouts_follow_the_models_code():
+    """nn.Linear's [N, K] weights everywhere but GPT-2's Conv1D layers; the [N, K] spec is the
+    example's with its weights flipped, and the torch function takes them as [N, K]."""
+    lay = {(c["model"], c["layer"]): c["layout"] for c in grid.CELLS}
+    assert {v for (m, l), v in lay.items() if m.startswith("GPT-2") and "lm_head" in l} == {"nk"}
+    assert {v for (m, l), v in lay.items() if m.startswith("GPT-2") and "c_fc" in l} == {"kn"}
+    assert {v for (m, l), v in lay.items() if not m.startswith("GPT-2")} == {"nk"}
+    text = open(common.spec_path(ROOT, "swiglu", "nk")).read()
+    assert "input Wg: bf16[N, K]" in text and "input Wu: bf16[N, K]" in text and "[K, N]" not in text
+    assert common.with_layout(common.gemm, "kn") is common.gemm
+    assert common.with_layout(common.swiglu, "nk").__name__ == "swiglu_nk"
+    assert common.nk_spec_text("input W: f16[K, N]\ninput W2: bf16[K, N2]\n") == \
+        "input W: f16[N, K]\ninput W2: bf16[N2, K]\n"
 
 
 def mk(workload, m, n, k=4096):
@@ -205,6 +227,9 @@ class FakeTensor:
     def __truediv__(self, o):
         return self
 
+    def t(self):
+        return self
+
     __add__ = __radd__ = __matmul__ = __truediv__
 
     def zero_(self):
@@ -265,8 +290,9 @@ def test_gpu_run_end_to_end_with_fakes(tmp_path, monkeypatch, capsys):
     rc = grid.main(["--quick", "--out", str(out), "--comfuse", str(binary), "--jobs", "2"])
     assert rc == 0
     assert torch._dynamo.config.cache_size_limit >= 1024  # a graph per shape, no silent eager fallback
-    assert set(torch.compiled) == {False}  # dynamic=False, one compiled function per workload
-    assert len(torch.compiled) == len(common.ALL_WORKLOADS)
+    assert set(torch.compiled) == {False}  # dynamic=False, one compiled function per workload and layout
+    quick = grid.select(grid.CELLS, quick=True)
+    assert len(torch.compiled) == len({(c["workload"], c["layout"]) for c in quick}) > len({c["workload"] for c in quick})
     doc = json.load(open(out / "grid.json"))
     cells = doc["cells"]
     assert len(cells) == len(grid.select(grid.CELLS, quick=True)) and doc["device"] == "FakeGPU"
