@@ -12,7 +12,9 @@ layer; M is batch x sequence, or a decode batch) with the epilogue of one of the
 examples/*.cf workloads; the vocabulary heads (32000 .. 256000 columns) are the
 wide rows.  Where the spec's epilogue differs from the real layer's (BERT's
 exact-erf GELU run as the tanh form, a residual left out, Gemma's (1 + g)
-folded into gamma, the spec's fixed scales) the cell's name says so.
+folded into gamma, the spec's fixed scales) the cell's name says so.  Weights are in the
+model's own layout: [N, K] as nn.Linear stores them (comfuse runs the example's [N, K] variant,
+torch computes x @ w.t(), cuBLAS's baseline is that TN GEMM), [K, N] for GPT-2's Conv1D layers.
 
 Per cell it prints (the table also to DIR/grid.txt), and writes to DIR/grid.json
 (after every cell, so a run cut short keeps what it measured) and plots to DIR/grid.png:
