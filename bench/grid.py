@@ -31,6 +31,11 @@ Per cell it prints (the table also to DIR/grid.txt), and writes to DIR/grid.json
                 `x @ w`, timed as compile_graph_ms: "faster than torch.compile" compares
                 fused_graph_ms with compile_graph_ms where both were measured (GPU time against
                 GPU time), else fused_ms with the better of compile's two figures
+  fused_torch_ms
+                comfuse.fuse's call timed as cuBLAS's column is (common.time_ms: triton's do_bench,
+                back-to-back launches), where fused_ms comes from `comfuse bench`'s turns beside
+                cuBLASLt with a sync after each; at the biggest cells the two have differed by up
+                to 10 %, the cause not yet measured; ratios["fused_torch/cublas"]
   eager_ms      the same function in eager PyTorch
   unfused_ms    comfuse's unfused path (cuBLASLt GEMM, then its row kernel), where bench prints it
   cublaslt_ms, fused_over_cublaslt
@@ -299,7 +304,7 @@ def new_record(i, c):
         "spec": os.path.relpath(common.spec_path(ROOT, c["workload"], c["layout"]), ROOT), "M": c["M"], "N": c["N"],
         "K": c["K"], "m_desc": c["m_desc"], "bound": b, "bound_kind": why, "main_set": in_main_set(c),
         "fused_ms": None, "cublas_ms": None, "compile_ms": None, "compile_graph_ms": None, "eager_ms": None,
-        "unfused_ms": None, "fused_graph_ms": None, "cublas_graph_ms": None,
+        "unfused_ms": None, "fused_graph_ms": None, "cublas_graph_ms": None, "fused_torch_ms": None,
         "floor_ms": None, "cublaslt_ms": None, "fused_over_cublaslt": None,
         "predicted_ms": None,  # the plan's cost model (`comfuse bench`'s BENCH line)
         "compile_s": None, "status": "not run", "notes": [],
@@ -322,6 +327,7 @@ def finish_record(r):
     r["ratios"]["fused/compile_best"] = ratio(r["fused_ms"], best)
     r["ratios"]["fused_graph/compile_graph"] = ratio(r.get("fused_graph_ms"), r.get("compile_graph_ms"))
     r["ratios"]["fused_graph/cublas_graph"] = ratio(r.get("fused_graph_ms"), r.get("cublas_graph_ms"))
+    r["ratios"]["fused_torch/cublas"] = ratio(r.get("fused_torch_ms"), r.get("cublas_ms"))
     # like for like: both GPU times from CUDA-graph replays (no host work, L2 flushed) where
     # both were measured; else the fused kernel against the better of compile's two figures
     fc = r["ratios"]["fused_graph/compile_graph"]
@@ -746,6 +752,7 @@ def fused_graph(r, fn, inputs, torch):
                                   + ", ".join(str(m.last) for m in regions))
                 return
             r["fused_graph_ms"] = common.graph_ms(lambda: f(*inputs))
+            r["fused_torch_ms"] = common.time_ms(lambda: f(*inputs))
     except Exception as e:  # the figure is missing, the run goes on
         r["notes"].append(f"fused_graph_ms failed: {type(e).__name__}: {str(e)[:200]}")
 

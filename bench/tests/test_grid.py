@@ -124,7 +124,8 @@ def fake_records():
         if i == 3:  # a cell cut by the deadline keeps its nulls
             r["status"] = "skipped: deadline"
         else:
-            r.update(fused_ms=1.0 + 0.1 * i, cublas_ms=1.0, compile_ms=1.2, eager_ms=2.0, unfused_ms=None)
+            r.update(fused_ms=1.0 + 0.1 * i, cublas_ms=1.0, compile_ms=1.2, eager_ms=2.0, unfused_ms=None,
+                     fused_torch_ms=1.05 + 0.1 * i)
             r["status"] = "measured"
         recs.append(grid.finish_record(r))
     return recs
@@ -143,6 +144,8 @@ def test_json_has_every_column_and_the_prediction(tmp_path):
         assert key in r0, key
     assert "predicted_ms" in r0 and r0["predicted_ms"] is None   # a binary without the model: null
     assert r0["ratios"]["fused/predicted"] is None
+    assert r0["layout"] in ("kn", "nk") and r0["ratios"]["fused_torch/cublas"] == pytest.approx(1.05)
+    assert r3["fused_torch_ms"] is None and r3["ratios"]["fused_torch/cublas"] is None
     r1 = dict(recs[1], predicted_ms=0.5)
     assert grid.finish_record(r1)["ratios"]["fused/predicted"] == pytest.approx(1.1 / 0.5)
     assert "0.5000" in grid.row_line(r1) and "2.200" in grid.row_line(r1)
