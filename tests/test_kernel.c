@@ -184,6 +184,17 @@ static void test_split(void)
     CHECK_EQ_INT(0, fc->launches);
     fake_capture(0);
     cf_kernel_free(k);
+    /* a row group of 64 CTAs times 4 slices (256) is never resident at once on 132 SMs: the
+     * launch is refused, naming the slices, and nothing is launched */
+    cf_plan_request unfit = {.split_k = 4, .block_m = 64, .block_n = 64};
+    k = NULL;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build_req(g, &unfit, 64, N, K, "test_split_unfit", &k, &err));
+    if (k) {
+        CHECK_EQ_INT(CF_ERR_CUDA, launch(k, 64, 0, 0, &err));
+        CHECK_CONTAINS(err.msg, "a row group of 64 CTAs, times 4 slices of K, does not fit");
+        CHECK_EQ_INT(0, fc->launches);
+        cf_kernel_free(k);
+    }
 }
 
 static void run_all(void)
