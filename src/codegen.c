@@ -421,7 +421,8 @@ static const cf_ir_node *scale_into_exp(const cg_ctx *c, const cf_ir_node *s, do
             if (p->kind != CF_IR_PLACEHOLDER || p->is_stat || p->ref != s)
                 continue;
             readers++;
-            if (carried_out(next, p) || n_users(next, p, &d) != 1 || d->args[0] != p || !d->args[1]->is_stat ||
+            if (carried_out(next, p) || n_users(next, p, &d) != 1 || d->nargs != 2 || d->args[0] != p ||
+                !d->args[1]->is_stat ||
                 d->args[1]->ref != sp->terminal || n_users(next, d, &e) != 1 || exp_sub_of(e) != d)
                 return NULL;
         }

@@ -1112,6 +1112,8 @@ static void test_scale_into_exp(void)
         {"s = 0.125 * (X @ W)\nm = max(s)\ne = exp(s - m) + s\noutput Y: bf16 = e / sum(e)\n", false},
         /* an integral factor is a float literal too ("2.0f", not "2f"): NVRTC compiles it below */
         {"s = 2 * (X @ W)\nm = max(s)\ne = exp(s - m)\noutput Y: bf16 = e / sum(e)\n", true},
+        /* s's one reader is a unary op (exp(s) - m, found by fuzz_spec: read as a - max, it crashed) */
+        {"s = 0.125 * (X @ W)\nm = max(s)\ne = exp(s) - m\noutput Y: bf16 = e / relu(e)\n", false},
     };
     for (int i = 0; i < CF_ARRAY_LEN(cases); i++) {
         char src[512];
