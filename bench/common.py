@@ -163,7 +163,7 @@ def parse_bench(stdout):
     return None
 
 
-LAYOUTS = ("kn", "nk")   # W given as [K, N] (x @ w, GPT-2's Conv1D) or [N, K] (nn.Linear's weight)
+# A layout: "kn", W given as [K, N] (x @ w, GPT-2's Conv1D), or "nk", as [N, K] (nn.Linear's weight).
 _W_KN = re.compile(r"^input (W\w*): (bf16|f16)\[K, (N[0-9]*)\]", re.M)
 
 
