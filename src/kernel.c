@@ -551,12 +551,11 @@ static size_t split_counter_bytes(int64_t tiles) { return align_up((size_t)tiles
 static cf_status prepare_split(cf_kernel *k, int64_t row_tiles, int64_t tiles_m, cf_rt_stream stream, cf_error *err)
 {
     const int64_t tile_m = k->info[INFO_TILE_M];
-    const int64_t prepared = (k->prepared_m + tile_m - 1) / tile_m;
-    const int64_t tiles = row_tiles * (tiles_m > prepared ? tiles_m : prepared);
+    const int64_t prepared = (k->prepared_m + tile_m - 1) / tile_m, need = row_tiles * tiles_m;
+    int64_t tiles = row_tiles * (tiles_m > prepared ? tiles_m : prepared);
     const size_t part = (size_t)k->info[INFO_TILE_M] * (size_t)k->info[INFO_BN] * 4 *
-                        (size_t)(k->info[INFO_SPLIT_K] - 1) * (k->ir->dual ? 2 : 1),   /* a dual GEMM's two */
-                 bytes = split_counter_bytes(tiles) + part * (size_t)tiles;
-    if (tiles <= k->split_tiles)
+                      (size_t)(k->info[INFO_SPLIT_K] - 1) * (k->ir->dual ? 2 : 1);   /* a dual GEMM's two */
+    if (need <= k->split_tiles)
         return CF_OK;
     bool capturing = false;
     cf_status st = cf_rt_stream_capturing(stream, &capturing, err);
@@ -569,7 +568,13 @@ static cf_status prepare_split(cf_kernel *k, int64_t row_tiles, int64_t tiles_m,
     if ((st = reserve_retired(k, k->split, err)) != CF_OK)
         return st;
     cf_rt_devptr p = 0;
-    if ((st = cf_rt_malloc(&p, bytes, err)) != CF_OK)
+    st = cf_rt_malloc(&p, split_counter_bytes(tiles) + part * (size_t)tiles, err);
+    if (st != CF_OK && tiles > need &&
+        (st = cf_rt_malloc(&p, split_counter_bytes(need) + part * (size_t)need, err)) == CF_OK) {
+        cf_error_clear(err);   /* the prepared M's did not fit; this launch's does */
+        tiles = need;
+    }
+    if (st != CF_OK)
         return st;
     if ((st = cf_rt_memset_d8_async(p, 0, split_counter_bytes(tiles), stream, err)) != CF_OK) {
         cf_rt_free(p, NULL);

@@ -184,6 +184,15 @@ static void test_split(void)
     CHECK_EQ_INT(0, fc->launches);
     fake_capture(0);
     cf_kernel_free(k);
+    /* prepared for more rows than memory holds (a warm-up of the open M bucket), a launch
+     * allocates what it needs itself */
+    k = NULL;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build_req(g, &r, 64, N, K, "test_split", &k, &err));
+    const int64_t huge[3] = {(int64_t)1 << 31, N, K};
+    CHECK_EQ_INT(CF_OK, k ? cf_kernel_prepare(k, huge, &err) : CF_ERR_INTERNAL);
+    CHECK_EQ_INT(CF_OK, k ? launch(k, 64, 0, 0, &err) : CF_ERR_INTERNAL);
+    CHECK_EQ_INT(1, fc->launches);
+    cf_kernel_free(k);
     /* a row group of 64 CTAs times 4 slices (256) is never resident at once on 132 SMs: the
      * launch is refused, naming the slices, and nothing is launched */
     cf_plan_request unfit = {.split_k = 4, .block_m = 64, .block_n = 64};
