@@ -194,6 +194,8 @@ def with_layout(fn, layout):
     workload's x @ w does: the traced graph reads a contiguous [N, K] weight, as a model's."""
     if layout == "kn":
         return fn
+    # one signature per kind, not *rest: a weight reached through a varargs tuple is traced as
+    # a getitem, which Φ's dual-GEMM match does not take for an input
     if fn.__name__ in DUAL:
         def nk(x, w, b, g, be, w2):
             return fn(x, w.t(), b, g, be, w2.t())

@@ -471,6 +471,18 @@ static cf_status reserve_retired(cf_kernel *k, cf_rt_devptr old, cf_error *err)
     return CF_OK;
 }
 
+/* *p of *size bytes, or of need (less) where that many do not fit: a buffer sized ahead for the
+ * prepared M falls back to what this launch needs.  *size is what was allocated. */
+static cf_status malloc_or_need(cf_rt_devptr *p, size_t *size, size_t need, cf_error *err)
+{
+    cf_status st = cf_rt_malloc(p, *size, err);
+    if (st != CF_OK && *size > need && (st = cf_rt_malloc(p, need, err)) == CF_OK) {
+        cf_error_clear(err);
+        *size = need;
+    }
+    return st;
+}
+
 /* Slots for at least bytes: also for the prepared M, and at least twice the old, so an M growing
  * launch by launch reallocates a few times at most.  The old slots are kept until the kernel is
  * freed: a launch may still read them, on any stream, and a captured graph points at them;
@@ -488,9 +500,7 @@ static cf_status grow_exchange(cf_kernel *k, size_t bytes, size_t tile_bytes, cf
     if (st != CF_OK)
         return st;
     cf_rt_devptr p = 0;
-    st = cf_rt_malloc(&p, want, err);
-    if (st != CF_OK && want > bytes && (st = cf_rt_malloc(&p, want = bytes, err)) == CF_OK)
-        cf_error_clear(err);   /* the prepared or doubled size did not fit; this launch's does */
+    st = malloc_or_need(&p, &want, bytes, err);   /* the prepared or doubled size, else this launch's */
     if (st == CF_OK && (st = cf_rt_memset_d8_async(p, 0, want, stream, err)) != CF_OK)
         cf_rt_free(p, NULL);
     if (st != CF_OK)
@@ -568,14 +578,12 @@ static cf_status prepare_split(cf_kernel *k, int64_t row_tiles, int64_t tiles_m,
     if ((st = reserve_retired(k, k->split, err)) != CF_OK)
         return st;
     cf_rt_devptr p = 0;
-    st = cf_rt_malloc(&p, split_counter_bytes(tiles) + part * (size_t)tiles, err);
-    if (st != CF_OK && tiles > need &&
-        (st = cf_rt_malloc(&p, split_counter_bytes(need) + part * (size_t)need, err)) == CF_OK) {
-        cf_error_clear(err);   /* the prepared M's did not fit; this launch's does */
-        tiles = need;
-    }
-    if (st != CF_OK)
+    const size_t need_bytes = split_counter_bytes(need) + part * (size_t)need;
+    size_t bytes = split_counter_bytes(tiles) + part * (size_t)tiles;
+    if ((st = malloc_or_need(&p, &bytes, need_bytes, err)) != CF_OK)   /* the prepared M's, else this launch's */
         return st;
+    if (bytes == need_bytes)
+        tiles = need;
     if ((st = cf_rt_memset_d8_async(p, 0, split_counter_bytes(tiles), stream, err)) != CF_OK) {
         cf_rt_free(p, NULL);
         return st;

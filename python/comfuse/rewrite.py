@@ -151,13 +151,13 @@ def _answer_shape_queries(gm, r):
 def _erase_unused_casts(gm, casts):
     """The casts of inputs the kernel reads narrow (region.widened_source), once nothing else
     reads them: PyTorch would still run them."""
-    todo = list(casts)
-    while todo:
-        c = todo.pop()
+    pending = list(casts)
+    while pending:
+        c = pending.pop()
         if c.graph is gm.graph and not c.users and R.widened_source(c) is not c:
             src = c.args[0]
             gm.graph.erase_node(c)
-            todo.append(src)
+            pending.append(src)   # a chain of casts: the one before may be unused now
 
 
 def rewrite(gm, opaque=False):
