@@ -923,6 +923,12 @@ def _norm_shape(r, shp, affine):
     return [_dim_value(r, d) for d in shp]
 
 
+def _is_weight_view(r, t):
+    """t is the w.t() a matmul of the region reads (x @ w.t(), then w.t().shape[1] for N): its
+    dims are the weight's, which the region's kernel key fixes."""
+    return t is not None and t in (r.wt_node, r.wt_node2)
+
+
 def _dim_value(r, d):
     """A normalised-shape entry: an int, or a region value's last dim queried (r.N)."""
     q = shape_dim(d)
@@ -933,7 +939,7 @@ def _dim_value(r, d):
     rank = len(m[0]) if m else None
     if t in r.cls and r.cls[t] == TILE and rank is not None and i in (-1, rank - 1):
         return r.N
-    if t in r.inputs and m is not None and -rank <= i < rank:
+    if (t in r.inputs or _is_weight_view(r, t)) and m is not None and -rank <= i < rank:
         return m[0][i]     # a dim of a region input (the weight's N, as w.shape[1]), as traced
     return "%s.shape[%d]" % (t.name, i)
 

@@ -165,6 +165,20 @@ def test_shape_queries_are_metadata(form):
         assert all(torch.equal(u, v) for u, v in zip(got, want))
 
 
+def test_shape_of_the_transposed_weight_is_metadata():
+    """x @ w.t() with F.layer_norm(h, (w.t().shape[1],)): the transpose the matmul reads is the
+    weight's view, its dims the weight's (fixed by the kernel's key), so the norm joins the region."""
+    def fn(x, w, g, b):
+        wt = w.t()
+        return F.layer_norm(x @ wt, (wt.shape[1],), g, b)
+    args = (torch.randn(6, 64, dtype=BF), torch.randn(128, 64, dtype=BF), torch.rand(128) + 0.5, torch.randn(128))
+    f, lines = _fused(fn, *args)
+    (m,) = f.regions()
+    assert m.label == "linear->layer_norm", lines   # x @ w.t() is a linear
+    _check_reference(f, args)
+    assert torch.equal(f(*args), fn(*args))
+
+
 def test_residual_of_the_gemm_input():
     """x + linear(x): x is both the GEMM's X and the residual tile (two cf inputs, one pointer)."""
     lin = nn.Linear(128, 128).to(BF)
