@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 try:
     import torch
@@ -182,8 +183,9 @@ def spec_path(root, name, layout="kn"):
         text = nk_spec_text(f.read())
     os.makedirs(os.path.dirname(out), exist_ok=True)
     if not os.path.exists(out) or open(out).read() != text:
-        tmp = out + ".%d.tmp" % os.getpid()
-        with open(tmp, "w") as f:
+        # a name of its own per writer: the grid's compile threads share one pid
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(out), prefix=name + ".", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, out)      # concurrent writers of the same text: either wins whole
     return out

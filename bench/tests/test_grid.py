@@ -100,6 +100,22 @@ def test_layouts_follow_the_models_code():
         "input W: f16[N, K]\ninput W2: bf16[N2, K]\n"
 
 
+def test_nk_specs_written_by_many_threads_at_once(tmp_path):
+    """The grid compiles its cells from a pool of threads (one pid): each writer of build/specs-nk
+    needs a temporary file of its own, else one's rename takes another's file from under it."""
+    import concurrent.futures
+    names = ["swiglu", "gemm_rmsnorm", "gemm_bias_ln", "gemm_softmax"] * 8
+    for attempt in range(8):   # a fresh tree each time: the race is in the first writes
+        root = tmp_path / str(attempt)
+        root.mkdir()
+        os.symlink(os.path.join(ROOT, "examples"), root / "examples")
+        with concurrent.futures.ThreadPoolExecutor(16) as ex:
+            paths = list(ex.map(lambda n: common.spec_path(str(root), n, "nk"), names))
+        for n, p in zip(names, paths):
+            assert open(p).read() == common.nk_spec_text(open(os.path.join(ROOT, "examples", n + ".cf")).read())
+        assert sorted(os.listdir(root / "build" / "specs-nk")) == sorted(n + ".cf" for n in set(names))
+
+
 def mk(workload, m, n, k=4096):
     return grid.cell(workload, "Model", "layer", "short", m, "desc", n, k)
 
