@@ -2159,6 +2159,8 @@ cf_status cf_codegen(const cf_ir *ir, const cf_plan *opt, const char *title, cf_
     if (epi.oom)
         out->oom = true;
     cf_sb_free(&epi);
+    blank(&c);
+    line(&c, "#include \"cf_sm90_kernel.cuh\"  /* the kernel over this schedule, and cf_kernel_info */");
     if (out->oom)
         return cf_errorf(err, CF_ERR_NO_MEMORY, (cf_loc){0}, "out of memory generating code");
     return CF_OK;

@@ -181,6 +181,66 @@ static void test_rejections(void)
     cf_graph_free(g);
 }
 
+/* A generated file less its closing kernel include, wrapped in `namespace ns`. */
+static void wrap_in_namespace(cf_strbuf *out, const char *ns, const char *src)
+{
+    const char *cut = strstr(src, "#include \"cf_sm90_kernel.cuh\"");
+    CHECK(cut != NULL);
+    cf_sb_printf(out, "namespace %s {\n", ns);
+    cf_sb_printf(out, "%.*s", (int)(cut ? cut - src : (ptrdiff_t)strlen(src)), src);
+    cf_sb_printf(out, "}  /* namespace %s */\n", ns);
+}
+
+/* The device header holds no entry point and no guard: two schedules (a LayerNorm with its L2
+ * exchange and a bias+GELU, different tiles and rings) instantiate it side by side in one file,
+ * each in its namespace, under one kernel of their own -- what a kernel of two GEMM phases
+ * (B2B) builds on.  NVRTC compiles it for sm_90a with both phases' code in the PTX. */
+static void test_two_schedules_in_one_file(void)
+{
+    static const struct {
+        const char *spec;
+        cf_plan_request opt;
+    } phase[2] = {
+        {"examples/gemm_bias_ln.cf", {128, 128, 5, 8, CF_REDUCE_GLOBAL, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}},
+        {"examples/gemm_bias_gelu.cf", {64, 256, 4, 1, 0, CF_SCHEDULE_PINGPONG, 0, 0, 0, 0}},
+    };
+    cf_strbuf tu = {0};
+    cf_sb_puts(&tu, "#include \"cf_trace.h\"\n");
+    for (int i = 0; i < 2; i++) {
+        cf_graph *g = parse(phase[i].spec);
+        cf_kernel *k = NULL;
+        cf_error err;
+        cf_plan_request opt = phase[i].opt;
+        CHECK_EQ_INT(CF_OK, build_req(g, &opt, phase[i].spec, &k, &err));
+        wrap_in_namespace(&tu, i ? "cf_p2" : "cf_p1", k ? cf_kernel_source(k) : "");
+        cf_kernel_free(k);
+        cf_graph_free(g);
+    }
+    cf_sb_puts(&tu, "extern \"C\" __global__ void __launch_bounds__(384, 1)\n"
+                    "cf_two_phases(const __grid_constant__ cf_p1::cf_gemm_args a, const __grid_constant__ cf_p2::cf_gemm_args b)\n"
+                    "{\n"
+                    "    if (blockIdx.y == 0)\n"
+                    "        cf_p1::cf_cta_run<cf_p1::cf_S>(a);\n"
+                    "    else\n"
+                    "        cf_p2::cf_cta_run<cf_p2::cf_S>(b);\n"
+                    "}\n");
+    CHECK(!tu.oom);
+    cf_rt_cubin c = {0};
+    cf_error err = {0};
+    const cf_status st = cf_rt_compile(tu.data, "cf_two_phases", NULL, 0, &c, &err);
+    if (st != CF_OK)
+        fprintf(stderr, "two schedules: %s\n", err.msg);
+    CHECK_EQ_INT(CF_OK, st);
+    CHECK_CONTAINS(c.ptx, ".entry cf_two_phases");
+    CHECK(c.ptx && !strstr(c.ptx, "cf_gemm_kernel") && !strstr(c.ptx, "cf_kernel_info"));
+    CHECK_CONTAINS(c.ptx, "ld.acquire.gpu.global.u32");   /* phase 1's L2 exchange reads the launch epoch */
+    CHECK_CONTAINS(c.ptx, "tanh.approx");                 /* phase 2's GELU */
+    CHECK_CONTAINS(c.ptx, "n256");                        /* phase 2's 64x256 wgmma */
+    CHECK_CONTAINS(c.ptx, "n128");                        /* phase 1's 128x128 */
+    cf_rt_cubin_free(&c);
+    cf_sb_free(&tu);
+}
+
 /* NVRTC (no GPU needed): every kernel we can generate compiles for sm_90a,
  * its PTX uses wgmma and the bulk tensor copy engine, ptxas reports no spills
  * for the workload kernels, and the cache hands back the same cubin. */
@@ -1704,6 +1764,7 @@ int main(void)
     test_source_shape();
     test_rejections();
     test_nvrtc();
+    test_two_schedules_in_one_file();
     test_wide_rows();
     test_single_tile_rows();
     test_merged_exchanges();

@@ -13,8 +13,7 @@
  * Every participant combines the partials in the same order, so all CTAs get
  * bit-identical statistics.
  */
-#ifndef CF_REDUCE_CUH
-#define CF_REDUCE_CUH
+/* No include guard, as cf_sm90.cuh: once per schedule's namespace. */
 
 #define CF_RED_SUM 0
 #define CF_RED_MAX 1
@@ -703,5 +702,3 @@ template <int OP, int RED> __device__ __forceinline__ void cf_row_reduce(const c
     else
         (void)t;                                         /* one CTA holds the whole row */
 }
-
-#endif /* CF_REDUCE_CUH */

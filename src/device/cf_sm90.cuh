@@ -6,7 +6,7 @@
  * Build target: sm_90a (nvcc -gencode=arch=compute_90a,code=sm_90a, NVRTC --gpu-architecture=sm_90a).
  *
  * ===================================================================================
- * HOW A GENERATED TRANSLATION UNIT USES THIS HEADER (one header; the kernel is in here)
+ * HOW A GENERATED TRANSLATION UNIT USES THIS HEADER
  * ===================================================================================
  *     struct cf_sched {                                   // generated: the plan's schedule
  *         static constexpr int bm = 128;                  // rows of ONE consumer warpgroup's tile (64, 128)
@@ -24,16 +24,21 @@
  *     #include "cf_sm90.cuh"
  *     __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_tile &t,
  *                                                 float (&acc)[CF_ACC_REGS]) { ... }
+ *     #include "cf_sm90_kernel.cuh"                      // the kernel and cf_kernel_info
  *
  * i.e. the brief's fallback form: cf_sched and cf_epi_params are defined BEFORE the include
- * (cf_gemm_args embeds cf_epi_params by value), this header forward-declares cf_epilogue, defines
- * the kernel, and the generated file defines cf_epilogue AFTER the include.  No CF_* macro
- * configures it: a schedule choice is a member of cf_sched, read in `if constexpr` and as
- * template arguments (only CF_TRACE, a diagnostic build of the runtime, is a macro).  (The two-header variant cannot work as written:
- * cf_gemm_args embeds cf_epi_params, and the store helpers take cf_gemm_args.)
+ * (cf_gemm_args embeds cf_epi_params by value), this header forward-declares cf_epilogue and
+ * defines the roles, the generated file defines cf_epilogue AFTER the include, and
+ * cf_sm90_kernel.cuh closes the file with the kernel.  No CF_* macro configures it: a schedule
+ * choice is a member of cf_sched, read in `if constexpr` and as template arguments (only
+ * CF_TRACE, a diagnostic build of the runtime, is a macro).  (The two-header variant cannot work
+ * as written: cf_gemm_args embeds cf_epi_params, and the store helpers take cf_gemm_args.)
  * The kernel: extern "C" __global__ void cf_gemm_kernel(const __grid_constant__ cf_gemm_args args)
- * It also exports  extern "C" __device__ const int cf_kernel_info[19]  (see CF_INFO_*) so the host
+ * It also exports  extern "C" __device__ const int cf_kernel_info[23]  (see CF_INFO_*) so the host
  * can read the compiled configuration (smem bytes, tile sizes, ...) with cuModuleGetGlobal.
+ * A file of two schedules (two GEMM phases in one kernel) wraps each schedule's part -- its
+ * cf_sched, cf_epi_params, this header, its epilogue -- in a namespace of its own, includes
+ * cf_trace.h first at file scope, and defines its own kernel over both namespaces' roles.
  *
  * ===================================================================================
  * EXECUTION MODEL
@@ -79,8 +84,11 @@
  * Named barriers: 0 = __syncthreads, 1..2 pingpong order, 3..4 per-WG epilogue (t.bar_id, 128
  * threads).  Id 5 is the finisher's (S::finisher); CF_BAR_USER_FIRST (6) .. 15 are free for generated code.
  */
-#ifndef CF_SM90_CUH
-#define CF_SM90_CUH
+/* No include guard: a translation unit includes this once per schedule, each time inside the
+ * namespace of that schedule's cf_sched and epilogue (a kernel of two GEMM phases instantiates
+ * two), with cf_trace.h included first at file scope.  What may exist once per module -- the
+ * kernel, cf_kernel_info, the trace buffer -- is cf_sm90_kernel.cuh's, included after the
+ * epilogue by a one-schedule file. */
 
 /* ----------------------------------------------------------------------------------------
  * The schedule
@@ -321,7 +329,7 @@ __shared__ long long cf_tr_cat[CF_TRACE_ROLES][CF_TRC_N];   /* consumer WGs 0, 1
  * so it must not exist in ordinary builds; its #ifs stay. */
 #ifdef CF_TRACE
 #define CF_TRACE_WAITS (CF_TRACE > 1)   /* CF_TRACE=2 also times the mainloop's waits (more registers) */
-extern "C" { __device__ long long cf_trace[CF_TRACE_CTAS * CF_TRACE_ROLES * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
+extern "C" { extern __device__ long long cf_trace[CF_TRACE_CTAS * CF_TRACE_ROLES * (CF_TRACE_TILES + 1) * CF_TRACE_EV]; }
 __device__ __forceinline__ void cf_trace_at(int w, int j, int ev, int tid, long long v) {
     if (tid == 0 && blockIdx.x < CF_TRACE_CTAS && j <= CF_TRACE_TILES)
         cf_trace[((blockIdx.x * CF_TRACE_ROLES + w) * (CF_TRACE_TILES + 1) + j) * CF_TRACE_EV + ev] = v;
@@ -1098,11 +1106,6 @@ __device__ __forceinline__ void cf_tin_release(const cf_tile &t) {
         cf_release_stage(t.ring_empty + 8 * ((t.tin_pos + e) % cf_S::stages), t.lane);
 }
 
-extern "C" __device__ const int cf_kernel_info[23] = {
-    CF_SM90_VERSION, cf_S::smem_bytes, cf_S::bm, cf_S::bn, cf_S::tile_m, cf_S::stages, cf_S::cluster_n, cf_S::b_nk,
-    cf_S::in_f16, cf_S::num_out, cf_S::pingpong, cf_S::num_threads, cf_S::stg_chunks, cf_S::group_m, cf_S::a_box_rows,
-    cf_S::b_nk ? cf_S::bn : 64, cf_S::row_ctas, cf_S::red_global, cf_S::num_red, cf_S::late_finish, cf_S::out_box_rows, cf_S::tin_args,
-    cf_S::split_k};
 
 
 /* The CTA's i-th tile -> (row tile, column tile): row-group tile ct = cid + (i / S::group_tiles) *
@@ -1748,10 +1751,3 @@ template <class S> __device__ __forceinline__ void cf_cta_run(const cf_gemm_args
         cf_cluster_sync();
 }
 
-/* The kernel: this translation unit's schedule. */
-extern "C" __global__ void __launch_bounds__(cf_S::num_threads, 1)
-cf_gemm_kernel(const __grid_constant__ cf_gemm_args args) {
-    cf_cta_run<cf_S>(args);
-}
-
-#endif /* CF_SM90_CUH */

@@ -63,3 +63,5 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     /* ---- stage 0: the accumulator, to the store ---- */
     cf_store_tile_bf16(args, t, 0, T0);  /* output Y: bf16 [M,N] */
 }
+
+#include "cf_sm90_kernel.cuh"  /* the kernel over this schedule, and cf_kernel_info */

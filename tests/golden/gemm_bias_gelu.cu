@@ -75,3 +75,5 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     }
     cf_store_tile_bf16_gelu(args, t, 0, T0);  /* output Y: bf16 [M,N]; Y_3 = gelu(v2) computed by the store, in packed bf16 */
 }
+
+#include "cf_sm90_kernel.cuh"  /* the kernel over this schedule, and cf_kernel_info */

@@ -137,3 +137,5 @@ __device__ __forceinline__ void cf_epilogue_finish(const cf_gemm_args &args, con
     CF_TRC_ADD(t, CF_TRC_FLOOP, trl);
     cf_store_staged(args, t, 0);  /* output Y: bf16 [M,N], restaged where it was parked */
 }
+
+#include "cf_sm90_kernel.cuh"  /* the kernel over this schedule, and cf_kernel_info */

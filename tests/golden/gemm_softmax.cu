@@ -135,3 +135,5 @@ __device__ __forceinline__ void cf_epilogue(const cf_gemm_args &args, const cf_t
     CF_TRC_STEP(t, trs, CF_TRC_SEC0 + 4);  /* trace section: the loop above */
     cf_store_tile_bf16(args, t, 0, T0);  /* output Y: bf16 [M,N] */
 }
+
+#include "cf_sm90_kernel.cuh"  /* the kernel over this schedule, and cf_kernel_info */

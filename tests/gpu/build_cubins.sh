@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the kernel variants of tests/gpu/gemm_harness.cu as sm_90a cubins (one translation unit per
 # variant, each exactly like a generated file: macros + epilogue params + #include "cf_sm90.cuh" +
-# cf_epilogue).  Usage: bash tests/gpu/build_cubins.sh [outdir]   (default build/gpu)
+# cf_epilogue + #include "cf_sm90_kernel.cuh").  Usage: bash tests/gpu/build_cubins.sh [outdir]   (default build/gpu)
 # Needs only nvcc (no GPU).  Prints the ptxas register/spill line of every variant and fails on spills.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -51,6 +51,7 @@ struct cf_sched {
     static constexpr bool finisher = false, mid = false;
     static constexpr int num_red = 0, static_smem = 0;
     static constexpr bool red_global = false, red_leader = false;
+    static constexpr int split_k = 1;
 };
 struct cf_epi_params {
     const float *bias;
@@ -136,6 +137,7 @@ __device__ __forceinline__ void cf_epilogue_preload(const cf_gemm_args &args, co
 }
 extern "C" __device__ const int cf_harness_epi =
     CF_HARNESS_EPI == 6 ? 1 : CF_HARNESS_EPI == 12 ? 4 : CF_HARNESS_EPI;
+#include "cf_sm90_kernel.cuh"   /* the kernel and cf_kernel_info, after the epilogue as in a generated file */
 
 #else
 /* =================================== host program =================================== */
