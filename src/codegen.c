@@ -1423,16 +1423,17 @@ static void emit_preload(cg_ctx *c)
     blank(c);
 }
 
-/* A GELU (tanh form) whose only use is a 16-bit tile store is computed by that
- * store on packed pairs in the output's type (cf_store_tile_bf16_gelu): half
- * the FP32-pipe instructions, which is what a GELU epilogue costs (docs/performance.md,
+/* A GELU (tanh or erf form) whose only use is a 16-bit tile store is computed by that
+ * store on packed pairs in the output's type (cf_store_tile_bf16_gelu, _gelu_erf): half
+ * the FP32-pipe instructions or fewer, which is what a GELU epilogue costs (docs/performance.md,
  * "GELU at the store").  Single-stage epilogues only: a late finish stores a parked tile. */
 static bool gelu_at_store(const cf_ir *ir, const cf_ir_spec *sp, const cf_ir_node *st)
 {
     const cf_ir_node *y = st->args[0], *user = NULL;
     const cf_ir_arg *a = &ir->args[st->arg];
     if (ir->n_stages[0] != 1 || cf_graph_output_info(ir->graph, a->index).rank != 2 ||
-        (a->dtype != CF_BF16 && a->dtype != CF_F16) || y->kind != CF_IR_COMPUTE || y->op != CF_OP_GELU ||
+        (a->dtype != CF_BF16 && a->dtype != CF_F16) || y->kind != CF_IR_COMPUTE ||
+        (y->op != CF_OP_GELU && y->op != CF_OP_GELU_ERF) ||
         y->shape != CF_SHAPE_TILE || y->args[0]->shape != CF_SHAPE_TILE)
         return false;
     return n_users(sp, y, &user) == 1;
@@ -1756,10 +1757,11 @@ static void emit_stage_stores(cg_ctx *c, const cf_ir_spec *sp)
             const cf_ir_node *src = store_src(c, n);
             int k = c->arr[src->id];
             if (tile && src != n->args[0]) {
-                line(c, "cf_store_tile_%s_gelu(args, t, %d, T%d);  /* output %s: %s [M,N]; %s = gelu(%s) "
-                        "computed by the store, in packed %s */", cf_dtype_name(a->dtype), tile_out, k, a->name,
-                     cf_dtype_name(a->dtype), ident(n->args[0], id, sizeof id), ident(src, where, sizeof where),
-                     cf_dtype_name(a->dtype));
+                const bool erf = n->args[0]->op == CF_OP_GELU_ERF;
+                line(c, "cf_store_tile_%s_gelu%s(args, t, %d, T%d);  /* output %s: %s [M,N]; %s = %s(%s) "
+                        "computed by the store, in packed %s */", cf_dtype_name(a->dtype), erf ? "_erf" : "", tile_out,
+                     k, a->name, cf_dtype_name(a->dtype), ident(n->args[0], id, sizeof id), erf ? "gelu_erf" : "gelu",
+                     ident(src, where, sizeof where), cf_dtype_name(a->dtype));
             } else if (tile && c->in_late) {
                 line(c, "cf_store_staged(args, t, %d);  /* output %s: %s [M,N], restaged where it was parked */",
                      tile_out, a->name, cf_dtype_name(a->dtype));
