@@ -71,11 +71,12 @@ test: all $(TESTS) $(BUILD)/tests/fake/libcuda.so.1
 	@$(if $(filter 1,$(PYTHON_TESTS)),$(MAKE) --no-print-directory test-python)
 
 # The PyTorch frontend (python/) against this build's library: tracing, region matching,
-# lowering and kernel builds run on the CPU; GPU tests skip without CUDA.
+# lowering and kernel builds run on the CPU; GPU tests skip without CUDA.  bench/tests: the grid
+# script's cells, ratios and verdicts, on a fake GPU.
 PYTHON_TESTS ?= 1
 INSTALL_TEST ?= 1   # the installed header and libraries (not under the sanitizers' build)
 test-python: $(BUILD)/libcomfuse.so
-	COMFUSE_LIB=$(abspath $(BUILD))/libcomfuse.so python3 -m pytest -q -p no:cacheprovider python/tests
+	COMFUSE_LIB=$(abspath $(BUILD))/libcomfuse.so python3 -m pytest -q -p no:cacheprovider python/tests bench/tests
 
 # The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan:
