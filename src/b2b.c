@@ -1,6 +1,7 @@
 /* b2b.c — a B2B graph O = G(F(X*W1)*W2) as two fused kernels, S through global memory.
  *
- * There is no on-chip B2B kernel yet (issue 31), so a B2B graph runs as two ordinary fused
+ * There is no single B2B kernel yet (issue 31; the paper's on-chip form moves more bytes over the
+ * cluster network than S through memory does, docs/design.md), so a B2B graph runs as two ordinary fused
  * kernels, each Φ -> plan -> Ψ -> NVRTC over a single-GEMM graph.  The graphs are the pieces
  * unfused.c cuts the B2B graph into at its GEMMs (one cut, shared with the unfused path):
  *
@@ -199,7 +200,7 @@ void cf_b2b_describe(const cf_b2b *b, cf_strbuf *sb)
 {
     cf_sb_puts(sb, "B2B: two fused kernels, ");
     s_text(b, sb);
-    cf_sb_puts(sb, " through global memory (no on-chip B2B kernel yet)\n");
+    cf_sb_puts(sb, " through global memory (a single B2B kernel, S kept in L2, is planned: docs/design.md)\n");
     for (int i = 0; i < 2; i++) {
         const cf_graph *pg = cf_unfused_piece_graph(b->u, i);
         char b1[96];

@@ -38,7 +38,7 @@ static const char explain_usage[] =
     "one a line, and with --shape the grid and the cost model's predicted time;\n"
     "then the fused kernel's resources: registers, spills, shared memory, cluster\n"
     "shape (compiled with NVRTC for the kernel options below, chosen from --shape\n"
-    "when given).  A B2B graph runs, until there is an on-chip B2B kernel, as two\n"
+    "when given).  A B2B graph runs, until there is a single B2B kernel, as two\n"
     "fused kernels with S through device memory: both plans are printed.  Needs\n"
     "no GPU.\n\n";
 

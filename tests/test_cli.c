@@ -343,7 +343,8 @@ int main(int argc, char **argv)
     CHECK_CONTAINS(buf, "bad option --pair-tiles yes");
     /* B2B (issue 31, item 3): two fused kernels, S through global memory, both plans */
     CHECK_EQ_INT(0, cf("explain examples/b2b_ln.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "B2B: two fused kernels, S [M,N1] bf16 through global memory (no on-chip B2B kernel yet)\n"
+    CHECK_CONTAINS(buf, "B2B: two fused kernels, S [M,N1] bf16 through global memory (a single B2B kernel, S kept in "
+                        "L2, is planned: docs/design.md)\n"
                         "  kernel 1: GEMM 'matmul.6' [M,N1] and its epilogue -> S [M,N1] bf16\n"
                         "  kernel 2: GEMM 'O' [M,N2] and its epilogue -> O bf16\n"
                         "---- B2B kernel 1 of 2 ----\nplan:\n");
