@@ -241,6 +241,26 @@ static void test_two_schedules_in_one_file(void)
     cf_sb_free(&tu);
 }
 
+/* tests/gpu/gemm_harness.cu's kernel part (a hand-filled schedule and epilogue, as a generated
+ * file) still compiles against the device headers: nothing else builds it without a GPU, and it
+ * had stopped compiling once when the schedule gained a member. */
+static void test_gpu_harness_compiles(void)
+{
+    char *src = read_all("tests/gpu/gemm_harness.cu");
+    CHECK(src != NULL);
+    static const char *const opts[] = {"-DCF_HARNESS_KERNEL_TU", "-DCF_HARNESS_EPI=1"};
+    cf_rt_cubin c = {0};
+    cf_error err = {0};
+    const cf_status st = src ? cf_rt_compile(src, "cf_gemm_kernel", opts, 2, &c, &err) : CF_ERR_INTERNAL;
+    if (st != CF_OK)
+        fprintf(stderr, "gemm_harness.cu: %s\n", err.msg);
+    CHECK_EQ_INT(CF_OK, st);
+    CHECK_CONTAINS(c.ptx, ".entry cf_gemm_kernel");
+    CHECK_CONTAINS(c.ptx, "cf_harness_epi");
+    cf_rt_cubin_free(&c);
+    free(src);
+}
+
 /* NVRTC (no GPU needed): every kernel we can generate compiles for sm_90a,
  * its PTX uses wgmma and the bulk tensor copy engine, ptxas reports no spills
  * for the workload kernels, and the cache hands back the same cubin. */
@@ -1902,6 +1922,7 @@ int main(void)
     test_rejections();
     test_nvrtc();
     test_two_schedules_in_one_file();
+    test_gpu_harness_compiles();
     test_wide_rows();
     test_single_tile_rows();
     test_merged_exchanges();
