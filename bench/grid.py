@@ -34,8 +34,9 @@ Per cell it prints (the table also to DIR/grid.txt), and writes to DIR/grid.json
   fused_torch_ms
                 comfuse.fuse's call timed as cuBLAS's column is (common.time_ms: triton's do_bench,
                 back-to-back launches), where fused_ms comes from `comfuse bench`'s turns beside
-                cuBLASLt with a sync after each; at the biggest cells the two have differed by up
-                to 10 %, the cause not yet measured; ratios["fused_torch/cublas"]
+                cuBLASLt with a sync after each; at the biggest cells the two differ by up to 10 %:
+                back to back the card runs our kernels at lower clocks under its power cap
+                (bench/sustained.py); ratios["fused_torch/cublas"]
   eager_ms      the same function in eager PyTorch
   unfused_ms    comfuse's unfused path (cuBLASLt GEMM, then its row kernel), where bench prints it
   cublaslt_ms, fused_over_cublaslt
@@ -736,19 +737,26 @@ def gpu_run(args, cells, binary, out_dir):
         write_json(json_path, meta, records)
     meta["timing_phase_s"] = round(time.time() - t_compiled, 1)
     meta["wall_s"] = round(time.time() - t_start, 1)
-    doc = write_json(json_path, meta, records)
-    print_table(records, doc["summary"])
-    with open(os.path.join(out_dir, "grid.txt"), "w") as f:
-        print_table(records, doc["summary"], out=f)
+    write_outputs(out_dir, meta, records)
     for r in records:
         for note in r["notes"]:
             print(f"# {r['id']} {r['label']}: {note}")
     skipped = [str(r["id"]) for r in records if r["status"] != "measured"]
     if skipped:
         print(f"# not measured (deadline): cells {','.join(skipped)}; rerun them with --cells or a later --deadline")
-    write_plot(png_path, records, title=f"comfuse vs cuBLAS and torch.compile, {meta['device']}, {meta['started']}")
     print(f"\nwrote {json_path} and {png_path} ({meta['wall_s']} s)")
     return 0
+
+
+def write_outputs(out_dir, meta, records):
+    """A run's grid.json, its table (here and in grid.txt) and grid.png."""
+    doc = write_json(os.path.join(out_dir, "grid.json"), meta, records)
+    print_table(records, doc["summary"])
+    with open(os.path.join(out_dir, "grid.txt"), "w") as f:
+        print_table(records, doc["summary"], out=f)
+    write_plot(os.path.join(out_dir, "grid.png"), records,
+               title=f"comfuse vs cuBLAS and torch.compile, {meta.get('device', '?')}, {meta.get('started', '?')}")
+    return doc
 
 
 def fused_graph(r, fn, inputs, torch):
@@ -816,23 +824,18 @@ def rederive(path, out_dir):
     records = [finish_record(r) for r in doc["cells"]]
     meta = {k: v for k, v in doc.items() if k not in ("schema", "summary", "cells")}
     os.makedirs(out_dir, exist_ok=True)
-    write_json(os.path.join(out_dir, "grid.json"), meta, records)
-    with open(os.path.join(out_dir, "grid.txt"), "w") as f:
-        print_table(records, summarize(records), f)
-    print_table(records, summarize(records))
-    write_plot(os.path.join(out_dir, "grid.png"), records,
-               title=f"comfuse vs cuBLAS and torch.compile, {meta.get('device', '?')}, {meta.get('started', '?')}")
+    write_outputs(out_dir, meta, records)
     return 0
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.from_json:   # the recorded run's cells, whatever --cells says
+        return rederive(args.from_json, args.out or os.environ.get("OUT") or "grid-out")
     cells = select(CELLS, args.quick, args.cells)
     if not cells:
         sys.stderr.write(f"grid: no cell matches --cells {args.cells!r}\n")
         return 2
-    if args.from_json:
-        return rederive(args.from_json, args.out or os.environ.get("OUT") or "grid-out")
     if args.list:
         for i, c in enumerate(cells):
             b, why = bound_of(c)

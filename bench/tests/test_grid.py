@@ -182,6 +182,26 @@ def test_json_has_every_column_and_the_prediction(tmp_path):
     assert not os.path.exists(path + ".tmp")
 
 
+def test_from_json_rederives_the_verdicts_from_the_recorded_times(tmp_path, capsys):
+    """--from-json: a run recorded with fused/cuBLAS over torch's figure is judged again by
+    bench's per-turn ratio to cuBLASLt (like for like), which is what the verdicts now use."""
+    recs = fake_records()
+    for r in recs:
+        r["ratios"]["fused/cublas"] = 0.5   # a stale verdict the recorded file carries
+        if r["status"] == "measured":
+            r["fused_over_cublaslt"] = 2.0   # over every bound
+    src = str(tmp_path / "old.json")
+    grid.write_json(src, {"device": "FakeGPU", "started": "then"}, recs)
+    out = tmp_path / "new"
+    assert grid.main(["--from-json", src, "--out", str(out), "--cells", "no such cell"]) == 0
+    doc = json.load(open(out / "grid.json"))
+    measured = [c for c in doc["cells"] if c["status"] == "measured"]
+    assert measured and all(c["ratios"]["fused/cublas"] == 2.0 and c["within_bound"] is False for c in measured)
+    assert all(c["ratios"]["fused/cublas_torch"] == pytest.approx(c["fused_ms"] / c["cublas_ms"]) for c in measured)
+    assert doc["summary"]["within_bound"] == 0 and doc["device"] == "FakeGPU"
+    assert "geomean fused/cuBLAS" in open(out / "grid.txt").read() and "OVER" in capsys.readouterr().out
+
+
 def test_table_prints_a_row_per_cell_and_the_summary(capsys):
     recs = fake_records()
     grid.print_table(recs, grid.summarize(recs))
