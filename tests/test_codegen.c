@@ -1754,6 +1754,23 @@ static void test_staging_turns(void)
     cf_graph_free(g);
 }
 
+/* op_gelu_erf's fit P, highest degree first, read from a kernel that evaluates it in its loop
+ * (an f32 output: a 16-bit one computes the GELU at the store); the count read. */
+static int erf_fit_of_source(double P[5])
+{
+    char *src = source_of("input X: bf16[M, K]\ninput W: bf16[K, N]\ninput bias: f32[N]\n"
+                          "output Y: f32 = gelu_erf(X @ W + bias)\n");
+    const char *body = src ? strstr(src, "float op_gelu_erf(float x)") : NULL;
+    const char *end = body ? strstr(body, "\n}") : NULL, *q = body ? strstr(body, "float p = ") : NULL;
+    int n = 0;
+    if (q && end)
+        P[n++] = strtod(q + strlen("float p = "), NULL);
+    for (q = body; q && end && n < 5 && (q = strstr(q, "p = fmaf(p, z, ")) != NULL && q < end; q += 15)
+        P[n++] = strtod(q + 15, NULL);
+    free(src);
+    return n;
+}
+
 /* The exact GELU as emitted, evaluated on the host from the literals of its source (ex2 and rcp
  * as exp2f and a division): Phi's relative error against erfc stays under 1.5e-3 from the
  * negative tail to the clamp, and the far tail and the non-finite inputs come out as the
@@ -1770,19 +1787,8 @@ static float host_gelu_erf(const double *c, int n, float x)
 
 static void test_gelu_erf_accuracy(void)
 {
-    /* an f32 output: a 16-bit one computes the GELU at the store (test_gelu_erf_at_store_numerics) */
-    char *src = source_of("input X: bf16[M, K]\ninput W: bf16[K, N]\ninput bias: f32[N]\n"
-                          "output Y: f32 = gelu_erf(X @ W + bias)\n");
-    const char *body = src ? strstr(src, "float op_gelu_erf(float x)") : NULL;
-    const char *end = body ? strstr(body, "\n}") : NULL;
-    CHECK(body && end);
-    double c[8];
-    int n = 0;
-    const char *q = body ? strstr(body, "float p = ") : NULL;
-    if (q)
-        c[n++] = strtod(q + strlen("float p = "), NULL);
-    for (q = body; q && n < 8 && (q = strstr(q, "p = fmaf(p, z, ")) != NULL && q < end; q += 15)
-        c[n++] = strtod(q + 15, NULL);
+    double c[5];
+    const int n = erf_fit_of_source(c);
     CHECK_EQ_INT(5, n);
     double worst = 0;
     for (int i = 0; n == 5 && i <= 11000; i++) {
@@ -1795,7 +1801,6 @@ static void test_gelu_erf_accuracy(void)
     CHECK(n == 5 && host_gelu_erf(c, n, -7.0f) == 0.0f && host_gelu_erf(c, n, 7.0f) == 7.0f);
     CHECK(n == 5 && isnan(host_gelu_erf(c, n, -INFINITY)) && host_gelu_erf(c, n, INFINITY) == INFINITY &&
           isnan(host_gelu_erf(c, n, NAN)));
-    free(src);
 }
 
 /* Round to the nearest f16 (ties to even; subnormals below 2^-14, inf past 65504). */
@@ -1810,8 +1815,8 @@ static double f16(double v)
 
 static double gelu_erf64(double x) { return x * 0.5 * erfc(-x / sqrt(2.0)); }
 
-/* The packed 16-bit constants `name = 0x....` of cf_sm90.cuh's cf_gelu_erf_x2, f16 branch
- * (which == 0) or bf16 (which == 1), as doubles. */
+/* The packed 16-bit constant `name = F16 ? 0x.... : 0x....` of cf_sm90.cuh's cf_gelu_erf_x2,
+ * its f16 value (which == 0) or its bf16 one (which == 1), as a double. */
 static double erf_x2_constant(int which, const char *name)
 {
     const char *text = NULL;
@@ -1819,14 +1824,13 @@ static double erf_x2_constant(int which, const char *name)
         if (strcmp(cf_rt_device_header_names[i], "cf_sm90.cuh") == 0)
             text = cf_rt_device_header_texts[i];
     const char *fn = text ? strstr(text, "cf_gelu_erf_x2(unsigned x)") : NULL;
-    const char *branch = fn ? (which ? strstr(fn, "} else {") : fn) : NULL;
     char key[32];
-    snprintf(key, sizeof key, " %s = 0x", name);
-    const char *at = branch ? strstr(branch, key) : NULL;
-    CHECK(at != NULL);
-    if (!at)
+    snprintf(key, sizeof key, " %s = F16 ? 0x", name);
+    const char *at = fn ? strstr(fn, key) : NULL, *second = at ? strstr(at, " : 0x") : NULL;
+    CHECK(at != NULL && second != NULL);
+    if (!at || !second)
         return NAN;
-    const unsigned bits = (unsigned)strtoul(at + strlen(key), NULL, 16) & 0xffffu;
+    const unsigned bits = (unsigned)strtoul(which ? second + 5 : at + strlen(key), NULL, 16) & 0xffffu;
     if (which) {
         const unsigned u = bits << 16;
         float f;
@@ -1838,25 +1842,28 @@ static double erf_x2_constant(int which, const char *name)
     return bits & 0x8000u ? -v : v;
 }
 
+/* cf_gelu_erf_x2 on one element, every op rounded as the device rounds it (r: bf16 or f16; f16
+ * takes Q in (x/4)^2; min keeps the number, as fmin does; tanh in f32, then rounded). */
+static double erf_x2_emulated(double (*r)(double), bool f16_form, const double Q[5], double wmax, double x)
+{
+    const double xr = r(x), s = f16_form ? r(xr * 0.25) : xr, w = fmin(r(s * s), wmax);
+    double p = r(w * Q[4] + Q[3]);
+    for (int d = 2; d >= 0; d--)
+        p = r(p * w + Q[d]);
+    const double th = r(tanh(r(xr * p))), h = r(xr * 0.5);
+    return r(h * th + h);
+}
+
 /* The exact GELU at the store (cf_gelu_erf_x2): its Q is op_gelu_erf's P times -ln2/2 (in
- * (x/4)^2 for f16), rounded to 16 bits; emulated op by op as the device rounds (min keeps the
- * number, tanh in f32 then rounded for bf16, tanh.approx.f16x2 for f16) it is as accurate as the
- * tanh form's packed path against its own reference, and beside PyTorch's unfused bf16 paths;
- * NaN, +-inf and the far tails come out as x Phi(x) does. */
+ * (x/4)^2 for f16), rounded to 16 bits; emulated op by op (erf_x2_emulated) it is as accurate as
+ * the tanh form's packed path against its own reference, and beside PyTorch's unfused bf16
+ * paths; NaN, +-inf and the far tails come out as x Phi(x) does. */
 static void test_gelu_erf_at_store_numerics(void)
 {
     static const char *const names[5] = {"c0", "c1", "c2", "c3", "c4"};
-    /* op_gelu_erf's P, highest degree first, from a kernel whose GELU stays in the loop (an f32 output) */
-    char *src = source_of("input X: bf16[M, K]\ninput W: bf16[K, N]\noutput Y: f32 = gelu_erf(X @ W)\n");
-    const char *body = src ? strstr(src, "float op_gelu_erf(float x)") : NULL, *q = body ? strstr(body, "float p = ") : NULL;
     double P[5];
-    int n = 0;
-    if (q)
-        P[n++] = strtod(q + strlen("float p = "), NULL);
-    for (q = body; q && n < 5 && (q = strstr(q, "p = fmaf(p, z, ")) != NULL; q += 15)
-        P[n++] = strtod(q + 15, NULL);
+    const int n = erf_fit_of_source(P);
     CHECK_EQ_INT(5, n);
-    free(src);
     double Qb[5], Qh[5];   /* by degree */
     for (int i = 0; i < 5 && n == 5; i++) {
         const double want = -P[4 - i] * 0.34657359027997264;
@@ -1867,7 +1874,6 @@ static void test_gelu_erf_at_store_numerics(void)
     }
     const double wmax_b = erf_x2_constant(1, "wmax"), wmax_h = erf_x2_constant(0, "wmax");
     CHECK(wmax_b == 30.25 && wmax_h == 30.25 / 16);
-    /* one element through the packed path, format r (bf16 or f16) */
     double (*const rnd[2])(double) = {f16, bf16};
     double e_packed[2] = {0}, e_f32[2] = {0}, ref2 = 0, e_eager = 0, e_compile = 0;
     unsigned seed = 4242;
@@ -1876,16 +1882,10 @@ static void test_gelu_erf_at_store_numerics(void)
         check_input(&seed, &acc, &bias);
         const double x = (float)(acc + bias), ref = gelu_erf64(acc + bias);
         for (int b = 0; b < 2; b++) {
-            double (*r)(double) = rnd[b];
-            const double *Q = b ? Qb : Qh;
-            const double xr = r(x), w0 = b ? r(xr * xr) : r(r(xr * 0.25) * r(xr * 0.25));
-            const double w = fmin(w0, b ? wmax_b : wmax_h);
-            double p = r(w * Q[4] + Q[3]);
-            for (int d = 2; d >= 0; d--)
-                p = r(p * w + Q[d]);
-            const double u = r(xr * p), th = r(tanh(u)), h = r(xr * 0.5), y = r(h * th + h);
+            const double y = erf_x2_emulated(rnd[b], !b, b ? Qb : Qh, b ? wmax_b : wmax_h, x);
+            const double y_f32 = rnd[b](gelu_erf64(x));
             e_packed[b] += (y - ref) * (y - ref);
-            e_f32[b] += (r(gelu_erf64(x)) - ref) * (r(gelu_erf64(x)) - ref);
+            e_f32[b] += (y_f32 - ref) * (y_f32 - ref);
         }
         const double y_eager = bf16(gelu_erf64(bf16(bf16(acc) + bf16(bias)))), y_compile = bf16(gelu_erf64(bf16(acc + bias)));
         e_eager += (y_eager - ref) * (y_eager - ref);
@@ -1902,12 +1902,8 @@ static void test_gelu_erf_at_store_numerics(void)
     /* the far tails, zero and the non-finite inputs, bf16 */
     static const double xs[] = {-20.0, -6.0, 0.0, 6.0, 20.0, 1e30, INFINITY, -INFINITY, NAN};
     for (int i = 0; i < CF_ARRAY_LEN(xs) && n == 5; i++) {
-        const double xr = bf16(xs[i]), w = fmin(isnan(xr) ? INFINITY : bf16(xr * xr), wmax_b);   /* min keeps the number */
-        double p = bf16(w * Qb[4] + Qb[3]);
-        for (int d = 2; d >= 0; d--)
-            p = bf16(p * w + Qb[d]);
-        const double u = bf16(xr * p), th = bf16(tanh(u)), h = bf16(xr * 0.5), y = bf16(h * th + h);
-        const double want = isnan(xs[i]) || xs[i] == -INFINITY ? NAN : xs[i] == INFINITY ? INFINITY : gelu_erf64(xr);
+        const double y = erf_x2_emulated(bf16, false, Qb, wmax_b, xs[i]);
+        const double want = isnan(xs[i]) || xs[i] == -INFINITY ? NAN : xs[i] == INFINITY ? INFINITY : gelu_erf64(bf16(xs[i]));
         if (isnan(want) || isinf(want))   /* the negative tail rounds 1 + tanh to 0 in bf16: within 1e-4 there */
             CHECK(isnan(want) ? isnan(y) : y == want);
         else if (!(fabs(y - want) <= 0x1p-8 * fabs(want) + 1e-4))

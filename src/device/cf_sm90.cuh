@@ -744,8 +744,8 @@ __device__ __forceinline__ void cf_box_store(const cf_gemm_args &args, const cf_
 
 /* ---- packed 16-bit activations, applied by a 16-bit store (CF_ACT_*) --------------------
  * A GELU whose only use is a 16-bit tile store runs inside the store on the packed pair, in
- * the output's type: 5 packed FMA-pipe ops per two elements, 9-10 for the erf form (and, for bf16, a pack of the
- * f32 tanh) instead of 5 per element in f32.  Epilogue FP32-pipe instructions slow the other
+ * the output's type: 5 packed FMA-pipe ops per two elements, 9-10 for the erf form (and, for
+ * bf16, a pack of the f32 tanh) instead of 5 per element in f32.  Epilogue FP32-pipe instructions slow the other
  * warpgroup's wgmma about one for one (docs/performance.md, "Epilogue instructions"), so this
  * is what a GELU epilogue costs.
  * The input is rounded to 16 bits first, as PyTorch's unfused path rounds the GEMM output
@@ -755,74 +755,66 @@ __device__ __forceinline__ void cf_box_store(const cf_gemm_args &args, const cf_
 #define CF_ACT_NONE 0
 #define CF_ACT_GELU_TANH 1
 #define CF_ACT_GELU_ERF 2
+/* Packed pairs of the 16-bit type F16 names (f16x2, else bf16x2), rounded to nearest. */
+template <int F16> __device__ __forceinline__ unsigned cf_mul_x2(unsigned a, unsigned b) {
+    unsigned d;
+    if constexpr (F16) asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    else asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+template <int F16> __device__ __forceinline__ unsigned cf_fma_x2(unsigned a, unsigned b, unsigned c) {
+    unsigned d;
+    if constexpr (F16) asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    else asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+/* (where one of a pair is NaN, min takes the other) */
+template <int F16> __device__ __forceinline__ unsigned cf_min_x2(unsigned a, unsigned b) {
+    unsigned d;
+    if constexpr (F16) asm("min.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    else asm("min.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
 /* 1/2 x (1 + tanh(u)) on packed pairs, the part both GELU forms share */
 template <int F16> __device__ __forceinline__ unsigned cf_half_x_one_plus_tanh_x2(unsigned x, unsigned u) {
-    unsigned th, h, y;
-    if (F16) {
-        const unsigned half = 0x38003800u;
+    unsigned th;
+    if constexpr (F16) {
         asm("tanh.approx.f16x2 %0, %1;" : "=r"(th) : "r"(u));
-        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(h) : "r"(x), "r"(half));
-        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(y) : "r"(h), "r"(th), "r"(h));
     } else {
-        const unsigned half = 0x3F003F00u;
         /* tanh in f32: tanh.approx.bf16x2 is two MUFU ops too, but rounds toward zero
          * (measured rel. error 3.2e-3 against 2.8e-3 this way) */
         unsigned lo;   /* the low bf16 into the high half: PRMT, not an FMA-pipe IMAD shift */
         asm("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(lo) : "r"(u));
         th = cf_pack_bf16x2(cf_tanh(__uint_as_float(lo)), cf_tanh(__uint_as_float(u & 0xffff0000u)));
-        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(h) : "r"(x), "r"(half));
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(y) : "r"(h), "r"(th), "r"(h));
     }
-    return y;
+    const unsigned h = cf_mul_x2<F16>(x, F16 ? 0x38003800u : 0x3F003F00u);   /* x / 2 */
+    return cf_fma_x2<F16>(h, th, h);
 }
 /* gelu, tanh form: u = x (sqrt(2/pi) + 0.044715 sqrt(2/pi) x^2) */
 template <int F16> __device__ __forceinline__ unsigned cf_gelu_tanh_x2(unsigned x) {
-    unsigned q, u;
-    if (F16) {   /* sqrt(2/pi), 0.044715 sqrt(2/pi) as f16 */
-        const unsigned c0 = 0x3A623A62u, c1 = 0x28912891u;
-        asm("mul.rn.f16x2 %0, %1, %1;" : "=r"(q) : "r"(x));
-        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(q), "r"(c1), "r"(c0));
-        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(u) : "r"(x), "r"(q));
-    } else {     /* the same as bf16 */
-        const unsigned c0 = 0x3F4C3F4Cu, c1 = 0x3D123D12u;
-        asm("mul.rn.bf16x2 %0, %1, %1;" : "=r"(q) : "r"(x));
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(q), "r"(c1), "r"(c0));
-        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(u) : "r"(x), "r"(q));
-    }
-    return cf_half_x_one_plus_tanh_x2<F16>(x, u);
+    const unsigned c0 = F16 ? 0x3A623A62u : 0x3F4C3F4Cu, c1 = F16 ? 0x28912891u : 0x3D123D12u;
+    const unsigned q = cf_fma_x2<F16>(cf_mul_x2<F16>(x, x), c1, c0);
+    return cf_half_x_one_plus_tanh_x2<F16>(x, cf_mul_x2<F16>(x, q));
 }
 /* gelu, exact form: x Phi(x) = 1/2 x (1 + tanh(x Q(x^2))), Q = -(ln 2 / 2) P with P the fit of
  * Phi's log-odds that Psi's op_gelu_erf evaluates in f32 (codegen.c; test_codegen checks the
  * two agree): the tanh form's packed ops with Q's degree 4 for its degree 1.  x^2 is clamped at
  * the fit's edge (|x| = 5.5, where tanh has saturated), so no x makes Q turn; f16 takes Q in
- * (x/4)^2, which keeps its coefficients normal.  NaN stays NaN (min keeps the number, x * Q the
- * NaN), -inf gives NaN and +inf +inf, as x Phi(x) does. */
+ * (x/4)^2, which keeps its coefficients normal (bf16 holds them in x^2 itself).  NaN stays NaN
+ * (min keeps the number, x * Q the NaN), -inf gives NaN and +inf +inf, as x Phi(x) does. */
 template <int F16> __device__ __forceinline__ unsigned cf_gelu_erf_x2(unsigned x) {
-    unsigned w, q, u;
-    if (F16) {
-        unsigned a;
-        const unsigned quarter = 0x34003400u, wmax = 0x3F903F90u;
-        const unsigned c0 = 0x3A5F3A5Fu, c1 = 0x38DC38DCu, c2 = 0xB020B020u, c3 = 0x255B255Bu, c4 = 0x91D091D0u;
-        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(a) : "r"(x), "r"(quarter));
-        asm("mul.rn.f16x2 %0, %1, %1;" : "=r"(w) : "r"(a));
-        asm("min.f16x2 %0, %1, %2;" : "=r"(w) : "r"(w), "r"(wmax));
-        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(w), "r"(c4), "r"(c3));
-        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(q), "r"(w), "r"(c2));
-        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(q), "r"(w), "r"(c1));
-        asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(q), "r"(w), "r"(c0));
-        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(u) : "r"(x), "r"(q));
-    } else {     /* bf16 holds Q's coefficients in x^2 itself */
-        const unsigned wmax = 0x41F241F2u;
-        const unsigned c0 = 0x3F4C3F4Cu, c1 = 0x3D1C3D1Cu, c2 = 0xBA04BA04u, c3 = 0x36AB36ABu, c4 = 0xB23AB23Au;
-        asm("mul.rn.bf16x2 %0, %1, %1;" : "=r"(w) : "r"(x));
-        asm("min.bf16x2 %0, %1, %2;" : "=r"(w) : "r"(w), "r"(wmax));
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(w), "r"(c4), "r"(c3));
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(q), "r"(w), "r"(c2));
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(q), "r"(w), "r"(c1));
-        asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(q), "r"(w), "r"(c0));
-        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(u) : "r"(x), "r"(q));
-    }
-    return cf_half_x_one_plus_tanh_x2<F16>(x, u);
+    const unsigned c0 = F16 ? 0x3A5F3A5Fu : 0x3F4C3F4Cu, c1 = F16 ? 0x38DC38DCu : 0x3D1C3D1Cu,
+                   c2 = F16 ? 0xB020B020u : 0xBA04BA04u, c3 = F16 ? 0x255B255Bu : 0x36AB36ABu,
+                   c4 = F16 ? 0x91D091D0u : 0xB23AB23Au, wmax = F16 ? 0x3F903F90u : 0x41F241F2u;
+    unsigned s = x;
+    if constexpr (F16)
+        s = cf_mul_x2<F16>(x, 0x34003400u);   /* x / 4 */
+    const unsigned w = cf_min_x2<F16>(cf_mul_x2<F16>(s, s), wmax);
+    unsigned q = cf_fma_x2<F16>(w, c4, c3);
+    q = cf_fma_x2<F16>(q, w, c2);
+    q = cf_fma_x2<F16>(q, w, c1);
+    q = cf_fma_x2<F16>(q, w, c0);
+    return cf_half_x_one_plus_tanh_x2<F16>(x, cf_mul_x2<F16>(x, q));
 }
 /* (lo, hi) -> the 16-bit pair a store writes, activation applied */
 template <int F16, int ACT> __device__ __forceinline__ unsigned cf_pack_out(float lo, float hi) {
@@ -1159,8 +1151,6 @@ __device__ __forceinline__ void cf_tin_release(const cf_tile &t) {
     for (int e = 0; e < cf_S::tin_stages; ++e)
         cf_release_stage(t.ring_empty + 8 * ((t.tin_pos + e) % cf_S::stages), t.lane);
 }
-
-
 
 /* The CTA's i-th tile -> (row tile, column tile): row-group tile ct = cid + (i / S::group_tiles) *
  * nclusters, of which the CTA with rank `rank` takes S::group_tiles adjacent column tiles. */
