@@ -29,15 +29,9 @@ def parse_cells(text):
     return cells
 
 
-def inputs(torch, common, name, m, n, k):
-    dev, bf = "cuda", torch.bfloat16
-    args = [torch.randn(m, k, device=dev, dtype=bf), torch.randn(k, n, device=dev, dtype=bf) / k ** 0.5,
-            torch.randn(n, device=dev), torch.rand(n, device=dev) + 0.5, torch.randn(n, device=dev)]
-    if name in common.RESIDUAL:
-        args.append(torch.randn(m, n, device=dev, dtype=bf))
-    if name in common.DUAL:
-        args.append(torch.randn(k, n, device=dev, dtype=bf) / k ** 0.5)
-    return args
+def cell_of(name, m, n, k):
+    """A grid cell (grid.make_inputs, grid.cublas_operands) of the workload, weights [K, N]."""
+    return {"workload": name, "model": "", "M": m, "N": n, "K": k, "layout": "kn"}
 
 
 def kernel_times(torch, call, flush, reps):
@@ -63,17 +57,20 @@ def main(argv=None):
     import torch
     import comfuse
     import common
+    import grid
     flush = torch.empty(common.FLUSH_BYTES, dtype=torch.int8, device="cuda")
     for name, m, n, k in parse_cells(args.cells):
         fn = common.ALL_WORKLOADS[name]
-        a = inputs(torch, common, name, m, n, k)
+        c = cell_of(name, m, n, k)
+        a = grid.make_inputs(torch, c)
         f = comfuse.fuse(fn)
         with torch.no_grad():
             for _ in range(3):
                 f(*a)
             torch.cuda.synchronize()
             print(f"== {name} {m}x{n}x{k}: regions {[str(r.last) for r in f.regions()]}")
-            for label, call in (("fused", lambda: f(*a)), ("x @ w", lambda: a[0] @ a[1])):
+            x, w = grid.cublas_operands(torch, c, a)   # a dual GEMM's weights side by side, [K, 2N]
+            for label, call in (("fused", lambda: f(*a)), ("x @ w", lambda: x @ w)):
                 for kname, ts in kernel_times(torch, call, flush, args.reps).items():
                     ts = sorted(ts)
                     print(f"   {label:6s} {len(ts):3d}x  median {ts[len(ts) // 2]:9.2f} us  {kname[:90]}")

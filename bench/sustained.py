@@ -50,14 +50,14 @@ def main():
     import torch
     import comfuse
     import common
+    import grid
     import kernels
     print("%-36s %-8s %10s %8s %8s" % ("cell", "what", "ms/call", "MHz", "W"))
     for name, m, n, k in kernels.parse_cells(a.cells):
-        base = common.WORKLOADS.get(name) or common.RESIDUAL.get(name) or common.DUAL.get(name)
-        args = kernels.inputs(torch, common, name, m, n, k)
-        fused = comfuse.fuse(base)
-        w = args[1] if name not in common.DUAL else torch.cat([args[1], args[-1]], dim=1)
-        x = args[0]
+        c = kernels.cell_of(name, m, n, k)
+        args = grid.make_inputs(torch, c)
+        fused = comfuse.fuse(common.ALL_WORKLOADS[name])
+        x, w = grid.cublas_operands(torch, c, args)
         for what, fn in (("fused", lambda: fused(*args)), ("x @ w", lambda: x @ w)):
             fn()
             torch.cuda.synchronize()
