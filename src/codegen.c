@@ -105,24 +105,12 @@ static const struct {
      "    return fmaf(h, th, h);\n"
      "}"},
     {"op_gelu_erf",
-     "/* x Phi(x), Phi the normal CDF, as x / (1 + 2^(x P(x^2))): Phi through its log-odds, a\n"
-     " * minimax fit over |x| <= 5.5 (x clamped there in P; Phi(5.5) rounds to 1 in f32).  Phi's\n"
-     " * relative error <= 1.4e-3 all the way down the negative tail, where 1 + erf would cancel;\n"
-     " * 12 instructions where erf's two branch-free polynomials took 22, which cost the other\n"
-     " * warpgroup's wgmma one for one.  x < -5.5 gives x * 0 (-inf: NaN, as the reference). */\n"
-     "static __device__ __forceinline__ float op_gelu_erf(float x)\n"
-     "{\n"
-     "    const float c = fminf(fmaxf(x, -5.5f), 5.5f), z = c * c;\n"
-     "    float p = 3.1232904e-08f;\n"
-     "    p = fmaf(p, z, -1.4740496e-05f);\n"
-     "    p = fmaf(p, z, 1.4534204e-03f);\n"
-     "    p = fmaf(p, z, -1.0957898e-01f);\n"
-     "    p = fmaf(p, z, -2.297371f);\n"
-     "    float e, r;\n"
-     "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(e) : \"f\"(c * p));\n"
-     "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(r) : \"f\"(1.0f + e));\n"
-     "    return x * (x < -5.5f ? 0.0f : r);\n"
-     "}"},
+     "/* x Phi(x), Phi the normal CDF, as x erfc(-x / sqrt 2) / 2: erfc keeps Phi's relative\n"
+     " * accuracy all the way down the negative tail, where 1 + erf cancels and a short fit of\n"
+     " * Phi's log-odds (1.4e-3) compounds past an f32 output's tolerance once squared or\n"
+     " * divided.  Branch-free; a 16-bit output's GELU is computed by its store instead\n"
+     " * (cf_gelu_erf_x2), where the cost is.  -inf gives NaN, as x Phi(x) does. */\n"
+     "static __device__ __forceinline__ float op_gelu_erf(float x) { return 0.5f * x * erfcf(-0.70710678118654752f * x); }"},
     /* An IEEE division here, not op_recip: through rcp.approx SwiGLU ran 5 % slower (1.055 -> 1.110
      * of cuBLAS at 2048x11008x4096), though a division of tiles gained (docs/performance.md). */
     {"op_silu", "static __device__ __forceinline__ float op_silu(float x) { return x / (1.0f + op_exp(-x)); }"},
