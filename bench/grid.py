@@ -6,6 +6,8 @@ beside cuBLAS doing the GEMM alone, torch.compile and PyTorch eager, one run.
     python3 bench/grid.py --compile-only      # no GPU: does every cell's kernel compile?
     python3 bench/grid.py --check             # GPU, no torch: is every cell's kernel right?
     python3 bench/grid.py --list              # the cells, nothing run
+    python3 bench/grid.py --from-json J --repredict   # no GPU: this build's cost model against
+                                              # J's measurements, each cell at its measured plan
 
 Every cell is one layer of a published model configuration (named by model and
 layer; M is batch x sequence, or a decode batch) with the epilogue of one of the
@@ -807,6 +809,8 @@ def parse_args(argv=None):
     ap.add_argument("--list", action="store_true", help="print the selected cells and stop")
     ap.add_argument("--from-json", default=None, metavar="JSON",
                     help="no GPU: re-derive a run's ratios, verdicts, table and plot from its recorded times")
+    ap.add_argument("--repredict", action="store_true",
+                    help="with --from-json: this build's cost model at each recorded cell's plan, beside its measurement (no GPU)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="comfuse compiles at a time")
     ap.add_argument("--iters", type=int, default=100, help="`comfuse bench --iters`")
     ap.add_argument("--bench-args", default="", help="options passed to `comfuse bench`")
@@ -814,6 +818,70 @@ def parse_args(argv=None):
                     help="seconds from the start after which no new cell starts (0: none); torch.compile "
                          f"stops starting at {COMPILE_SHARE * 100:.0f}%% of it (default %(default)s: done in ~8 min)")
     return ap.parse_args(argv)
+
+
+PLAN_TILE = re.compile(r"tile (\d+)x(\d+)")
+PLAN_STAGES = re.compile(r"(\d+) stages")
+PLAN_SLICES = re.compile(r"K in (\d+) slices")
+PLAN_ROW = re.compile(r"over (\d+) CTAs")
+
+
+def plan_overrides(plan):
+    """`explain --plan` fields that rebuild a launch plan as `compile` printed it (plan_of)."""
+    tile, stages = PLAN_TILE.search(plan), PLAN_STAGES.search(plan)
+    if not tile or not stages:
+        return None
+    slices = PLAN_SLICES.search(plan)
+    ov = [f"block_m={tile.group(1)}", f"block_n={tile.group(2)}", f"stages={stages.group(1)}",
+          f"split_k={slices.group(1) if slices else 1}"]
+    row = PLAN_ROW.search(plan)
+    if row:   # a row group: its CTAs, the pair of tiles, multicast (hardware pairs), the finish
+        ov += [f"cluster={row.group(1)}", "pair=" + ("on" if "two column tiles" in plan else "off"),
+               "multicast=" + ("on" if "cluster 2x1" in plan else "off"),
+               "finish=" + ("late" if "finished late" in plan else "sync")]
+    if "finisher" in plan:
+        ov.append("schedule=finisher")
+    return ",".join(ov)
+
+
+PREDICTED = re.compile(r"^predicted: ([\d.]+) us", re.M)
+
+
+def repredict(path, binary):
+    """This build's cost model against a recorded run: each measured cell's plan rebuilt with
+    `explain --plan` and predicted again; prints measured/predicted per cell and its geomean and
+    spread (log standard deviation) over the cells off the wide-row path.  A change to the model
+    is checked here, without a GPU, before a run measures the plans it picks."""
+    with open(path) as f:
+        doc = json.load(f)
+    logs, skipped = [], 0
+    for r in doc["cells"]:
+        ov = plan_overrides(r.get("plan") or "")
+        if r.get("fused_ms") is None or not ov:
+            skipped += 1
+            continue
+        cmd = [binary, "explain", "--shape", common.shape_arg(r["M"], r["N"], r["K"]), "--plan", ov,
+               common.spec_path(ROOT, r["workload"], r["layout"])]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        pred = PREDICTED.search(out.stdout)
+        if out.returncode or not pred:
+            print(f"{r['id']:>3} {r['label']:<44} not rebuilt: {(out.stderr.strip() or 'no prediction')[:90]}")
+            skipped += 1
+            continue
+        ratio = r["fused_ms"] * 1e3 / float(pred.group(1))
+        wide = r.get("wide_row_path")
+        print(f"{r['id']:>3} {r['label']:<44} measured {r['fused_ms'] * 1e3:9.1f} us  predicted "
+              f"{float(pred.group(1)):9.1f} us  {ratio:5.2f}{'  (wide rows)' if wide else ''}")
+        if not wide:
+            logs.append(math.log(ratio))
+    if not logs:
+        print("repredict: no cell rebuilt")
+        return 1
+    mean = sum(logs) / len(logs)
+    sd = (sum((x - mean) ** 2 for x in logs) / len(logs)) ** 0.5
+    print(f"\n{len(logs)} cells (wide rows left out, {skipped} not rebuilt): measured/predicted geomean "
+          f"{math.exp(mean):.3f}, log-sd {sd:.3f}, range {math.exp(min(logs)):.2f} .. {math.exp(max(logs)):.2f}")
+    return 0
 
 
 def rederive(path, out_dir):
@@ -830,6 +898,11 @@ def rederive(path, out_dir):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.repredict:
+        if not args.from_json:
+            sys.stderr.write("grid: --repredict needs --from-json (the measurements to predict)\n")
+            return 2
+        return repredict(args.from_json, args.comfuse or os.path.join(ROOT, "build", "comfuse"))
     if args.from_json:   # the recorded run's cells, whatever --cells says
         return rederive(args.from_json, args.out or os.environ.get("OUT") or "grid-out")
     cells = select(CELLS, args.quick, args.cells)

@@ -455,6 +455,9 @@ bool cf_cg_can_pair(const cf_ir *ir, const cf_plan *opt);
 /* Partials a lane of a tile's gathers loads over all its exchanges through L2 (a merged
  * exchange's pair is two). */
 int cf_cg_gather_words(const cf_ir *ir, const cf_plan *opt);
+/* Exchanges a tile's epilogue makes through L2, a merged pair counted once (reductions
+ * otherwise). */
+int cf_cg_exchanges(const cf_ir *ir, const cf_plan *opt);
 /* Whether a parked tile's late gather loads its words as the next mainloop ends (one round,
  * one late exchange, a first part without vectors; CF_GATHER_EARLY). */
 bool cf_cg_gathers_early(const cf_ir *ir, const cf_plan *opt);

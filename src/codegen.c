@@ -1610,6 +1610,21 @@ int cf_cg_gather_words(const cf_ir *ir, const cf_plan *opt)
     return words;
 }
 
+int cf_cg_exchanges(const cf_ir *ir, const cf_plan *opt)
+{
+    const int reductions = ir->n_stages[0] - 1;
+    if (!opt->red_global || opt->row_ctas < 2 || cf_cg_check(ir, &(cf_error){0}) != CF_OK)
+        return reductions;
+    cg_ctx e = {.ir = ir, .opt = opt};
+    if (!plan_epilogue(&e))
+        return reductions;
+    int exchanges = 0;
+    for (const cf_ir_spec *sp = ir->epi[0]; sp && sp->post; sp = sp->post)
+        exchanges += !e.merge_of[sp->depth];   /* a merged pair goes with the next stage's */
+    plan_free(&e);
+    return exchanges;
+}
+
 bool cf_cg_gathers_early(const cf_ir *ir, const cf_plan *opt)
 {
     if (cf_cg_check(ir, &(cf_error){0}) != CF_OK)

@@ -782,19 +782,21 @@ double cf_plan_predict(const cf_ir *ir, const cf_plan *p, const cf_device_facts 
     const double latency = L2_LATENCY_US + (HBM_LATENCY_US - L2_LATENCY_US) * miss;
     const double rate = fmin(L2_BYTES_PER_US / dev->sm_count, p->stages * row_bytes * 64 / latency);
     const double mainloop = overlap(mma, row_bytes * k / rate);
-    /* split_k: slice 0 waits for the others' posts and reads their partials from L2 */
-    const double partials = split > 1 ? XCHG_POST_US + (split - 1) * tile_m * p->bn * 4.0 /
-                                                           (L2_BYTES_PER_US / dev->sm_count)
+    /* split_k: slice 0 waits for the others' posts and reads their partials from L2, a slice
+     * a round: its warpgroup's registers hold one partial in flight, so a round takes an L2
+     * round trip under load at least (CF_TRACE: 64x192 tiles in 6 slices, 1.1 us a slice) */
+    const double slice_bytes = tile_m * p->bn * 4.0;
+    const double partials = split > 1 ? XCHG_POST_US + (split - 1) * overlap(XCHG_ROUND_US,
+                                                                         slice_bytes / (L2_BYTES_PER_US / dev->sm_count))
                                       : 0;
     /* Epilogue of one tile on the FP32 pipe, and the exchange: a post and the gather rounds of
-     * 8 ranks per reduction, waited for at once, or (late finish) under the next mainloop but
+     * 8 ranks per exchange (a merged pair is one), waited for at once, or (late finish) under the next mainloop but
      * for what outlasts it (smoothly: x^2 / (x + mainloop)). */
     const double epi = tile_m * p->bn * epilogue_instr_per_elem(ir) / (FP32_OPS_PER_SM_CLK * clk_per_us);
-    double xchg = 0;
+    double xchg_all = 0, xchg = 0;
     if (p->reductions && p->row_ctas > 1) {
-        xchg = p->reductions * (XCHG_POST_US + XCHG_ROUND_US * ((p->row_ctas + 7) / 8));
-        if (p->late_finish)
-            xchg = xchg * xchg / (xchg + mainloop);
+        xchg_all = cf_cg_exchanges(ir, p) * (XCHG_POST_US + XCHG_ROUND_US * ((p->row_ctas + 7) / 8));
+        xchg = p->late_finish ? xchg_all * xchg_all / (xchg_all + mainloop) : xchg_all;
     }
     /* A warpgroup's chain per tile is its mainloop, epilogue and exchange.  Cooperatively the
      * SM runs one chain; PingPong two, sharing the tensor cores: a tile takes the mainloop
@@ -802,10 +804,15 @@ double cf_plan_predict(const cf_ir *ir, const cf_plan *p, const cf_device_facts 
      * the epilogue the other warpgroup's mainloop does not hide. */
     const double chain = mainloop + partials + epi + xchg;
     const double tile = p->cooperative ? chain : overlap(mainloop, chain / 2) + EPI_EXPOSED * epi;
+    /* The last tile's epilogue and exchange have no mainloop after them to hide under: a grid
+     * of one tile a CTA (small M) takes the whole chain (CF_TRACE: the tail after the last
+     * mainloop is 5-12 kcycles, as long as that mainloop, at M = 64-2048). */
+    const double last = mainloop + partials + epi + xchg_all;
+    const double per_sm = (rounds - 1) * tile + fmax(tile, last);
     /* HBM: every byte once (the wide-row path writes C as f32 and reads it back) */
     const double mn = (double)p->m * (double)p->n;
     const double hbm = (hbm_bytes(ir, p) + (p->wide ? 8.0 * mn : 0)) / HBM_BYTES_PER_US;
-    return overlap(rounds * tile, hbm) + LAUNCH_US;
+    return overlap(per_sm, hbm) + LAUNCH_US;
 }
 
 /* ---- overrides (the CLI's --plan key=value) ------------------------------------------ */

@@ -202,6 +202,42 @@ def test_from_json_rederives_the_verdicts_from_the_recorded_times(tmp_path, caps
     assert "geomean fused/cuBLAS" in open(out / "grid.txt").read() and "OVER" in capsys.readouterr().out
 
 
+def test_plan_overrides_rebuild_the_measured_plan():
+    """--repredict rebuilds each cell's launch from the plan string `compile` printed."""
+    ov = grid.plan_overrides("tile 64x192 per consumer warpgroup, 6 stages, pingpong, cluster 2x1, K in 6 slices, "
+                             "row reductions over 22 CTAs through L2, tiles finished late, 384 threads")
+    assert ov == "block_m=64,block_n=192,stages=6,split_k=6,cluster=22,pair=off,multicast=on,finish=late"
+    ov = grid.plan_overrides("tile 64x192 per consumer warpgroup, 5 stages, pingpong, cluster 1x1, row reductions "
+                             "over 22 CTAs of two column tiles each through L2, tiles finished late, 384 threads")
+    assert "pair=on" in ov and "multicast=off" in ov and "split_k=1" in ov
+    assert grid.plan_overrides("tile 128x128 per consumer warpgroup, 6 stages, pingpong, cluster 1x1, 384 threads") == \
+        "block_m=128,block_n=128,stages=6,split_k=1"
+    assert grid.plan_overrides("") is None
+
+
+def test_repredict_prints_the_models_fit(tmp_path, capsys):
+    """--repredict: measured over this build's prediction per cell, geomean and spread; a cell
+    the binary cannot rebuild is named, not fatal; it needs --from-json."""
+    recs = fake_records()
+    for i, r in enumerate(recs):
+        r["plan"] = "tile 128x128 per consumer warpgroup, 6 stages, pingpong, cluster 1x1, 384 threads"
+        r["fused_ms"] = 0.02 if i % 2 else 0.005
+        r["wide_row_path"] = False
+    src = str(tmp_path / "run.json")
+    grid.write_json(src, {"device": "FakeGPU"}, recs)
+    fake = tmp_path / "comfuse"
+    fake.write_text("#!/bin/sh\ncase \"$*\" in *M=64,*) echo bad plan >&2; exit 2;; esac\necho 'predicted: 10.0 us'\n")
+    fake.chmod(0o755)
+    assert grid.main(["--from-json", src, "--repredict", "--comfuse", str(fake)]) == 0
+    out = capsys.readouterr().out
+    rebuilt = [r for r in recs if r["M"] != 64]
+    assert len(rebuilt) >= 2 and f"{len(rebuilt)} cells" in out
+    want = math.exp(sum(math.log(r["fused_ms"] * 1e3 / 10.0) for r in rebuilt) / len(rebuilt))
+    assert f"geomean {want:.3f}" in out
+    assert len(rebuilt) < len(recs) and "not rebuilt: bad plan" in out
+    assert grid.main(["--repredict"]) == 2 and "needs --from-json" in capsys.readouterr().err
+
+
 def test_table_prints_a_row_per_cell_and_the_summary(capsys):
     recs = fake_records()
     grid.print_table(recs, grid.summarize(recs))
