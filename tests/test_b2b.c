@@ -283,8 +283,9 @@ static void test_launch(struct fake_cuda_counts *fc)
         *fc = (struct fake_cuda_counts){0};
         CHECK_EQ_INT(CF_OK, cf_kernel_launch(k, &a, &err));
         CHECK_EQ_INT(2, fc->launches);
-        CHECK(fc->allocs >= 1);
-        CHECK(desc_addr(fc, 0) != s);
+        /* a new S: the old one freed, a larger allocated (the fake's malloc may hand back the
+         * same address, so the address says nothing) */
+        CHECK(fc->allocs >= 1 && fc->frees >= 1);
         /* under CUDA-graph capture: the sizes launched before replay, a larger one is refused */
         fake_capture(1);
         *fc = (struct fake_cuda_counts){0};
