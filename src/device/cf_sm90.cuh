@@ -1321,6 +1321,56 @@ template <class S> __device__ __forceinline__ void cf_split_gather(const cf_cta 
                                                                    float (&acc2)[CF_ACC_REGS], int stage,
                                                                    unsigned phase);
 
+/* The producer's part of tile i of this CTA: its k-blocks' operand stages, then (slice 0 of
+ * split_k) the other slices' partials and (the slice that runs the epilogue) the tile's [M, N]
+ * epilogue inputs, each into the ring stage at (stage, phase), which it advances. */
+template <class S> __device__ __forceinline__ void cf_produce_tile(const cf_gemm_args &args, const cf_cta &cta, int i,
+                                                                   int &stage, unsigned &phase) {
+    int tm, tn;
+    cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
+    const int m0 = tm * S::tile_m, n0 = tn * S::bn;
+#pragma unroll 1
+    for (int kb = 0; kb < cta.nkb; ++kb) {
+        cf_mbar_wait(cta.bar_empty + 8 * stage, phase ^ 1);
+        const int kc = (cta.kb0 + kb) * S::bk;   /* K coordinate of this k-block */
+        /* X's tile (with multicast this CTA's slice of it, to every CTA of the cluster),
+         * then each weight's (written out here: as a function of its own, the compiler numbered
+         * the loop's registers differently) */
+        const unsigned fb = cta.bar_full + 8 * stage;
+        cf_mbar_expect_tx(fb, S::stage_bytes);
+        const unsigned sa = cta.base + stage * S::stage_bytes;
+        const unsigned sb = sa + S::a_stage_bytes;
+        if constexpr (S::multicast)
+            cf_tma_load_2d_mc(sa + cta.cl_rank * (S::a_box_rows * 128), &args.tma_a, fb, kc,
+                              m0 + cta.cl_rank * S::a_box_rows, (unsigned short)((1u << S::cluster_n) - 1));
+        else
+            cf_tma_load_2d(sa, &args.tma_a, fb, kc, m0);
+#pragma unroll
+        for (int b = 0; b < S::num_b; ++b) {   /* W1's tile, then (dual) W2's */
+            const cf_tma_desc *tb = &args.tma_b[b];
+            const unsigned sbb = sb + b * S::b_stage_bytes;
+            if constexpr (S::b_nk) {
+                cf_tma_load_2d(sbb, tb, fb, kc, n0);
+            } else {
+#pragma unroll
+                for (int j = 0; j < S::bn / 64; ++j)
+                    cf_tma_load_2d(sbb + j * (64 * 128), tb, fb, n0 + 64 * j, kc);
+            }
+        }
+        if (++stage == S::stages) { stage = 0; phase ^= 1; }
+    }
+    if constexpr (S::split_k > 1)   /* slice 0: the other slices' partials of the tile */
+        if (cta.ks == 0) cf_split_fill<S>(args, cta, cf_split_tile(cta, tm, tn), stage, phase);
+    if constexpr (S::num_tin > 0) {   /* the tile's [M, N] epilogue inputs, into the next stage(s) */
+#pragma unroll 1
+        for (int e = 0; e < (cta.ks == 0 ? S::tin_stages : 0); ++e) {   /* the slice that runs the epilogue */
+            cf_mbar_wait(cta.bar_empty + 8 * stage, phase ^ 1);
+            cf_load_tin_stage<S>(args, cta, stage, m0, n0, e);
+            if (++stage == S::stages) { stage = 0; phase ^= 1; }
+        }
+    }
+}
+
 template <class S> __device__ __forceinline__ void cf_producer(const cf_gemm_args &args, const cf_cta &cta, int tid) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(S::reg_producer));
     if constexpr (S::xchg_l2)
@@ -1333,51 +1383,8 @@ template <class S> __device__ __forceinline__ void cf_producer(const cf_gemm_arg
         int stage = 0;
         unsigned phase = 0;
 #pragma unroll 1
-        for (int i = 0; i < cta.my_n; ++i) {
-            int tm, tn;
-            cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
-            const int m0 = tm * S::tile_m, n0 = tn * S::bn;
-#pragma unroll 1
-            for (int kb = 0; kb < cta.nkb; ++kb) {
-                cf_mbar_wait(cta.bar_empty + 8 * stage, phase ^ 1);
-                const int kc = (cta.kb0 + kb) * S::bk;   /* K coordinate of this k-block */
-                /* X's tile (with multicast this CTA's slice of it, to every CTA of the cluster),
-                 * then each weight's (written out here: as a function of its own, the compiler numbered
-                 * the loop's registers differently) */
-                const unsigned fb = cta.bar_full + 8 * stage;
-                cf_mbar_expect_tx(fb, S::stage_bytes);
-                const unsigned sa = cta.base + stage * S::stage_bytes;
-                const unsigned sb = sa + S::a_stage_bytes;
-                if constexpr (S::multicast)
-                    cf_tma_load_2d_mc(sa + cta.cl_rank * (S::a_box_rows * 128), &args.tma_a, fb, kc,
-                                      m0 + cta.cl_rank * S::a_box_rows, (unsigned short)((1u << S::cluster_n) - 1));
-                else
-                    cf_tma_load_2d(sa, &args.tma_a, fb, kc, m0);
-#pragma unroll
-                for (int b = 0; b < S::num_b; ++b) {   /* W1's tile, then (dual) W2's */
-                    const cf_tma_desc *tb = &args.tma_b[b];
-                    const unsigned sbb = sb + b * S::b_stage_bytes;
-                    if constexpr (S::b_nk) {
-                        cf_tma_load_2d(sbb, tb, fb, kc, n0);
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < S::bn / 64; ++j)
-                            cf_tma_load_2d(sbb + j * (64 * 128), tb, fb, n0 + 64 * j, kc);
-                    }
-                }
-                if (++stage == S::stages) { stage = 0; phase ^= 1; }
-            }
-            if constexpr (S::split_k > 1)   /* slice 0: the other slices' partials of the tile */
-                if (cta.ks == 0) cf_split_fill<S>(args, cta, cf_split_tile(cta, tm, tn), stage, phase);
-            if constexpr (S::num_tin > 0) {   /* the tile's [M, N] epilogue inputs, into the next stage(s) */
-#pragma unroll 1
-                for (int e = 0; e < (cta.ks == 0 ? S::tin_stages : 0); ++e) {   /* the slice that runs the epilogue */
-                    cf_mbar_wait(cta.bar_empty + 8 * stage, phase ^ 1);
-                    cf_load_tin_stage<S>(args, cta, stage, m0, n0, e);
-                    if (++stage == S::stages) { stage = 0; phase ^= 1; }
-                }
-            }
-        }
+        for (int i = 0; i < cta.my_n; ++i)
+            cf_produce_tile<S>(args, cta, i, stage, phase);
     }
     __syncwarp();
 }
@@ -1693,99 +1700,107 @@ __device__ __forceinline__ int cf_split_tile(const cf_cta &cta, int tm, int tn) 
     return tm * cta.groups_n * cf_S::row_ctas * cf_S::group_tiles + tn;
 }
 
-template <class S>
-__device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_cta &cta, int tid, int wg) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(S::reg_consumer));
-    const int w = wg - 1;
-    float acc[CF_ACC_REGS];
-    cf_acc2<S::dual> second;
-    float (&acc2)[CF_ACC_REGS] = second.of(acc);
+/* What a consumer warpgroup carries from one tile to the next beside its tile descriptor: the
+ * vectors preloaded for the tile and, with a late finish, the parked tile and the statistics of
+ * this tile and the one before.  Declared in every schedule (cf_late_of: an empty placeholder
+ * without a late finish); unused members compile to nothing. */
+template <class S> struct cf_consumer_state {
     cf_pre pre;
-    cf_tile t = cf_wg_tile(args, cta.M, cta.N, tid, cta.rank, CF_BAR_EPI0 + w);
-    t.wg = w;
-    t.stg = cta.stg0 + w * S::stg_bytes;
-    t.fin_bar = cta.bar_fin + 16 * w;
-    t.pair_bar = cta.bar_pair;
-    t.ring = cta.base;
-    t.ring_full = cta.bar_full;
-    t.ring_empty = cta.bar_empty;
-    /* pingpong: the warpgroups take the CTA's tiles in turn; cooperative: each its half of every tile */
-    const int istart = S::pingpong ? w : 0, istep = S::pingpong ? 2 : 1;
-    const unsigned a_off = S::pingpong ? 0 : w * S::bm * 128;
-#ifdef CF_TRACE
-    cf_trace_at(w, CF_TRACE_TILES, CF_TRS_START, t.tid, clock64());
-#endif
-    /* late_finish: this tile's statistics; the tile waiting for its finish (if parked_ok) and,
-     * with post_first, its statistics.  Declared in every schedule (cf_late_of: an empty
-     * placeholder without a late finish); unused, they compile to nothing. */
-    cf_late_of<S> late;
-    cf_tile parked = t;
-    bool parked_ok = false;
-    cf_late_of<S> late_prev;
+    cf_late_of<S> late, late_prev;
+    cf_tile parked;
+    bool parked_ok;
+};
+
+/* Consumer warpgroup w's tile i (every istep-th of its CTA's): the mainloop, then the epilogue,
+ * finishing the parked tile of the one before where the schedule finishes tiles late. */
+template <class S>
+__device__ __forceinline__ void cf_consume_tile(const cf_gemm_args &args, const cf_cta &cta, cf_tile &t,
+                                                cf_consumer_state<S> &cs, float (&acc)[CF_ACC_REGS],
+                                                float (&acc2)[CF_ACC_REGS], int w, int i, int istep, unsigned a_off) {
+    cf_tile &parked = cs.parked;
+    cf_pre &pre = cs.pre;
+    cf_late_of<S> &late = cs.late, &late_prev = cs.late_prev;
+    bool &parked_ok = cs.parked_ok;
     (void)parked_ok;
-#pragma unroll 1
-    for (int i = istart; i < cta.my_n; i += istep) {
-        int tm, tn;
-        cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
-        /* ring stages per tile: k-blocks, the other slices' partials (slice 0), then inputs */
-        const int pos = i * (cta.nkb + S::split_stages + S::tin_stages);
-        t.tin_pos = pos + cta.nkb + S::split_stages;
-        {   /* this tile's vectors for the epilogue, loaded while its mainloop runs */
-            cf_tile next = t;
-            next.m0 = tm * S::tile_m + (S::pingpong ? 0 : w * S::bm);
-            next.n0 = tn * S::bn;
-            cf_epilogue_preload(args, next, pre);
-        }
-        cf_mainloop<S>(cta, t, acc, acc2, i, istep, pos, a_off);   /* split_k: with the other slices' partials */
-        if constexpr (S::xchg_l2)
-            if (i == istart) t.epoch = cf_launch_epoch();
-        t.tile_m = tm; t.tile_n = tn;
-        t.m0 = tm * S::tile_m + (S::pingpong ? 0 : w * S::bm);
-        t.n0 = tn * S::bn;
-        t.parks = i / istep;
-        if constexpr (S::late_finish && !S::finisher) {
-            /* A warpgroup's last tile is not parked: it finishes from registers after the loop,
-             * so the tail has no park and unpark (LN 1.4 %, softmax 0.6 % faster at
-             * K = 512; LN+softmax spills 44 bytes more with it and ran 0.9 % slower). */
-            t.kept = S::keep_last && i + istep >= cta.my_n;
-        }
-        if constexpr (S::late_finish && S::finisher && !S::mid) {
-            cf_gen<S>::epilogue(args, t, acc, pre, late, cf_no_op{});   /* parks the tile for the finisher */
-        } else if constexpr (S::late_finish && !S::post_first) {
-            /* the previous tile's row partials arrived during this mainloop */
-            {
-                CF_TRC_T0(trf);
-                if (parked_ok) cf_finish_parked<S>(args, parked, late);
-                CF_TRC_ADD(t, CF_TRC_FINISH, trf);
-            }
-            cf_gen<S>::epilogue(args, t, acc, pre, late, cf_no_op{});
-            parked = t;
-            parked_ok = true;
-        } else if constexpr (S::late_finish) {
-            /* This tile posts its partials first, then finishes the previous one (its partials
-             * arrived during this mainloop), then parks: the last tile's partials travel while
-             * the previous tile finishes (RMSNorm 2-3 %, LN+softmax 2-4 % faster at K <= 1024;
-             * docs/performance.md, "Post first").  Paired tiles keep the finish first: their park
-             * then waits for the store just issued, and LN and softmax ran 1 % slower. */
-            if constexpr (S::gather_early > 0) {
-                /* the parked tile's words travel while this tile's first part runs ("Gather early") */
-                if (parked_ok) cf_gather_early<S>(args, parked);
-            }
-            cf_gen<S>::epilogue(args, t, acc, pre, late, [&] {
-                CF_TRC_T0(trf);
-                if (parked_ok) cf_finish_parked<S>(args, parked, late_prev);
-                CF_TRC_ADD(t, CF_TRC_FINISH, trf);
-            });
-            late_prev = late;
-            parked = t;
-            parked_ok = true;
-        } else if constexpr (S::dual) {
-            cf_gen<S>::epilogue(args, t, acc, acc2, pre);
-        } else {
-            cf_gen<S>::epilogue(args, t, acc, pre);
-        }
-        CF_TR(w, i / istep, CF_TRE_EPI_DONE, t.tid);
+    (void)late_prev;
+    (void)w;
+    int tm, tn;
+    cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
+    /* ring stages per tile: k-blocks, the other slices' partials (slice 0), then inputs */
+    const int pos = i * (cta.nkb + S::split_stages + S::tin_stages);
+    t.tin_pos = pos + cta.nkb + S::split_stages;
+    {   /* this tile's vectors for the epilogue, loaded while its mainloop runs */
+        cf_tile next = t;
+        next.m0 = tm * S::tile_m + (S::pingpong ? 0 : w * S::bm);
+        next.n0 = tn * S::bn;
+        cf_epilogue_preload(args, next, pre);
     }
+    cf_mainloop<S>(cta, t, acc, acc2, i, istep, pos, a_off);   /* split_k: with the other slices' partials */
+    if constexpr (S::xchg_l2)
+        if (i < istep) t.epoch = cf_launch_epoch();   /* the warpgroup's first tile */
+    t.tile_m = tm; t.tile_n = tn;
+    t.m0 = tm * S::tile_m + (S::pingpong ? 0 : w * S::bm);
+    t.n0 = tn * S::bn;
+    t.parks = i / istep;
+    if constexpr (S::late_finish && !S::finisher) {
+        /* A warpgroup's last tile is not parked: it finishes from registers after the loop,
+         * so the tail has no park and unpark (LN 1.4 %, softmax 0.6 % faster at
+         * K = 512; LN+softmax spills 44 bytes more with it and ran 0.9 % slower). */
+        t.kept = S::keep_last && i + istep >= cta.my_n;
+    }
+    if constexpr (S::late_finish && S::finisher && !S::mid) {
+        cf_gen<S>::epilogue(args, t, acc, pre, late, cf_no_op{});   /* parks the tile for the finisher */
+    } else if constexpr (S::late_finish && !S::post_first) {
+        /* the previous tile's row partials arrived during this mainloop */
+        {
+            CF_TRC_T0(trf);
+            if (parked_ok) cf_finish_parked<S>(args, parked, late);
+            CF_TRC_ADD(t, CF_TRC_FINISH, trf);
+        }
+        cf_gen<S>::epilogue(args, t, acc, pre, late, cf_no_op{});
+        parked = t;
+        parked_ok = true;
+    } else if constexpr (S::late_finish) {
+        /* This tile posts its partials first, then finishes the previous one (its partials
+         * arrived during this mainloop), then parks: the last tile's partials travel while
+         * the previous tile finishes (RMSNorm 2-3 %, LN+softmax 2-4 % faster at K <= 1024;
+         * docs/performance.md, "Post first").  Paired tiles keep the finish first: their park
+         * then waits for the store just issued, and LN and softmax ran 1 % slower. */
+        if constexpr (S::gather_early > 0) {
+            /* the parked tile's words travel while this tile's first part runs ("Gather early") */
+            if (parked_ok) cf_gather_early<S>(args, parked);
+        }
+        cf_gen<S>::epilogue(args, t, acc, pre, late, [&] {
+            CF_TRC_T0(trf);
+            if (parked_ok) cf_finish_parked<S>(args, parked, late_prev);
+            CF_TRC_ADD(t, CF_TRC_FINISH, trf);
+        });
+        late_prev = late;
+        parked = t;
+        parked_ok = true;
+    } else if constexpr (S::dual) {
+        cf_gen<S>::epilogue(args, t, acc, acc2, pre);
+    } else {
+        cf_gen<S>::epilogue(args, t, acc, pre);
+    }
+    CF_TR(w, i / istep, CF_TRE_EPI_DONE, t.tid);
+}
+
+/* A consumer warpgroup after its last tile: the last late finish, then the wait for its stores. */
+template <class S>
+__device__ __forceinline__ void cf_consumer_done(const cf_gemm_args &args, const cf_cta &cta, cf_tile &t,
+                                                 cf_consumer_state<S> &cs, float (&acc)[CF_ACC_REGS], int w) {
+    cf_tile &parked = cs.parked;
+    cf_late_of<S> &late = cs.late, &late_prev = cs.late_prev;
+    const bool parked_ok = cs.parked_ok;
+    (void)acc;
+    (void)parked;
+    (void)late;
+    (void)late_prev;
+    (void)parked_ok;
+    (void)w;
+    (void)args;
+    (void)cta;
     if constexpr (S::late_finish && !S::finisher && S::keep_last) {
         if (t.kept) {   /* the last tile, in registers; the one before it finished in its epilogue */
             CF_TRC_T0(trf);
@@ -1809,6 +1824,36 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
     cf_trace_at(w, CF_TRACE_TILES, CF_TRS_TILES, t.tid, (cta.my_n - w + 1) / 2);
     for (int c = 0; c < CF_TRC_N; ++c) cf_trace_at(w, CF_TRACE_TILES, CF_TRS_CAT0 + c, t.tid, cf_tr_cat[w][c]);
 #endif
+}
+
+template <class S>
+__device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_cta &cta, int tid, int wg) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(S::reg_consumer));
+    const int w = wg - 1;
+    float acc[CF_ACC_REGS];
+    cf_acc2<S::dual> second;
+    float (&acc2)[CF_ACC_REGS] = second.of(acc);
+    cf_consumer_state<S> cs;
+    cf_tile t = cf_wg_tile(args, cta.M, cta.N, tid, cta.rank, CF_BAR_EPI0 + w);
+    t.wg = w;
+    t.stg = cta.stg0 + w * S::stg_bytes;
+    t.fin_bar = cta.bar_fin + 16 * w;
+    t.pair_bar = cta.bar_pair;
+    t.ring = cta.base;
+    t.ring_full = cta.bar_full;
+    t.ring_empty = cta.bar_empty;
+    /* pingpong: the warpgroups take the CTA's tiles in turn; cooperative: each its half of every tile */
+    const int istart = S::pingpong ? w : 0, istep = S::pingpong ? 2 : 1;
+    const unsigned a_off = S::pingpong ? 0 : w * S::bm * 128;
+#ifdef CF_TRACE
+    cf_trace_at(w, CF_TRACE_TILES, CF_TRS_START, t.tid, clock64());
+#endif
+    cs.parked = t;
+    cs.parked_ok = false;
+#pragma unroll 1
+    for (int i = istart; i < cta.my_n; i += istep)
+        cf_consume_tile<S>(args, cta, t, cs, acc, acc2, w, i, istep, a_off);
+    cf_consumer_done<S>(args, cta, t, cs, acc, w);
 }
 
 /* split_k: a consumer warpgroup of a K slice after the first.  Its tiles' mainloops over the
