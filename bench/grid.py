@@ -847,40 +847,53 @@ def plan_overrides(plan):
 PREDICTED = re.compile(r"^predicted: ([\d.]+) us", re.M)
 
 
-def repredict(path, binary):
-    """This build's cost model against a recorded run: each measured cell's plan rebuilt with
-    `explain --plan` and predicted again; prints measured/predicted per cell and its geomean and
-    spread (log standard deviation) over the cells off the wide-row path.  A change to the model
-    is checked here, without a GPU, before a run measures the plans it picks."""
-    with open(path) as f:
-        doc = json.load(f)
-    logs, skipped = [], 0
+def repredict_cells(doc, binary):
+    """[(record, predicted µs or None, why not)] for a recorded run's measured cells, each plan
+    rebuilt with `explain --plan` and predicted by this build."""
+    out = []
     for r in doc["cells"]:
         ov = plan_overrides(r.get("plan") or "")
         if r.get("fused_ms") is None or not ov:
-            skipped += 1
             continue
         cmd = [binary, "explain", "--shape", common.shape_arg(r["M"], r["N"], r["K"]), "--plan", ov,
                common.spec_path(ROOT, r["workload"], r["layout"])]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        pred = PREDICTED.search(out.stdout)
-        if out.returncode or not pred:
-            print(f"{r['id']:>3} {r['label']:<44} not rebuilt: {(out.stderr.strip() or 'no prediction')[:90]}")
-            skipped += 1
-            continue
-        ratio = r["fused_ms"] * 1e3 / float(pred.group(1))
-        wide = r.get("wide_row_path")
-        print(f"{r['id']:>3} {r['label']:<44} measured {r['fused_ms'] * 1e3:9.1f} us  predicted "
-              f"{float(pred.group(1)):9.1f} us  {ratio:5.2f}{'  (wide rows)' if wide else ''}")
-        if not wide:
-            logs.append(math.log(ratio))
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        pred = PREDICTED.search(res.stdout)
+        out.append((r, float(pred.group(1)) if not res.returncode and pred else None,
+                    (res.stderr.strip() or "no prediction")[:90]))
+    return out
+
+
+def model_fit(rows):
+    """(cells, geomean, log-sd, lowest, highest) of measured/predicted over the rebuilt cells off
+    the wide-row path; None without any."""
+    logs = [math.log(r["fused_ms"] * 1e3 / p) for r, p, _ in rows if p and not r.get("wide_row_path")]
     if not logs:
-        print("repredict: no cell rebuilt")
-        return 1
+        return None
     mean = sum(logs) / len(logs)
     sd = (sum((x - mean) ** 2 for x in logs) / len(logs)) ** 0.5
-    print(f"\n{len(logs)} cells (wide rows left out, {skipped} not rebuilt): measured/predicted geomean "
-          f"{math.exp(mean):.3f}, log-sd {sd:.3f}, range {math.exp(min(logs)):.2f} .. {math.exp(max(logs)):.2f}")
+    return len(logs), math.exp(mean), sd, math.exp(min(logs)), math.exp(max(logs))
+
+
+def repredict(path, binary):
+    """This build's cost model against a recorded run: measured/predicted per cell, and its
+    geomean and spread (log standard deviation) over the cells off the wide-row path.  A change
+    to the model is checked here, without a GPU, before a run measures the plans it picks."""
+    with open(path) as f:
+        rows = repredict_cells(json.load(f), binary)
+    for r, p, why in rows:
+        if p is None:
+            print(f"{r['id']:>3} {r['label']:<44} not rebuilt: {why}")
+            continue
+        print(f"{r['id']:>3} {r['label']:<44} measured {r['fused_ms'] * 1e3:9.1f} us  predicted {p:9.1f} us  "
+              f"{r['fused_ms'] * 1e3 / p:5.2f}{'  (wide rows)' if r.get('wide_row_path') else ''}")
+    fit = model_fit(rows)
+    if not fit:
+        print("repredict: no cell rebuilt")
+        return 1
+    n, gm, sd, lo, hi = fit
+    print(f"\n{n} cells (wide rows left out, {sum(1 for _, p, _ in rows if p is None)} not rebuilt): "
+          f"measured/predicted geomean {gm:.3f}, log-sd {sd:.3f}, range {lo:.2f} .. {hi:.2f}")
     return 0
 
 

@@ -459,3 +459,18 @@ def test_faster_than_compile_takes_its_better_figure():
     assert both["faster_than_compile"] is True
     assert both["ratios"]["fused_graph/compile_graph"] == pytest.approx(0.8 / 0.9)
     assert grid.finish_record(dict(r, compile_graph_ms=0.7, fused_graph_ms=0.8))["faster_than_compile"] is False
+
+
+def test_cost_model_fits_the_recorded_grid():
+    """The plan's cost model against the committed grid run (bench/results/grid.json), each cell
+    at the plan it was measured with: within 15 % in geomean, a spread (log-sd) under 0.16.  A
+    change to the model that fits the measurements worse fails here; a new grid run replaces the
+    measurements it is held to."""
+    binary = os.path.join(ROOT, "build", "comfuse")
+    if not os.access(binary, os.X_OK):
+        pytest.skip("build/comfuse is not built")
+    with open(os.path.join(ROOT, "bench", "results", "grid.json")) as f:
+        rows = grid.repredict_cells(json.load(f), binary)
+    n, gm, sd, lo, hi = grid.model_fit(rows)
+    assert n >= 40, f"only {n} cells rebuilt"
+    assert 0.85 <= gm <= 1.15 and sd < 0.16, f"measured/predicted geomean {gm:.3f}, log-sd {sd:.3f}"
