@@ -782,16 +782,16 @@ double cf_plan_predict(const cf_ir *ir, const cf_plan *p, const cf_device_facts 
     const double latency = L2_LATENCY_US + (HBM_LATENCY_US - L2_LATENCY_US) * miss;
     const double rate = fmin(L2_BYTES_PER_US / dev->sm_count, p->stages * row_bytes * 64 / latency);
     const double mainloop = overlap(mma, row_bytes * k / rate);
-    /* split_k: slice 0 waits for the others' posts and reads their partials from L2, a slice
-     * a round: its warpgroup's registers hold one partial in flight, so a round takes an L2
-     * round trip under load at least (CF_TRACE: 64x192 tiles in 6 slices, 1.1 us a slice) */
+    /* split_k: slice 0 waits for the others' posts and reads their partials from L2, an L2
+     * round trip under load a slice (1.1 us at 64x192 in 6 slices, gathered into registers;
+     * the ring's bulk copies, cf_split_fill, overlap slices: to re-fit once measured) */
     const double slice_bytes = tile_m * p->bn * 4.0;
     const double partials = split > 1 ? XCHG_POST_US + (split - 1) * overlap(XCHG_ROUND_US,
                                                                          slice_bytes / (L2_BYTES_PER_US / dev->sm_count))
                                       : 0;
     /* Epilogue of one tile on the FP32 pipe, and the exchange: a post and the gather rounds of
-     * 8 ranks per exchange (a merged pair is one), waited for at once, or (late finish) under the next mainloop but
-     * for what outlasts it (smoothly: x^2 / (x + mainloop)). */
+     * 8 ranks per exchange (a merged pair is one), waited for at once, or (late finish) under
+     * the next mainloop but for what outlasts it (smoothly: x^2 / (x + mainloop)). */
     const double epi = tile_m * p->bn * epilogue_instr_per_elem(ir) / (FP32_OPS_PER_SM_CLK * clk_per_us);
     double xchg_all = 0, xchg = 0;
     if (p->reductions && p->row_ctas > 1) {
