@@ -345,6 +345,7 @@ typedef struct cf_plan {
     int schedule;        /* CF_SCHEDULE_* the kernel runs                       */
     int reduce_mode;     /* CF_REDUCE_*, 0 without row reductions              */
     int reductions;      /* row reductions of the epilogue                      */
+    int exchanges;       /* their exchanges through L2 a tile (a merged pair is one) */
     bool multicast;      /* pairs of a row group's CTAs multicast X (cluster of 2) */
     bool late_finish;    /* tiles finish after the next mainloop                */
     bool gather_early;   /* a parked tile's late gather loads as the next mainloop ends */

@@ -497,6 +497,7 @@ static void derive(const cf_ir *ir, cf_plan *p)
                                                                               : CF_SCHEDULE_PINGPONG;
     p->threads = p->has_finisher ? 512 : 384;
     p->gelu_at_store = cf_cg_gelu_stores(ir);
+    p->exchanges = cf_cg_exchanges(ir, p);
 }
 
 /* Which [M,N] inputs come through the operand ring (decided at the plan's own K) and their names. */
@@ -795,7 +796,7 @@ double cf_plan_predict(const cf_ir *ir, const cf_plan *p, const cf_device_facts 
     const double epi = tile_m * p->bn * epilogue_instr_per_elem(ir) / (FP32_OPS_PER_SM_CLK * clk_per_us);
     double xchg_all = 0, xchg = 0;
     if (p->reductions && p->row_ctas > 1) {
-        xchg_all = cf_cg_exchanges(ir, p) * (XCHG_POST_US + XCHG_ROUND_US * ((p->row_ctas + 7) / 8));
+        xchg_all = p->exchanges * (XCHG_POST_US + XCHG_ROUND_US * ((p->row_ctas + 7) / 8));
         xchg = p->late_finish ? xchg_all * xchg_all / (xchg_all + mainloop) : xchg_all;
     }
     /* A warpgroup's chain per tile is its mainloop, epilogue and exchange.  Cooperatively the

@@ -1390,7 +1390,7 @@ template <class S> __device__ __forceinline__ void cf_producer(const cf_gemm_arg
 }
 
 /* What a late finish keeps, where the schedule finishes tiles late (cf_late is generated then
- * only); an empty placeholder otherwise, so the roles can declare it unconditionally. */
+ * only); an empty struct otherwise, so the roles can declare it unconditionally. */
 template <bool B, class T, class F> struct cf_pick { using type = T; };
 template <class T, class F> struct cf_pick<false, T, F> { using type = F; };
 struct cf_nothing {};
@@ -1525,20 +1525,17 @@ __device__ __forceinline__ void cf_mainloop(const cf_cta &cta, const cf_tile &t,
     const long long tr_d0 = clock64();
     CF_TR_V(w, i / istep, CF_TRE_KLOOP_END, t.tid, tr_d0);   /* the k-loop ends */
 #endif
-    bool released = false;
-    if constexpr (S::split_k > 1) {
-        if (cta.ks == 0) {
-            /* Slice 0: the other slices' partials, from the ring stages after the k-blocks, before
-             * the other warpgroup's turn: a wait on a stage whose previous fill (a chunk still
-             * coming) has not landed would pass at once (below). */
-            cf_wgmma_wait<0>();
-            cf_fence_operand<CF_ACC_REGS>(acc);
-            if constexpr (S::dual)
-                cf_fence_operand<CF_ACC_REGS>(acc2);
-            cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
-            cf_split_gather<S>(cta, t, acc, acc2, stage, phase);
-            released = true;
-        }
+    /* split_k, slice 0: the other slices' partials, from the ring stages after the k-blocks,
+     * before the other warpgroup's turn: a wait on a stage whose previous fill (a chunk still
+     * coming) has not landed would pass at once (below). */
+    const bool gathers = S::split_k > 1 && cta.ks == 0;
+    if (gathers) {
+        cf_wgmma_wait<0>();
+        cf_fence_operand<CF_ACC_REGS>(acc);
+        if constexpr (S::dual)
+            cf_fence_operand<CF_ACC_REGS>(acc2);
+        cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
+        cf_split_gather<S>(cta, t, acc, acc2, stage, phase);
     }
     if constexpr (S::pingpong && S::num_tin > 0) {
         /* This tile's input stages land before the other warpgroup's turn.  It consumes the
@@ -1550,7 +1547,7 @@ __device__ __forceinline__ void cf_mainloop(const cf_cta &cta, const cf_tile &t,
     }
     if constexpr (S::pingpong)
         if (i + 1 < my_n) cf_named_bar_arrive(CF_BAR_ORDER0 + (1 - w), 256);   /* other WG's turn */
-    if (!released) {
+    if (!gathers) {
         cf_wgmma_wait<0>();
         cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
     }
@@ -1702,7 +1699,7 @@ __device__ __forceinline__ int cf_split_tile(const cf_cta &cta, int tm, int tn) 
 
 /* What a consumer warpgroup carries from one tile to the next beside its tile descriptor: the
  * vectors preloaded for the tile and, with a late finish, the parked tile and the statistics of
- * this tile and the one before.  Declared in every schedule (cf_late_of: an empty placeholder
+ * this tile and the one before.  Declared in every schedule (cf_late_of is an empty struct
  * without a late finish); unused members compile to nothing. */
 template <class S> struct cf_consumer_state {
     cf_pre pre;
