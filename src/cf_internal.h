@@ -814,6 +814,10 @@ int cf_rows_threads(int64_t N);
 /* CTAs (a cluster, 1..8) that share each of M rows of N columns when resident_ctas
  * CTAs fit on the device at once: few rows are split so that every SM has work. */
 int cf_rows_split(int64_t M, int64_t N, int resident_ctas);
+/* Where the rows in flight (min(M, resident_ctas) of them) outgrow L2, the CTAs of a row keep
+ * their shares in shared memory: the split (split or more) that fits them, 0 for none (C
+ * stays in L2, or a share does not fit even in 8 CTAs). */
+int cf_rows_cache_split(int64_t M, int64_t N, int split, int resident_ctas);
 /* Runs the epilogue over C on stream s.  a gives the dims (checked against
  * M and N), the epilogue inputs, params and outputs indexed as for
  * cf_kernel_launch (GEMM operands are not read; a->stream is ignored).  The

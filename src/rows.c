@@ -16,7 +16,11 @@
  * per CTA through distributed shared memory; every thread gets the same result,
  * so VEC_M values (computed between the column loops) are uniform.  TILE values
  * a later stage uses are recomputed from C and the inputs, not stored: reading
- * C again costs less than writing a scratch plane and reading it back.
+ * C again costs less than writing a scratch plane and reading it back.  Where
+ * the rows in flight outgrow L2 (each later loop would read C from DRAM again),
+ * the launch gives each CTA its share of the row in shared memory (cf_cache):
+ * the first loop copies each column there as it reads it, later loops read it
+ * back.  A thread reads back only the columns it wrote, so no barrier is needed.
  *
  * Ops use codegen.c's templates and helpers (cf_cg_*), so the fused and the
  * unfused kernels compute every elementwise op identically.  The source has
@@ -32,6 +36,8 @@
 #define ROWS_COLS_PER_THREAD 16 /* wider rows get more threads, up to the max */
 #define ROWS_UNROLL 8           /* columns a thread has in flight per loop trip   */
 #define ROWS_MAX_SPLIT 8        /* CTAs a row (a portable cluster)               */
+#define ROWS_CACHE_BYTES 65536  /* a CTA's share of the row in shared memory: 3 CTAs an SM */
+#define ROWS_L2_BYTES (40 << 20) /* rows in flight that stay in the H200's 50 MB L2 between loops */
 
 struct cf_rows {
     const cf_ir *ir;
@@ -41,7 +47,10 @@ struct cf_rows {
     /* loaded on the first launch */
     cf_rt_module module;
     cf_rt_func func;
-    int max_clusters[3][4];   /* co-resident clusters of 1, 2, 4, 8 CTAs of 128, 256, 512 threads (0: not asked) */
+    /* co-resident clusters of 1, 2, 4, 8 CTAs of 128, 256, 512 threads, without and with the
+     * row in shared memory (0: not asked) */
+    int max_clusters[3][4][2];
+    int cached_smem[3][4];    /* the shared memory max_clusters[..][..][1] was asked with */
 };
 
 /* ---- generation ----------------------------------------------------------- */
@@ -51,6 +60,7 @@ typedef struct rows_gen {
     cf_strbuf *sb;
     int indent;
     bool *emitted;            /* by id: defined in the current column loop     */
+    bool c_cached;            /* an earlier loop has copied C to cf_row        */
 } rows_gen;
 
 __attribute__((format(printf, 2, 3)))
@@ -202,7 +212,7 @@ static void leaf_expr(rows_gen *g, const cf_ir_node *n, char *buf, size_t len)
     char an[96];
     const cf_ir_arg *a = n->kind == CF_IR_BCAST && n->src != CF_BC_CONST ? &g->ir->args[n->arg] : NULL;
     if (n->kind == CF_IR_ACC) {
-        snprintf(buf, len, "C[idx]");
+        snprintf(buf, len, "cf_c");   /* emit_column's read of C */
         return;
     }
     switch (n->src) {
@@ -329,6 +339,13 @@ static void emit_column(rows_gen *g, const cf_ir_spec *s, int n_nodes)
     char id[96];
     memset(g->emitted, 0, (size_t)n_nodes * sizeof *g->emitted);
     line(g, "const long long idx = row_base + col;");
+    if (!g->c_cached) {
+        line(g, "const float cf_c = C[idx];");
+        line(g, "if (cf_cache)");
+        line(g, "    cf_row[col - col0] = cf_c;  /* for the later loops */");
+    } else {
+        line(g, "const float cf_c = cf_cache ? cf_row[col - col0] : C[idx];");
+    }
     for (int i = 0; i < s->n_nodes; i++) {
         const cf_ir_node *n = s->nodes[i];
         if (n->kind == CF_IR_REDUCE) {
@@ -396,6 +413,7 @@ static void emit_stage(rows_gen *g, const cf_ir_spec *s, int n_nodes)
     line(g, "}");
     g->indent--;
     line(g, "}");
+    g->c_cached = true;
     if (red)
         line(g, "const float %s = cf_row_reduce<%s>(%s_part, cf_red, cf_xred, cf_turn)%s;  /* %s over the row */", id,
              reduce_tag(red->op), id, red->op == CF_OP_MEAN ? " / (float)N" : "", cf_op_name(red->op));
@@ -431,7 +449,7 @@ static void emit_signature(rows_gen *g)
         if (ir->args[i].kind != CF_ARG_GEMM_A && ir->args[i].kind != CF_ARG_GEMM_B &&
             ir->args[i].kind != CF_ARG_GEMM2_B)
             last = i;
-    line(g, "cf_rows_kernel(const float *__restrict__ C, long long M, int N%s", last >= 0 ? "," : ")");
+    line(g, "cf_rows_kernel(const float *__restrict__ C, long long M, int N, int cf_cache%s", last >= 0 ? "," : ")");
     for (int i = 0; i < ir->n_args; i++) {
         const cf_ir_arg *a = &ir->args[i];
         char an[96], decl[160];
@@ -471,6 +489,7 @@ static void emit_prologue(rows_gen *g, int n_red)
     line(g, "const unsigned cf_split = cf_cluster_size(), cf_rank = cf_cluster_rank();");
     line(g, "const int share = (int)((N + cf_split - 1) / cf_split + 31) / 32 * 32;  /* whole warps of columns */");
     line(g, "const int col0 = (int)min((long long)cf_rank * share, (long long)N), col1 = min(col0 + share, N);");
+    line(g, "extern __shared__ float cf_row[];  /* cf_cache: this CTA's share of the row */");
     bool any_scalar = false;
     for (const cf_ir_spec *s = ir->epi[0]; s; s = s->post)
         for (int i = 0; i < s->n_nodes; i++) {
@@ -585,6 +604,9 @@ cf_status cf_rows_generate(const cf_ir *ir, const char *title, cf_strbuf *out, c
 
 /* ---- the object: build, launch ---------------------------------------------- */
 
+/* Columns a CTA of `split` takes, whole warps of them (as the kernel's `share`). */
+static int row_share(int64_t N, int split) { return (int)((N + split - 1) / split + 31) / 32 * 32; }
+
 int cf_rows_threads(int64_t N)
 {
     /* enough threads that each takes ~16 columns of the row, within 128..512 */
@@ -592,6 +614,18 @@ int cf_rows_threads(int64_t N)
     while (t < ROWS_MAX_THREADS && (int64_t)t * ROWS_COLS_PER_THREAD < N)
         t *= 2;
     return t;
+}
+
+int cf_rows_cache_split(int64_t M, int64_t N, int split, int resident_ctas)
+{
+    /* Later loops reread C from L2 while the rows in flight fit there (33 MB did); past that,
+     * from DRAM (softmax's three loops at 2048x32000, 67 MB in flight, read C 2.9 times). */
+    const int64_t in_flight = M < resident_ctas ? M : resident_ctas;
+    if (in_flight * N * 4 <= ROWS_L2_BYTES)
+        return 0;
+    while (split < ROWS_MAX_SPLIT && row_share(N, split) * 4 > ROWS_CACHE_BYTES)
+        split *= 2;
+    return row_share(N, split) * 4 <= ROWS_CACHE_BYTES ? split : 0;
 }
 
 int cf_rows_split(int64_t M, int64_t N, int resident_ctas)
@@ -648,11 +682,65 @@ static cf_status load_module(cf_rows *r, cf_error *err)
         st = cf_rt_module_load(r->cubin.cubin, &r->module, err);
     if (st == CF_OK)
         st = cf_rt_module_get_func(r->module, "cf_rows_kernel", &r->func, err);
+    if (st == CF_OK)
+        st = cf_rt_func_prepare(r->func, ROWS_CACHE_BYTES, 1, err);
     if (st != CF_OK && r->module) {
         cf_rt_module_unload(r->module, NULL);
         r->module = NULL;
     }
     return st;
+}
+
+/* A launch's shape: CTAs a row, whether they keep their share in shared memory, and how many
+ * clusters are resident at once. */
+typedef struct rows_shape {
+    int split, cache, smem, clusters;
+} rows_shape;
+
+static int split_index(int split) { return split == 1 ? 0 : split == 2 ? 1 : split == 4 ? 2 : 3; }
+
+/* Clusters of `split` CTAs resident at once, asked once per (threads, split, cache). */
+static cf_status resident_clusters(cf_rows *r, int ti, int threads, int split, int smem, int *out, cf_error *err)
+{
+    int *c = &r->max_clusters[ti][split_index(split)][smem > 0];
+    if (smem > 0 && r->cached_smem[ti][split_index(split)] != smem) {
+        r->cached_smem[ti][split_index(split)] = smem;
+        *c = 0;
+    }
+    if (*c <= 0) {
+        cf_status st = cf_rt_max_active_clusters(r->func, split, threads, smem, c, err);
+        if (st != CF_OK)
+            return st;
+    }
+    *out = *c;
+    return CF_OK;
+}
+
+static cf_status rows_shape_of(cf_rows *r, int64_t M, int64_t N, int threads, int ti, rows_shape *sh, cf_error *err)
+{
+    int clusters1;
+    cf_status st = resident_clusters(r, ti, threads, 1, 0, &clusters1, err);
+    if (st != CF_OK)
+        return st;
+    *sh = (rows_shape){.split = cf_rows_split(M, N, clusters1), .clusters = clusters1};
+    const int split = cf_rows_cache_split(M, N, sh->split, clusters1);
+    if (split) {
+        sh->split = split;
+        sh->cache = 1;
+        sh->smem = row_share(N, split) * 4;
+    }
+    int c = 0;
+    if (sh->split > 1 || sh->cache) {
+        if ((st = resident_clusters(r, ti, threads, sh->split, sh->smem, &c, err)) != CF_OK)
+            return st;
+        if (c > 0)
+            sh->clusters = c;
+        else   /* no such cluster fits: one CTA a row, C from memory */
+            *sh = (rows_shape){.split = 1, .clusters = clusters1};
+    }
+    if (sh->clusters < 1)
+        sh->clusters = 1;
+    return CF_OK;
 }
 
 /* One kernel argument: every value the parameter array points at. */
@@ -685,7 +773,7 @@ cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, int64_t M, int64_t N, const
                          (unsigned long long)C);
 
     /* kernel arguments, in the order cf_rows_generate declares them */
-    int n_params = 3 + ir->n_args;
+    int n_params = 4 + ir->n_args;
     rows_param *vals = calloc((size_t)n_params, sizeof *vals);
     void **params = calloc((size_t)n_params, sizeof *params);
     cf_status st = CF_OK;
@@ -697,6 +785,7 @@ cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, int64_t M, int64_t N, const
     vals[k++].ptr = C;
     vals[k++].ll = (long long)M;
     vals[k++].i = (int)N;
+    const int cache_at = k++;   /* cf_cache, set with the launch's shape below */
     for (int i = 0; i < ir->n_args; i++) {
         const cf_ir_arg *x = &ir->args[i];
         switch (x->kind) {
@@ -732,28 +821,19 @@ cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, int64_t M, int64_t N, const
 
     if (!r->module && (st = load_module(r, err)) != CF_OK)
         goto done;
-    int threads = cf_rows_threads(N), ti = threads == 128 ? 0 : threads == 256 ? 1 : 2;
-    /* the split: from how many one-CTA clusters fit at once; its own count of clusters */
-    int *clusters = &r->max_clusters[ti][0];
-    if (*clusters <= 0 && (st = cf_rt_max_active_clusters(r->func, 1, threads, 0, clusters, err)) != CF_OK)
+    const int threads = cf_rows_threads(N), ti = threads == 128 ? 0 : threads == 256 ? 1 : 2;
+    rows_shape sh;
+    if ((st = rows_shape_of(r, M, N, threads, ti, &sh, err)) != CF_OK)
         goto done;
-    int split = cf_rows_split(M, N, *clusters), si = split == 1 ? 0 : split == 2 ? 1 : split == 4 ? 2 : 3;
-    if (split > 1) {
-        int *c = &r->max_clusters[ti][si];
-        if (*c <= 0 && (st = cf_rt_max_active_clusters(r->func, split, threads, 0, c, err)) != CF_OK)
-            goto done;
-        if (*c > 0)
-            clusters = c;
-        else
-            split = 1;
-    }
-    int64_t grid = *clusters > 0 ? *clusters : 1;
+    vals[cache_at].i = sh.cache;
+    int64_t grid = sh.clusters;
     if (grid > M)
         grid = M;
     cf_rt_launch_cfg cfg = {
-        .grid = {(unsigned)(grid * split), 1, 1},
+        .grid = {(unsigned)(grid * sh.split), 1, 1},
         .block = {(unsigned)threads, 1, 1},
-        .cluster = {(unsigned)split, 1, 1},
+        .cluster = {(unsigned)sh.split, 1, 1},
+        .dyn_smem = (unsigned)sh.smem,
         .stream = s,
     };
     st = cf_rt_launch(r->func, &cfg, params, err);

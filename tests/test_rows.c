@@ -50,7 +50,7 @@ static const struct {
     {"examples/gemm.cf", "const float Y_0 = ", 0, {"store_bf16(Y_out, idx, Y_0);"}},
     {"examples/gemm_bias_gelu.cf", NULL, 0, {"load_f32(bias_in, col)", "op_gelu_tanh("}},
     {"examples/gemm_bias_ln.cf", "const float x_4 = (v2 + bias_3);", 6, {"rsqrtf("}},
-    {"examples/gemm_rmsnorm.cf", NULL, 0, {"const float x_3 = C[idx];  /* bypass of x.0 */"}},
+    {"examples/gemm_rmsnorm.cf", NULL, 0, {"const float x_3 = cf_c;  /* bypass of x.0 */"}},
     {"examples/gemm_softmax.cf", "const float e_7 = op_exp(v6);", 4,
      {"cf_row_reduce<CF_MAX>(m_3_part, cf_red, cf_xred, cf_turn);", "op_exp("}},
     {"examples/gemm_ln_softmax.cf", NULL, 0, {"cf_row_reduce<CF_MAX>", "op_exp("}},
@@ -78,7 +78,11 @@ static void test_sources(void)
         CHECK(kernel != NULL);
         if (!kernel)
             kernel = src;
-        CHECK_CONTAINS(src, "cf_rows_kernel(const float *__restrict__ C, long long M, int N,");
+        CHECK_CONTAINS(src, "cf_rows_kernel(const float *__restrict__ C, long long M, int N, int cf_cache");
+        /* the first loop reads C and copies it for the later loops, which read it back */
+        CHECK_EQ_INT(2, count(kernel, "const float cf_c = C[idx];"));
+        CHECK_EQ_INT(2, count(kernel, "cf_row[col - col0] = cf_c;"));
+        CHECK_EQ_INT(2 * (ir->n_stages[0] - 1), count(kernel, "const float cf_c = cf_cache ? cf_row[col - col0] : C[idx];"));
         CHECK_EQ_INT(0, count(src, "#include"));
         /* a column loop per stage that touches the tile, one reduction per REDUCE */
         int n_red = count_reduces(ir, CF_OP_COUNT);
@@ -97,7 +101,7 @@ static void test_sources(void)
         /* nothing goes through memory between stages: later stages recompute from C */
         CHECK_EQ_INT(0, count(src, "_carry"));
         CHECK_EQ_INT(0, count(src, "scratch"));
-        CHECK_CONTAINS(kernel, "= C[idx];");
+        CHECK_CONTAINS(kernel, "= cf_c;");
         if (cases[i].recomputed)
             CHECK_EQ_INT(cases[i].defs ? cases[i].defs : 2 * ir->n_stages[0], count(kernel, cases[i].recomputed));
         for (int j = 0; j < 4 && cases[i].must[j]; j++)
@@ -236,6 +240,13 @@ static void test_build(void)
     CHECK_EQ_INT(1, cf_rows_split(8192, 32000, 528));   /* enough rows */
     CHECK_EQ_INT(1, cf_rows_split(64, 768, 528));        /* too few columns to share */
     CHECK_EQ_INT(1, cf_rows_split(1, 100, 528));
+    /* shares in shared memory only where the rows in flight outgrow L2 */
+    CHECK_EQ_INT(2, cf_rows_cache_split(2048, 32000, 1, 528));   /* 528 rows of 128 KB: 64 KB a CTA */
+    CHECK_EQ_INT(2, cf_rows_cache_split(512, 32000, 1, 528));
+    CHECK_EQ_INT(4, cf_rows_cache_split(2048, 50257, 1, 528));
+    CHECK_EQ_INT(0, cf_rows_cache_split(64, 128256, 8, 528));    /* 33 MB: stays in L2 */
+    CHECK_EQ_INT(0, cf_rows_cache_split(64, 256000, 8, 528));    /* 128 KB a CTA of 8: does not fit */
+    CHECK_EQ_INT(0, cf_rows_cache_split(8192, 4096, 1, 528));    /* 8.6 MB in flight */
 }
 
 int main(void)
