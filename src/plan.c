@@ -784,8 +784,7 @@ double cf_plan_predict(const cf_ir *ir, const cf_plan *p, const cf_device_facts 
     const double rate = fmin(L2_BYTES_PER_US / dev->sm_count, p->stages * row_bytes * 64 / latency);
     const double mainloop = overlap(mma, row_bytes * k / rate);
     /* split_k: slice 0 waits for the others' posts and reads their partials from L2, an L2
-     * round trip under load a slice (1.1 us at 64x192 in 6 slices, gathered into registers;
-     * the ring's bulk copies, cf_split_fill, overlap slices: to re-fit once measured) */
+     * round trip under load a slice (1.1 us at 64x192 in 6 slices, gathered into registers) */
     const double slice_bytes = tile_m * p->bn * 4.0;
     const double partials = split > 1 ? XCHG_POST_US + (split - 1) * overlap(XCHG_ROUND_US,
                                                                          slice_bytes / (L2_BYTES_PER_US / dev->sm_count))

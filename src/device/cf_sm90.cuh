@@ -159,12 +159,6 @@ template <class P> struct cf_schedule : P {
     static constexpr int tin_chunks = P::num_tin * (P::bn / 64);
     static constexpr int tin_per_stage = stage_bytes / tin_chunk_bytes;
     static constexpr int tin_stages = (tin_chunks + tin_per_stage - 1) / tin_per_stage;
-    /* split_k: slice 0 takes each other slice's partial of an accumulator (acc_regs floats a
-     * thread, 128 threads) through its ring, in chunks of a stage (cf_split_fill) */
-    static constexpr int split_part_bytes = acc_regs * 512;
-    static constexpr int split_chunks = (split_part_bytes + stage_bytes - 1) / stage_bytes;
-    static constexpr int split_stages = P::split_k > 1 ? (P::split_k - 1) * num_b * split_chunks : 0;
-    static_assert(stage_bytes % 2048 == 0, "a split partial's chunk holds whole float4 rows of the warpgroup");
 };
 using cf_S = cf_schedule<cf_sched>;   /* this translation unit's schedule */
 
@@ -578,11 +572,6 @@ __device__ __forceinline__ void cf_prefetch_tma(const cf_tma_desc *d) {
 __device__ __forceinline__ void cf_tma_load_2d(unsigned dst, const cf_tma_desc *d, unsigned bar, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
                  :: "r"(dst), "l"(d), "r"(bar), "r"(c0), "r"(c1) : "memory");
-}
-/* A plain bulk copy global -> shared (bytes a multiple of 16), completing on bar's tx count. */
-__device__ __forceinline__ void cf_bulk_load(unsigned dst, const void *src, unsigned bytes, unsigned bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 __device__ __forceinline__ void cf_tma_load_2d_mc(unsigned dst, const cf_tma_desc *d, unsigned bar, int c0, int c1,
                                                   unsigned short mask) {
@@ -1312,18 +1301,9 @@ __device__ __forceinline__ void cf_load_tin_stage(const cf_gemm_args &args, cons
     }
 }
 
-/* split_k (below): slice 0's partials through the ring */
-__device__ __forceinline__ int cf_split_tile(const cf_cta &cta, int tm, int tn);
-template <class S> __device__ __forceinline__ void cf_split_fill(const cf_gemm_args &args, const cf_cta &cta, int tile,
-                                                                 int &stage, unsigned &phase);
-template <class S> __device__ __forceinline__ void cf_split_gather(const cf_cta &cta, const cf_tile &t,
-                                                                   float (&acc)[CF_ACC_REGS],
-                                                                   float (&acc2)[CF_ACC_REGS], int stage,
-                                                                   unsigned phase);
-
-/* The producer's part of tile i of this CTA: its k-blocks' operand stages, then (slice 0 of
- * split_k) the other slices' partials and (the slice that runs the epilogue) the tile's [M, N]
- * epilogue inputs, each into the ring stage at (stage, phase), which it advances. */
+/* The producer's part of tile i of this CTA: its k-blocks' operand stages, then (the slice that
+ * runs the epilogue) the tile's [M, N] epilogue inputs, each into the ring stage at (stage,
+ * phase), which it advances. */
 template <class S> __device__ __forceinline__ void cf_produce_tile(const cf_gemm_args &args, const cf_cta &cta, int i,
                                                                    int &stage, unsigned &phase) {
     int tm, tn;
@@ -1359,8 +1339,6 @@ template <class S> __device__ __forceinline__ void cf_produce_tile(const cf_gemm
         }
         if (++stage == S::stages) { stage = 0; phase ^= 1; }
     }
-    if constexpr (S::split_k > 1)   /* slice 0: the other slices' partials of the tile */
-        if (cta.ks == 0) cf_split_fill<S>(args, cta, cf_split_tile(cta, tm, tn), stage, phase);
     if constexpr (S::num_tin > 0) {   /* the tile's [M, N] epilogue inputs, into the next stage(s) */
 #pragma unroll 1
         for (int e = 0; e < (cta.ks == 0 ? S::tin_stages : 0); ++e) {   /* the slice that runs the epilogue */
@@ -1525,18 +1503,6 @@ __device__ __forceinline__ void cf_mainloop(const cf_cta &cta, const cf_tile &t,
     const long long tr_d0 = clock64();
     CF_TR_V(w, i / istep, CF_TRE_KLOOP_END, t.tid, tr_d0);   /* the k-loop ends */
 #endif
-    /* split_k, slice 0: the other slices' partials, from the ring stages after the k-blocks,
-     * before the other warpgroup's turn: a wait on a stage whose previous fill (a chunk still
-     * coming) has not landed would pass at once (below). */
-    const bool gathers = S::split_k > 1 && cta.ks == 0;
-    if (gathers) {
-        cf_wgmma_wait<0>();
-        cf_fence_operand<CF_ACC_REGS>(acc);
-        if constexpr (S::dual)
-            cf_fence_operand<CF_ACC_REGS>(acc2);
-        cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
-        cf_split_gather<S>(cta, t, acc, acc2, stage, phase);
-    }
     if constexpr (S::pingpong && S::num_tin > 0) {
         /* This tile's input stages land before the other warpgroup's turn.  It consumes the
          * stages after them, and a wait on a stage whose previous fill has not landed yet
@@ -1547,10 +1513,8 @@ __device__ __forceinline__ void cf_mainloop(const cf_cta &cta, const cf_tile &t,
     }
     if constexpr (S::pingpong)
         if (i + 1 < my_n) cf_named_bar_arrive(CF_BAR_ORDER0 + (1 - w), 256);   /* other WG's turn */
-    if (!gathers) {
-        cf_wgmma_wait<0>();
-        cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
-    }
+    cf_wgmma_wait<0>();
+    cf_release_stage(bar_empty + 8 * prev_stage, t.lane);
     cf_fence_operand<CF_ACC_REGS>(acc);
     if constexpr (S::dual)
         cf_fence_operand<CF_ACC_REGS>(acc2);
@@ -1577,31 +1541,36 @@ template <> struct cf_acc2<false> {
 /* ---------------- split_k: partial accumulators through L2 ----------------
  * With S::split_k > 1 the grid is that many copies of the row groups, one per slice of K.  A
  * warpgroup of slice ks > 0 runs its tile's mainloop over its slice and posts the accumulator
- * (cf_split_post).  Slice 0's producer, after the tile's k-blocks, waits until the others have
- * posted and bulk-copies their partials into the ring, a stage per chunk (cf_split_fill); its
- * warpgroup adds them from shared memory (cf_split_gather) before the other warpgroup's turn and
- * runs the epilogue.  The ring keeps a stage's worth of every chunk in flight where a warpgroup's
- * registers held one partial (an L2 round trip a slice).  Small M leaves most SMs idle without
- * slices: one row block of tiles streams all of K per CTA.  The launch is cooperative (every CTA
- * resident), so the wait ends. */
+ * (cf_split_post); slice 0's warpgroup, after its own slice, waits until the others have
+ * posted, adds their partials (cf_split_gather) and runs the epilogue.  Small M leaves most SMs
+ * idle without it: one row block of tiles streams all of K per CTA.  The launch is cooperative
+ * (every CTA resident), so the wait ends. */
 __device__ __forceinline__ void cf_st_cg_v4(float *p, float a, float b, float c, float d) {
     asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
-__device__ __forceinline__ void cf_ld_shared_v4(unsigned p, float &a, float &b, float &c, float &d) {
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "r"(p) : "memory");
+__device__ __forceinline__ void cf_ld_cg_v4(const float *p, float &a, float &b, float &c, float &d) {
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p) : "memory");
 }
 /* Slice `slice`'s (1 ..) partial of accumulator b (a dual GEMM's second: 1) of tile `tile` (row
  * tile * padded column tiles + column tile): CF_ACC_REGS floats a thread, as float4s interleaved
- * over the warpgroup's 128 threads (a warp stores 512 contiguous bytes; float4 g of every thread,
- * registers 4g .. 4g+3, is 2048 contiguous bytes). */
-template <class S> __device__ __forceinline__ float *cf_split_part(const cf_gemm_args &args, int tile, int slice, int b) {
+ * over the warpgroup's 128 threads (a warp stores 512 contiguous bytes). */
+template <class S> __device__ __forceinline__ float *cf_split_slot(const cf_gemm_args &args, const cf_tile &t,
+                                                                   int tile, int slice, int b) {
     const long long slot = ((long long)tile * (S::split_k - 1) + (slice - 1)) * S::num_b + b;
-    return args.split_ws + slot * (CF_ACC_REGS * 128);
+    return args.split_ws + slot * (CF_ACC_REGS * 128) + 4 * t.tid;
 }
 __device__ __forceinline__ void cf_split_store(float *p, const float (&acc)[CF_ACC_REGS]) {
 #pragma unroll
     for (int r = 0; r < CF_ACC_REGS; r += 4)
         cf_st_cg_v4(p + 128 * r, acc[r], acc[r + 1], acc[r + 2], acc[r + 3]);
+}
+__device__ __forceinline__ void cf_split_add(const float *p, float (&acc)[CF_ACC_REGS]) {
+#pragma unroll
+    for (int r = 0; r < CF_ACC_REGS; r += 4) {
+        float a, b, c, d;
+        cf_ld_cg_v4(p + 128 * r, a, b, c, d);
+        acc[r] += a; acc[r + 1] += b; acc[r + 2] += c; acc[r + 3] += d;
+    }
 }
 /* The tile's count of posted slices, once every thread of the warpgroup has stored its part. */
 __device__ __forceinline__ void cf_split_count(const cf_gemm_args &args, const cf_tile &t, int tile) {
@@ -1614,9 +1583,9 @@ __device__ __forceinline__ void cf_split_count(const cf_gemm_args &args, const c
 template <class S> __device__ __forceinline__ void cf_split_post(const cf_gemm_args &args, const cf_tile &t,
                                                                  const float (&acc)[CF_ACC_REGS],
                                                                  const float (&acc2)[CF_ACC_REGS], int tile, int slice) {
-    cf_split_store(cf_split_part<S>(args, tile, slice, 0) + 4 * t.tid, acc);
+    cf_split_store(cf_split_slot<S>(args, t, tile, slice, 0), acc);
     if constexpr (S::dual)
-        cf_split_store(cf_split_part<S>(args, tile, slice, 1) + 4 * t.tid, acc2);
+        cf_split_store(cf_split_slot<S>(args, t, tile, slice, 1), acc2);
     cf_split_count(args, t, tile);
 }
 /* An empty slice (fewer k-blocks than slices) posts zeros, without touching the accumulators
@@ -1625,71 +1594,29 @@ template <class S> __device__ __forceinline__ void cf_split_post_zero(const cf_g
                                                                       int tile, int slice) {
 #pragma unroll 1
     for (int b = 0; b < S::num_b; ++b) {
-        float *p = cf_split_part<S>(args, tile, slice, b) + 4 * t.tid;
+        float *p = cf_split_slot<S>(args, t, tile, slice, b);
 #pragma unroll 1
         for (int r = 0; r < CF_ACC_REGS; r += 4)
             cf_st_cg_v4(p + 128 * r, 0.0f, 0.0f, 0.0f, 0.0f);
     }
     cf_split_count(args, t, tile);
 }
-/* Slice 0's producer thread, after a tile's k-blocks: once the other slices have posted, their
- * partials into the ring stages after the k-blocks, in the order cf_split_gather takes them
- * (slice, accumulator, chunk of a stage).  The posts were written through the generic proxy and
- * the bulk copies read through the async proxy: the acquire, then a proxy fence orders them. */
-template <class S> __device__ __forceinline__ void cf_split_fill(const cf_gemm_args &args, const cf_cta &cta, int tile,
-                                                                 int &stage, unsigned &phase) {
-    unsigned n;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(n) : "l"(args.split_cnt + tile) : "memory");
-    } while (n < (unsigned)(S::split_k - 1));
-    args.split_cnt[tile] = 0;   /* for the next launch, which is stream-ordered after this one */
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-#pragma unroll 1
-    for (int slice = 1; slice < S::split_k; ++slice)
-#pragma unroll 1
-        for (int b = 0; b < S::num_b; ++b) {
-            const char *part = (const char *)cf_split_part<S>(args, tile, slice, b);
-#pragma unroll 1
-            for (int c = 0; c < S::split_chunks; ++c) {
-                const unsigned bytes = c + 1 < S::split_chunks ? S::stage_bytes
-                                                               : S::split_part_bytes - c * S::stage_bytes;
-                cf_mbar_wait(cta.bar_empty + 8 * stage, phase ^ 1);
-                cf_mbar_expect_tx(cta.bar_full + 8 * stage, bytes);
-                cf_bulk_load(cta.base + stage * S::stage_bytes, part + c * S::stage_bytes, bytes,
-                             cta.bar_full + 8 * stage);
-                if (++stage == S::stages) { stage = 0; phase ^= 1; }
-            }
-        }
-}
-/* Slice 0's warpgroup, after its own slice's mainloop (the accumulators complete): adds the
- * other slices' partials from the ring stages at (stage, phase) on, releasing each. */
-template <class S> __device__ __forceinline__ void cf_split_gather(const cf_cta &cta, const cf_tile &t,
+template <class S> __device__ __forceinline__ void cf_split_gather(const cf_gemm_args &args, const cf_tile &t,
                                                                    float (&acc)[CF_ACC_REGS],
-                                                                   float (&acc2)[CF_ACC_REGS], int stage,
-                                                                   unsigned phase) {
-    constexpr int G = S::stage_bytes / 2048;   /* float4 rows of the warpgroup a chunk holds */
+                                                                   float (&acc2)[CF_ACC_REGS], int tile) {
+    if (t.tid == 0) {
+        unsigned n;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(n) : "l"(args.split_cnt + tile) : "memory");
+        } while (n < (unsigned)(S::split_k - 1));
+        args.split_cnt[tile] = 0;   /* for the next launch, which is stream-ordered after this one */
+    }
+    cf_named_bar_sync(t.bar_id, 128);   /* thread 0's acquire orders the warpgroup's loads */
 #pragma unroll 1
     for (int slice = 1; slice < S::split_k; ++slice) {
-#pragma unroll
-        for (int b = 0; b < S::num_b; ++b) {
-            float (&a)[CF_ACC_REGS] = b ? acc2 : acc;
-#pragma unroll
-            for (int c = 0; c < S::split_chunks; ++c) {
-                cf_mbar_wait(cta.bar_full + 8 * stage, phase);
-                const unsigned p = cta.base + stage * S::stage_bytes + 16 * t.tid;
-#pragma unroll
-                for (int g = c * G; g < (c + 1) * G && 4 * g < CF_ACC_REGS; ++g) {
-                    float x, y, z, w;
-                    cf_ld_shared_v4(p + (g - c * G) * 2048, x, y, z, w);
-                    a[4 * g] += x; a[4 * g + 1] += y; a[4 * g + 2] += z; a[4 * g + 3] += w;
-                }
-                /* read through the generic proxy, refilled through the async one */
-                cf_fence_proxy_async();
-                __syncwarp();
-                cf_release_stage(cta.bar_empty + 8 * stage, t.lane);
-                if (++stage == S::stages) { stage = 0; phase ^= 1; }
-            }
-        }
+        cf_split_add(cf_split_slot<S>(args, t, tile, slice, 0), acc);
+        if constexpr (S::dual)
+            cf_split_add(cf_split_slot<S>(args, t, tile, slice, 1), acc2);
     }
 }
 /* A tile's index in the split counters and partials: row tile, then column tile of the padded row. */
@@ -1723,16 +1650,17 @@ __device__ __forceinline__ void cf_consume_tile(const cf_gemm_args &args, const 
     (void)w;
     int tm, tn;
     cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
-    /* ring stages per tile: k-blocks, the other slices' partials (slice 0), then inputs */
-    const int pos = i * (cta.nkb + S::split_stages + S::tin_stages);
-    t.tin_pos = pos + cta.nkb + S::split_stages;
+    const int pos = i * (cta.nkb + S::tin_stages);   /* ring stages per tile: k-blocks, then inputs */
+    t.tin_pos = pos + cta.nkb;
     {   /* this tile's vectors for the epilogue, loaded while its mainloop runs */
         cf_tile next = t;
         next.m0 = tm * S::tile_m + (S::pingpong ? 0 : w * S::bm);
         next.n0 = tn * S::bn;
         cf_epilogue_preload(args, next, pre);
     }
-    cf_mainloop<S>(cta, t, acc, acc2, i, istep, pos, a_off);   /* split_k: with the other slices' partials */
+    cf_mainloop<S>(cta, t, acc, acc2, i, istep, pos, a_off);
+    if constexpr (S::split_k > 1)   /* the other slices' partials of this tile */
+        cf_split_gather<S>(args, t, acc, acc2, cf_split_tile(cta, tm, tn));
     if constexpr (S::xchg_l2)
         if (i < istep) t.epoch = cf_launch_epoch();   /* the warpgroup's first tile */
     t.tile_m = tm; t.tile_n = tn;
