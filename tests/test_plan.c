@@ -425,6 +425,23 @@ static void test_tile_inputs(void)
     CHECK_CONTAINS(out, "  tile inputs: none through the ring\n");
 }
 
+/* A residual before LayerNorm finishes every tile at once (late, it spills); LayerNorm without
+ * the residual, and a residual before RMSNorm, keep what they had; a request is kept. */
+static void test_residual_ln_finishes_at_once(void)
+{
+    cf_plan p;
+    cf_error err;
+    CHECK(plan_of("examples/gemm_residual_ln.cf", 8192, 768, 768, NULL, NULL, &p, &err));
+    CHECK(p.sync_finish && !p.late_finish && !p.pair_tiles);
+    CHECK(plan_of("examples/gemm_residual_ln.cf", 2048, 1024, 4096, NULL, NULL, &p, &err));
+    CHECK(p.sync_finish && !p.late_finish);
+    CHECK(plan_of("examples/gemm_bias_ln.cf", 8192, 768, 3072, NULL, NULL, &p, &err));
+    CHECK(p.late_finish);
+    cf_plan_request late = {.sync_finish = -1};
+    CHECK(plan_of("examples/gemm_residual_ln.cf", 8192, 768, 768, NULL, &late, &p, &err));
+    CHECK(p.late_finish);
+}
+
 int main(int argc, char **argv)
 {
     /* argv[0] is <build>/tests/test_plan: the CLI is <build>/comfuse */
@@ -439,6 +456,7 @@ int main(int argc, char **argv)
     snprintf(bin + strlen(bin), sizeof bin - strlen(bin), "/comfuse");
     test_row_groups();
     test_tile_inputs();
+    test_residual_ln_finishes_at_once();
     test_stages_fit();
     test_model_monotone();
     test_model_takes_over();
