@@ -39,6 +39,12 @@
 #define ROWS_CACHE_BYTES 65536  /* a CTA's share of the row in shared memory: 3 CTAs an SM */
 #define ROWS_L2_BYTES (40 << 20) /* rows in flight that stay in the H200's 50 MB L2 between loops */
 
+/* How many clusters of a launch's shape the device holds at once (n 0: not asked yet) and the
+ * shared memory a CTA was asked with. */
+typedef struct rows_resident {
+    int smem, n;
+} rows_resident;
+
 struct cf_rows {
     const cf_ir *ir;
     cf_strbuf src;
@@ -47,10 +53,9 @@ struct cf_rows {
     /* loaded on the first launch */
     cf_rt_module module;
     cf_rt_func func;
-    /* co-resident clusters of 1, 2, 4, 8 CTAs of 128, 256, 512 threads, without and with the
-     * row in shared memory (0: not asked) */
-    int max_clusters[3][4][2];
-    int cached_smem[3][4];    /* the shared memory max_clusters[..][..][1] was asked with */
+    /* clusters of 1, 2, 4, 8 CTAs of 128, 256, 512 threads, without and with the row in
+     * shared memory */
+    rows_resident resident[3][4][2];
 };
 
 /* ---- generation ----------------------------------------------------------- */
@@ -694,25 +699,23 @@ static cf_status load_module(cf_rows *r, cf_error *err)
 /* A launch's shape: CTAs a row, whether they keep their share in shared memory, and how many
  * clusters are resident at once. */
 typedef struct rows_shape {
-    int split, cache, smem, clusters;
+    int split, smem, clusters;   /* smem > 0: the shares in shared memory */
 } rows_shape;
 
 static int split_index(int split) { return split == 1 ? 0 : split == 2 ? 1 : split == 4 ? 2 : 3; }
 
-/* Clusters of `split` CTAs resident at once, asked once per (threads, split, cache). */
+/* Clusters of `split` CTAs with smem bytes each resident at once, asked once per (threads,
+ * split, smem). */
 static cf_status resident_clusters(cf_rows *r, int ti, int threads, int split, int smem, int *out, cf_error *err)
 {
-    int *c = &r->max_clusters[ti][split_index(split)][smem > 0];
-    if (smem > 0 && r->cached_smem[ti][split_index(split)] != smem) {
-        r->cached_smem[ti][split_index(split)] = smem;
-        *c = 0;
-    }
-    if (*c <= 0) {
-        cf_status st = cf_rt_max_active_clusters(r->func, split, threads, smem, c, err);
+    rows_resident *c = &r->resident[ti][split_index(split)][smem > 0];
+    if (c->n <= 0 || c->smem != smem) {
+        cf_status st = cf_rt_max_active_clusters(r->func, split, threads, smem, &c->n, err);
         if (st != CF_OK)
             return st;
+        c->smem = smem;
     }
-    *out = *c;
+    *out = c->n;
     return CF_OK;
 }
 
@@ -726,11 +729,10 @@ static cf_status rows_shape_of(cf_rows *r, int64_t M, int64_t N, int threads, in
     const int split = cf_rows_cache_split(M, N, sh->split, clusters1);
     if (split) {
         sh->split = split;
-        sh->cache = 1;
         sh->smem = row_share(N, split) * 4;
     }
     int c = 0;
-    if (sh->split > 1 || sh->cache) {
+    if (sh->split > 1 || sh->smem) {
         if ((st = resident_clusters(r, ti, threads, sh->split, sh->smem, &c, err)) != CF_OK)
             return st;
         if (c > 0)
@@ -825,7 +827,7 @@ cf_status cf_rows_launch(cf_rows *r, cf_rt_devptr C, int64_t M, int64_t N, const
     rows_shape sh;
     if ((st = rows_shape_of(r, M, N, threads, ti, &sh, err)) != CF_OK)
         goto done;
-    vals[cache_at].i = sh.cache;
+    vals[cache_at].i = sh.smem > 0;
     int64_t grid = sh.clusters;
     if (grid > M)
         grid = M;

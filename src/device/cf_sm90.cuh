@@ -1715,27 +1715,16 @@ __device__ __forceinline__ void cf_consume_tile(const cf_gemm_args &args, const 
 template <class S>
 __device__ __forceinline__ void cf_consumer_done(const cf_gemm_args &args, const cf_cta &cta, cf_tile &t,
                                                  cf_consumer_state<S> &cs, float (&acc)[CF_ACC_REGS], int w) {
-    cf_tile &parked = cs.parked;
-    cf_late_of<S> &late = cs.late, &late_prev = cs.late_prev;
-    const bool parked_ok = cs.parked_ok;
-    (void)acc;
-    (void)parked;
-    (void)late;
-    (void)late_prev;
-    (void)parked_ok;
-    (void)w;
-    (void)args;
-    (void)cta;
     if constexpr (S::late_finish && !S::finisher && S::keep_last) {
         if (t.kept) {   /* the last tile, in registers; the one before it finished in its epilogue */
             CF_TRC_T0(trf);
-            cf_gen<S>::template finish<true>(args, t, late, acc);
+            cf_gen<S>::template finish<true>(args, t, cs.late, acc);
             CF_TRC_ADD(t, CF_TRC_FINISH, trf);
         }
     } else if constexpr (S::post_first) {
-        if (parked_ok) cf_finish_parked<S>(args, parked, late_prev);
+        if (cs.parked_ok) cf_finish_parked<S>(args, cs.parked, cs.late_prev);
     } else if constexpr (S::late_finish && (!S::finisher || S::mid)) {
-        if (parked_ok) cf_finish_parked<S>(args, parked, late);
+        if (cs.parked_ok) cf_finish_parked<S>(args, cs.parked, cs.late);
     }
 #ifdef CF_TRACE
     cf_trace_at(w, CF_TRACE_TILES, CF_TRS_LAST_FINISH, t.tid, clock64());
