@@ -436,6 +436,19 @@ double cf_kernel_predict_us(const cf_kernel *k, int64_t M, int64_t N, int64_t K)
 /* Whether a launch with N columns takes the wide-row path (rows wider than one
  * cluster: GEMM to f32 in device memory, then the row kernel of rows.c). */
 bool cf_kernel_wide(const cf_kernel *k, int64_t n);
+struct cf_rt_cubin;
+/* Reads the int array `symbol` of a compiled PTX (a byte-initialised .global array) into v[n]. */
+cf_status cf_ptx_ints(const char *ptx, const char *symbol, int *v, int n, cf_error *err);
+/* k as a phase of another kernel (the one B2B kernel): its configuration is owner's PTX array
+ * `symbol`, its resources owner's (which must outlive k's use of it); cf_kernel_pack then fills
+ * its parameter block without compiling it alone. */
+cf_status cf_kernel_adopt(cf_kernel *k, const struct cf_rt_cubin *owner, const char *symbol, cf_error *err);
+/* k's parameter block (cf_gemm_args) for a into block (CF_KERNEL_PARAM_BYTES), *size its bytes:
+ * TMA maps (operands TMA cannot address copied on a->stream first), outputs, the epilogue's, the
+ * L2 exchange prepared.  After the launch, cf_kernel_unpad_outputs copies outputs written into
+ * padded copies to a's tensors. */
+cf_status cf_kernel_pack(cf_kernel *k, const cf_launch_args *a, unsigned char *block, size_t *size, cf_error *err);
+cf_status cf_kernel_unpad_outputs(cf_kernel *k, const cf_launch_args *a, cf_error *err);
 
 /* ---- codegen.c: Ψ ----------------------------------------------------- */
 
@@ -894,7 +907,9 @@ const char *cf_b2b_source(const cf_b2b *b);
 const char *cf_b2b_ptx(const cf_b2b *b);
 cf_status cf_b2b_compile(cf_b2b *b, cf_error *err);
 cf_status cf_b2b_prepare(cf_b2b *b, const int64_t *dims, cf_error *err);
-/* Both launches on a->stream (a as for cf_kernel_launch on the B2B graph). */
+/* Whether the pieces are one kernel (else two, and cf_b2b_describe says why). */
+bool cf_b2b_one_kernel(const cf_b2b *b);
+/* The launch(es) on a->stream (a as for cf_kernel_launch on the B2B graph). */
 cf_status cf_b2b_launch(cf_b2b *b, const cf_launch_args *a, cf_error *err);
 /* The cost model's time of both launches at dims, in microseconds. */
 double cf_b2b_predict_us(const cf_b2b *b, const int64_t *dims);

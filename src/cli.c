@@ -268,7 +268,7 @@ static void print_b2b(const cli_opts *o, const cf_kernel *k)
     cf_sb_free(&sb);
     for (int i = 0; i < 2; i++) {
         const cf_kernel *p = cf_b2b_part(cf_kernel_b2b(k), i);
-        printf("---- B2B kernel %d of 2 ----\n", i + 1);
+        printf("---- B2B %s %d of 2 ----\n", cf_b2b_one_kernel(cf_kernel_b2b(k)) ? "phase" : "kernel", i + 1);
         if (!cf_kernel_ir(k))   /* no B2B IR was printed: each kernel's own */
             cf_ir_print(cf_kernel_ir(p), stdout);
         print_kernel(o, cf_b2b_part(cf_kernel_b2b(k), i));
@@ -333,7 +333,8 @@ static void print_compiled(const cli_opts *o, const cf_kernel *k)
         cf_error err;
         cf_kernel_resources(p, &r, &err);
         if (b2b)
-            printf("B2B kernel %d of 2: %s in %.0f ms\n", i + 1, r.cache_hit ? "cache hit" : "NVRTC", r.compile_ms);
+            printf("B2B %s %d of 2: %s in %.0f ms\n", cf_b2b_one_kernel(b2b) ? "phase" : "kernel", i + 1,
+                   r.cache_hit ? "cache hit" : "NVRTC", r.compile_ms);
         else
             printf("compiled %s for sm_90a: %s in %.0f ms\n", o->spec, r.cache_hit ? "cache hit" : "NVRTC",
                    r.compile_ms);

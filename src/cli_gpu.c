@@ -891,14 +891,16 @@ static void report_fused(const bench *b, double flops, double bytes, double floo
     const float t = b->fused.median_ms;
     const cf_b2b *b2b = cf_kernel_b2b(b->k);
     printf("  %-22s %9.4f %9.1f %9.0f %10.3f %10.3f\n",
-           b2b                                          ? "comfuse B2B, 2 kernels"
+           b2b                                          ? (cf_b2b_one_kernel(b2b) ? "comfuse B2B, one kernel"
+                                                                                    : "comfuse B2B, 2 kernels")
            : cf_kernel_wide(b->k, b->s.dims[b->ir->dim_n]) ? "comfuse (wide rows)"
                                                           : "comfuse fused",
            t, flops / t / 1e9, bytes / t / 1e6, b->fused.ratio, t / floor_ms);
     cf_resources rp;
     for (int i = 0; b2b && i < 2; i++)
         if (cf_kernel_resources(cf_b2b_part(b2b, i), &rp, NULL) == CF_OK)
-            report_kernel_shape(i ? "  kernel 2 (S*W2):" : "  kernel 1 (X*W1, F):", &rp);
+            report_kernel_shape(cf_b2b_one_kernel(b2b) ? (i ? "  phase 2 (S*W2):" : "  phase 1 (X*W1, F):")
+                                : i ? "  kernel 2 (S*W2):" : "  kernel 1 (X*W1, F):", &rp);
     if (have_r && !b2b)
         report_kernel_shape("  fused kernel:", r);
 }

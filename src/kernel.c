@@ -48,6 +48,7 @@ struct cf_kernel {
     cf_strbuf src;
     cf_rt_cubin cubin;
     bool compiled;
+    const cf_rt_cubin *owner;   /* a phase of a B2B kernel: that kernel's cubin (cf_kernel_adopt) */
     int info[INFO_COUNT];
     /* loaded on the first launch */
     cf_rt_module module;
@@ -249,30 +250,41 @@ const char *cf_kernel_ptx(const cf_kernel *k)
     return !k || !k->compiled ? NULL : k->b2b ? cf_b2b_ptx(k->b2b) : k->cubin.ptx;
 }
 
-/* Reads cf_kernel_info (a byte-initialised .global array) out of the PTX,
- * so the configuration is known without a GPU. */
-static cf_status parse_info(cf_kernel *k, cf_error *err)
+/* Reads the int array `symbol` (a byte-initialised .global array) out of the PTX into v[n]. */
+cf_status cf_ptx_ints(const char *ptx, const char *symbol, int *v, int n, cf_error *err)
 {
-    const char *p = k->cubin.ptx ? strstr(k->cubin.ptx, "cf_kernel_info[") : NULL;
+    char key[64];
+    snprintf(key, sizeof key, "%s[", symbol);
+    const char *p = ptx ? strstr(ptx, key) : NULL;
     const char *brace = p ? strchr(p, '{') : NULL;
-    if (!brace)
-        return cf_errorf(err, CF_ERR_INTERNAL, (cf_loc){0}, "compiled kernel has no cf_kernel_info in its PTX");
-    unsigned char bytes[4 * INFO_COUNT] = {0};
+    if (!brace || n > 64)
+        return cf_errorf(err, CF_ERR_INTERNAL, (cf_loc){0}, "compiled kernel has no %s in its PTX", symbol);
+    unsigned char bytes[4 * 64] = {0};
     const char *q = brace + 1;
-    for (int i = 0; i < (int)sizeof bytes; i++) {
+    for (int i = 0; i < 4 * n; i++) {
         char *end;
-        long v = strtol(q, &end, 10);
+        long x = strtol(q, &end, 10);
         if (end == q)
             break;
-        bytes[i] = (unsigned char)v;
+        bytes[i] = (unsigned char)x;
         q = end;
         while (*q == ' ' || *q == ',')
             q++;
         if (*q == '}')
             break;
     }
-    for (int i = 0; i < INFO_COUNT; i++)
-        k->info[i] = bytes[4 * i] | bytes[4 * i + 1] << 8 | bytes[4 * i + 2] << 16 | bytes[4 * i + 3] << 24;
+    for (int i = 0; i < n; i++)
+        v[i] = bytes[4 * i] | bytes[4 * i + 1] << 8 | bytes[4 * i + 2] << 16 | bytes[4 * i + 3] << 24;
+    return CF_OK;
+}
+
+/* Reads k's configuration (cf_kernel_info, or `symbol` of a kernel that holds k's schedule
+ * beside another's) out of the PTX, so it is known without a GPU. */
+static cf_status parse_info(cf_kernel *k, const char *ptx, const char *symbol, cf_error *err)
+{
+    cf_status st = cf_ptx_ints(ptx, symbol, k->info, INFO_COUNT, err);
+    if (st != CF_OK)
+        return st;
     if (k->info[INFO_VERSION] != DEVICE_HEADER_VERSION || k->info[INFO_BM] != k->plan.bm || k->info[INFO_BN] != k->plan.bn)
         return cf_errorf(err, CF_ERR_INTERNAL, (cf_loc){0},
                          "kernel configuration mismatch (header version %d, BM %d, BN %d)", k->info[INFO_VERSION],
@@ -300,8 +312,15 @@ cf_status cf_kernel_compile(cf_kernel *k, cf_error *err)
     cf_status st = cf_rt_compile(k->src.data, "cf_gemm_kernel", trace ? trace_opt : NULL, trace ? 1 : 0,
                                  &k->cubin, err);
     if (st == CF_OK)
-        st = parse_info(k, err);
+        st = parse_info(k, k->cubin.ptx, "cf_kernel_info", err);
     k->compiled = st == CF_OK;
+    return st;
+}
+
+cf_status cf_kernel_adopt(cf_kernel *k, const cf_rt_cubin *owner, const char *symbol, cf_error *err)
+{
+    cf_status st = parse_info(k, owner->ptx, symbol, err);
+    k->owner = st == CF_OK ? owner : NULL;
     return st;
 }
 
@@ -312,7 +331,7 @@ static cf_status b2b_resources(const cf_b2b *b, cf_resources *r, cf_error *err)
     cf_status st = cf_kernel_resources(cf_b2b_part(b, 0), r, err);
     if (st == CF_OK)
         st = cf_kernel_resources(cf_b2b_part(b, 1), &r2, err);
-    if (st == CF_OK) {
+    if (st == CF_OK && !cf_b2b_one_kernel(b)) {   /* one kernel: one compile, counted once */
         r->compile_ms += r2.compile_ms;
         r->cache_hit = r->cache_hit && r2.cache_hit;
     }
@@ -324,18 +343,19 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
     cf_error_clear(err);
     if (!k || !r)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_resources: NULL argument");
-    if (!k->compiled)
+    if (!k->compiled && !k->owner)
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_resources: compile the kernel first");
     if (k->b2b)
         return b2b_resources(k->b2b, r, err);
+    const cf_rt_cubin *c = k->compiled ? &k->cubin : k->owner;   /* a phase: the one kernel's figures */
     memset(r, 0, sizeof *r);
     r->threads = k->info[INFO_THREADS];
-    r->registers = k->cubin.registers;
-    r->spill_bytes = (k->cubin.spill_store_bytes > 0 ? k->cubin.spill_store_bytes : 0) +
-                     (k->cubin.spill_load_bytes > 0 ? k->cubin.spill_load_bytes : 0);
-    r->stack_bytes = k->cubin.stack_bytes > 0 ? k->cubin.stack_bytes : 0;
+    r->registers = c->registers;
+    r->spill_bytes = (c->spill_store_bytes > 0 ? c->spill_store_bytes : 0) +
+                     (c->spill_load_bytes > 0 ? c->spill_load_bytes : 0);
+    r->stack_bytes = c->stack_bytes > 0 ? c->stack_bytes : 0;
     r->smem_bytes = k->info[INFO_SMEM];
-    r->static_smem_bytes = k->cubin.smem_bytes > 0 ? k->cubin.smem_bytes : 0;
+    r->static_smem_bytes = c->smem_bytes > 0 ? c->smem_bytes : 0;
     r->cluster_n = k->info[INFO_CLUSTER_N];
     r->block_m = k->info[INFO_BM];
     r->block_n = k->info[INFO_BN];
@@ -350,13 +370,13 @@ cf_status cf_kernel_resources(const cf_kernel *k, cf_resources *r, cf_error *err
     r->late_finish = k->info[INFO_LATE_FINISH] != 0;
     r->pair_tiles = k->plan.pair_tiles;
     r->gather_early = k->plan.gather_early;
-    r->wgmma_serialized = k->cubin.wgmma_serialized;
+    r->wgmma_serialized = c->wgmma_serialized;
     r->gelu_at_store = k->plan.gelu_at_store;
     r->split_k = k->info[INFO_SPLIT_K] > 1 ? k->info[INFO_SPLIT_K] : 1;
-    r->cache_hit = k->cubin.cache == CF_RT_CACHE_HIT_DISK || k->cubin.cache == CF_RT_CACHE_HIT_MEMORY;
-    r->compile_ms = k->cubin.compile_ms;
-    snprintf(r->cache_path, sizeof r->cache_path, "%s", k->cubin.stored ? k->cubin.cache_path : "");
-    snprintf(r->cache_note, sizeof r->cache_note, "%s", k->cubin.cache_note);
+    r->cache_hit = c->cache == CF_RT_CACHE_HIT_DISK || c->cache == CF_RT_CACHE_HIT_MEMORY;
+    r->compile_ms = c->compile_ms;
+    snprintf(r->cache_path, sizeof r->cache_path, "%s", c->stored ? c->cache_path : "");
+    snprintf(r->cache_note, sizeof r->cache_note, "%s", c->cache_note);
     return CF_OK;
 }
 
@@ -860,24 +880,14 @@ static cf_status map_second_weight(cf_kernel *k, const cf_launch_args *a, uint64
     return st;
 }
 
-cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
+/* k's parameter block for a at M, N, K into block (CF_KERNEL_PARAM_BYTES): the TMA maps, the
+ * output pointers and pitches, the epilogue's, and the L2 exchange's slots (prepared); the split
+ * slices' pointers are the launch's.  Operands TMA cannot address are copied on a->stream. */
+static cf_status pack_args(cf_kernel *k, const cf_launch_args *a, int64_t M, int64_t N, int64_t K,
+                           unsigned char *block, args_layout *lp, cf_error *err)
 {
-    cf_error_clear(err);
-    if (!k || !a || !a->dims || !a->inputs || !a->outputs)
-        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_launch: NULL argument");
-    cf_status st;
-    if (!k->compiled && (st = cf_kernel_compile(k, err)) != CF_OK)
-        return st;
-    if (k->b2b)
-        return cf_b2b_launch(k->b2b, a, err);
     const cf_ir *ir = k->ir;
     const cf_graph *g = k->graph;
-    int64_t M = dim_of(a, ir->dim_m), N = dim_of(a, ir->dim_n), K = dim_of(a, ir->dim_k);
-    if (M < 1 || N < 1 || K < 1 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
-        return cf_errorf(err, CF_ERR_SHAPE, (cf_loc){0}, "M=%lld N=%lld K=%lld: every GEMM dim must be in [1, 2^31)",
-                         (long long)M, (long long)N, (long long)K);
-    if (cf_kernel_wide(k, N))
-        return launch_wide(k, a, M, N, K, err);
     for (int i = 0; i < g->n_params; i++)
         if (!a->params)
             return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "runtime scalar '%s' has no value",
@@ -885,15 +895,16 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     int n_out = k->info[INFO_NUM_OUT];
     size_t epi_size, epi_align;
     args_layout l = layout_of(ir, n_out, tile_inputs(k), &epi_size, &epi_align);
-    _Alignas(64) unsigned char block[CF_KERNEL_PARAM_BYTES];   /* Φ rejects larger (cf_ir_param_bytes) */
-    if (l.size > sizeof block)
+    if (l.size > CF_KERNEL_PARAM_BYTES)   /* Φ rejects larger (cf_ir_param_bytes) */
         return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "kernel parameter block of %zu bytes is too large",
                          l.size);
+    *lp = l;
     memset(block, 0, l.size);
     const cf_ir_arg *A = &ir->args[0], *B = &ir->args[1];
     cf_dtype in_t = A->dtype;
     uint64_t pa = a->inputs[A->index], pb = a->inputs[B->index], lda, ldb;
     const uint64_t b_rows = B->b_is_nk ? (uint64_t)N : (uint64_t)K, b_cols = B->b_is_nk ? (uint64_t)K : (uint64_t)N;
+    cf_status st;
     if ((st = tma_view(k, 0, &pa, (uint64_t)M, (uint64_t)K, true, a->stream, &lda, err)) != CF_OK ||
         (st = tma_view(k, 1, &pb, b_rows, b_cols, true, a->stream, &ldb, err)) != CF_OK)
         return st;
@@ -930,6 +941,60 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
     memcpy(block + l.mnk, mnk, sizeof mnk);
     if ((st = fill_epi(ir, a, block + l.epi, err)) != CF_OK)
         return st;
+    const int64_t tile_m = k->info[INFO_TILE_M], tiles_m = (M + tile_m - 1) / tile_m;
+    const bool global = k->info[INFO_RED_GLOBAL]; /* emitted only for row groups of 2 or more */
+    if (global && (st = prepare_exchange(k, M, tiles_m, a->stream, err)) != CF_OK)
+        return st;
+    /* xchg, xsync (then split_ws and split_cnt, the launch's) */
+    uint64_t xptr[2] = {global ? k->xchg : 0, global ? k->xsync : 0};
+    memcpy(block + l.xchg, xptr, sizeof xptr);
+    return CF_OK;
+}
+
+static cf_status gemm_dims(const cf_kernel *k, const cf_launch_args *a, int64_t *M, int64_t *N, int64_t *K,
+                           cf_error *err)
+{
+    const cf_ir *ir = k->ir;
+    *M = dim_of(a, ir->dim_m), *N = dim_of(a, ir->dim_n), *K = dim_of(a, ir->dim_k);
+    if (*M < 1 || *N < 1 || *K < 1 || *M > INT32_MAX || *N > INT32_MAX || *K > INT32_MAX)
+        return cf_errorf(err, CF_ERR_SHAPE, (cf_loc){0}, "M=%lld N=%lld K=%lld: every GEMM dim must be in [1, 2^31)",
+                         (long long)*M, (long long)*N, (long long)*K);
+    return CF_OK;
+}
+
+cf_status cf_kernel_pack(cf_kernel *k, const cf_launch_args *a, unsigned char *block, size_t *size, cf_error *err)
+{
+    int64_t M, N, K;
+    args_layout l;
+    cf_status st = gemm_dims(k, a, &M, &N, &K, err);
+    if (st == CF_OK && (st = pack_args(k, a, M, N, K, block, &l, err)) == CF_OK)
+        *size = l.size;
+    return st;
+}
+
+cf_status cf_kernel_unpad_outputs(cf_kernel *k, const cf_launch_args *a, cf_error *err)
+{
+    int64_t M, N, K;
+    cf_status st = gemm_dims(k, a, &M, &N, &K, err);
+    return st == CF_OK ? copy_out_padded(k, a, M, N, err) : st;
+}
+
+cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
+{
+    cf_error_clear(err);
+    if (!k || !a || !a->dims || !a->inputs || !a->outputs)
+        return cf_errorf(err, CF_ERR_INVALID_ARG, (cf_loc){0}, "cf_kernel_launch: NULL argument");
+    cf_status st;
+    if (!k->compiled && (st = cf_kernel_compile(k, err)) != CF_OK)
+        return st;
+    if (k->b2b)
+        return cf_b2b_launch(k->b2b, a, err);
+    const cf_ir *ir = k->ir;
+    int64_t M, N, K;
+    if ((st = gemm_dims(k, a, &M, &N, &K, err)) != CF_OK)
+        return st;
+    if (cf_kernel_wide(k, N))
+        return launch_wide(k, a, M, N, K, err);
     if (!k->module && (st = load_module(k, err)) != CF_OK)
         return st;
     /* Persistent grid: as many row groups (of row_ctas CTAs, whole clusters) as fit at once,
@@ -942,25 +1007,23 @@ cf_status cf_kernel_launch(cf_kernel *k, const cf_launch_args *a, cf_error *err)
                          "a row group of %d CTAs, times %d slices of K, does not fit on this GPU at once "
                          "(%d resident): fewer slices or wider tiles (fewer CTAs a row) would", rc,
                          at.split_k > 1 ? at.split_k : 1, k->max_clusters * cl);
-    const int64_t tiles_m = at.tiles_m;
-    bool global = k->info[INFO_RED_GLOBAL]; /* emitted only for row groups of 2 or more */
     const bool split = k->info[INFO_SPLIT_K] > 1;
     /* a row block's tiles: the padded row's column tiles */
-    if (split && (st = prepare_split(k, at.group_tiles / tiles_m * rc, tiles_m, a->stream, err)) != CF_OK)
+    if (split && (st = prepare_split(k, at.group_tiles / at.tiles_m * rc, at.tiles_m, a->stream, err)) != CF_OK)
         return st;
-    if (global && (st = prepare_exchange(k, M, tiles_m, a->stream, err)) != CF_OK)
+    _Alignas(64) unsigned char block[CF_KERNEL_PARAM_BYTES];
+    args_layout l;
+    if ((st = pack_args(k, a, M, N, K, block, &l, err)) != CF_OK)
         return st;
-    /* xchg, xsync, then split_ws (the partials after the counters) and split_cnt */
-    uint64_t xptr[4] = {global ? k->xchg : 0, global ? k->xsync : 0,
-                        split ? k->split + split_counter_bytes(k->split_tiles) : 0, split ? k->split : 0};
-    memcpy(block + l.xchg, xptr, sizeof xptr);
+    uint64_t sptr[2] = {split ? k->split + split_counter_bytes(k->split_tiles) : 0, split ? k->split : 0};
+    memcpy(block + l.xchg + 16, sptr, sizeof sptr);
     cf_rt_launch_cfg cfg = {
         .grid = {(unsigned)at.grid_ctas, 1, 1},
         .block = {(unsigned)k->info[INFO_THREADS], 1, 1},
         .cluster = {(unsigned)cl, 1, 1},
         .dyn_smem = (unsigned)k->info[INFO_SMEM],
         .stream = a->stream,
-        .cooperative = global || split, /* CTAs wait for each other: all must be resident */
+        .cooperative = k->info[INFO_RED_GLOBAL] || split, /* CTAs wait for each other: all must be resident */
     };
     void *params[] = {block};
     if ((st = cf_rt_launch(k->func, &cfg, params, err)) != CF_OK)

@@ -83,7 +83,23 @@ static void check_parts(cf_graph *g, const cf_kernel *k, bool w2_nk)
         CHECK(ta.rank == 2 && ta.dtype == CF_BF16 && ta.dims[0] == M && ta.dims[1] == N1);
         CHECK_EQ_INT(w2_nk, w->b_is_nk);
     }
-    CHECK_EQ_INT(2, count_of(cf_kernel_source(k), "// ---- B2B kernel "));
+    /* F without row reductions: one kernel, both pieces' files, each in its namespace, under the
+     * B2B kernel; with them two kernels, one after the other */
+    CHECK_EQ_INT(p0->n_stages[0] <= 1, cf_b2b_one_kernel(b));
+    if (!cf_b2b_one_kernel(b)) {
+        CHECK_EQ_INT(2, count_of(cf_kernel_source(k), "// ---- B2B kernel "));
+        return;
+    }
+    CHECK_EQ_INT(2, count_of(cf_kernel_source(k), "// ---- phase "));
+    CHECK_EQ_INT(1, count_of(cf_kernel_source(k), "namespace cf_p1 {"));
+    CHECK_EQ_INT(1, count_of(cf_kernel_source(k), "namespace cf_p2 {"));
+    CHECK_EQ_INT(1, count_of(cf_kernel_source(k), "#include \"cf_sm90_b2b.cuh\""));
+    CHECK_EQ_INT(0, count_of(cf_kernel_source(k), "#include \"cf_sm90_kernel.cuh\""));
+    /* planned alike: one tile and ring, every tile finished in its own epilogue */
+    const cf_plan *q0 = cf_kernel_plan(cf_b2b_part(b, 0)), *q1 = cf_kernel_plan(cf_b2b_part(b, 1));
+    CHECK(q0->bm == q1->bm && q0->bn == q1->bn && q0->stages == q1->stages);
+    CHECK(!q0->late_finish && !q1->late_finish && q0->schedule == CF_SCHEDULE_PINGPONG &&
+          q1->schedule == CF_SCHEDULE_PINGPONG);
 }
 
 /* The split of each B2B spec, without a shape: two valid IRs. */
@@ -139,6 +155,8 @@ static void test_row_values(void)
         CHECK_EQ_INT(2, rows_in);
         cf_strbuf sb = {0};
         cf_b2b_describe(b, &sb);
+        CHECK_CONTAINS(sb.data, "B2B: two fused kernels, S [M,N1] bf16 through global memory (not one kernel: at "
+                                "GEMM 'x', its row reductions tie a row group to N1's tiles");
         CHECK_CONTAINS(sb.data, "  kernel 1: GEMM 'x' [M,N1] and its epilogue -> R f32, S [M,N1] bf16, r f32 "
                                 "[per row, for kernel 2], sum_12 f32 [per row, for kernel 2]\n");
         cf_sb_free(&sb);
@@ -207,7 +225,10 @@ static void test_compile_shapes(void)
                 const cf_plan *p0 = cf_kernel_plan(cf_b2b_part(b, 0)), *p1 = cf_kernel_plan(cf_b2b_part(b, 1));
                 CHECK(p0->m == sh[0] && p0->n == sh[2] && p0->k == sh[1]);
                 CHECK(p1->m == sh[0] && p1->n == sh[3] && p1->k == sh[2]);
-                CHECK_EQ_INT(2, count_of(cf_kernel_ptx(k), ".entry cf_gemm_kernel"));
+                const bool one = cf_b2b_one_kernel(b);
+                CHECK_EQ_INT(one, count_of(cf_kernel_ptx(k), ".entry cf_b2b_kernel"));
+                CHECK_EQ_INT(one ? 0 : 2, count_of(cf_kernel_ptx(k), ".entry cf_gemm_kernel"));
+                CHECK_EQ_INT(s == 0, one);   /* b2b_gelu's F has no row reduction */
                 cf_resources r;
                 CHECK_EQ_INT(CF_OK, cf_kernel_resources(k, &r, &err));
                 CHECK(cf_b2b_predict_us(b, dims) > 0);
@@ -215,6 +236,35 @@ static void test_compile_shapes(void)
             cf_kernel_free(k);
             cf_graph_free(g);
         }
+}
+
+/* A request the one kernel cannot take (a cooperative schedule) runs the pieces as two kernels,
+ * and explain says why. */
+static void test_two_kernels_when_asked(void)
+{
+    cf_graph *g = parse("examples/b2b_gelu.cf");
+    int64_t dims[CF_MAX_DIMS];
+    b2b_dims(g, 8192, 1024, 2048, 1024, dims);
+    cf_plan_request req = {0};
+    req.schedule = CF_SCHEDULE_COOPERATIVE;
+    cf_kernel *k = NULL;
+    cf_error err;
+    CHECK_EQ_INT(CF_OK, cf_kernel_build_dims(g, &req, dims, "coop", &k, &err));
+    const cf_b2b *b = cf_kernel_b2b(k);
+    CHECK(b && !cf_b2b_one_kernel(b));
+    if (b) {
+        cf_strbuf sb = {0};
+        cf_b2b_describe(b, &sb);
+        CHECK_CONTAINS(sb.data, "B2B: two fused kernels, S [M,N1] bf16 through global memory (not one kernel: at "
+                                "GEMM 'matmul.");
+        CHECK_CONTAINS(sb.data, "its schedule is not pingpong)");
+        CHECK_CONTAINS(sb.data, "  kernel 2: GEMM 'O'");
+        cf_sb_free(&sb);
+        CHECK_EQ_INT(2, count_of(cf_kernel_source(k), "// ---- B2B kernel "));
+        CHECK(cf_kernel_plan(cf_b2b_part(b, 0))->schedule == CF_SCHEDULE_COOPERATIVE);
+    }
+    cf_kernel_free(k);
+    cf_graph_free(g);
 }
 
 /* ---- on the stand-in driver ---------------------------------------------------------------- */
@@ -241,13 +291,13 @@ static uint64_t desc_addr(const struct fake_cuda_counts *fc, int i)
     return p;
 }
 
-/* One launch is two kernel launches; the second reads S (its first descriptor: neither X nor any
- * tensor of the caller) against W2 and writes O; S is the object's, allocated once per size. */
+/* One launch is one kernel launch, phase 1's parameters first: X, W1, then S (neither X nor any
+ * tensor of the caller); S is the object's, allocated once per size. */
 static void (*fake_capture)(int);
 
 static void test_launch(struct fake_cuda_counts *fc)
 {
-    cf_graph *g = parse("examples/b2b_ln.cf");
+    cf_graph *g = parse("examples/b2b_gelu.cf");
     int64_t dims[CF_MAX_DIMS];
     b2b_dims(g, 256, 64, 1000, 264, dims);
     cf_error err;
@@ -268,21 +318,21 @@ static void test_launch(struct fake_cuda_counts *fc)
     if (ok) {
         const cf_launch_args a = {dims, in, NULL, out, NULL};
         CHECK_EQ_INT(CF_OK, cf_kernel_launch(k, &a, &err));
-        const uint64_t s = desc_addr(fc, 0);
+        const uint64_t s = desc_addr(fc, 2);
         *fc = (struct fake_cuda_counts){0};
         CHECK_EQ_INT(CF_OK, cf_kernel_launch(k, &a, &err));
-        CHECK_EQ_INT(2, fc->launches);
-        CHECK_EQ_INT(0, fc->allocs);   /* S and the exchange slots are kept */
-        CHECK(desc_addr(fc, 0) == s);
+        CHECK_EQ_INT(1, fc->launches);
+        CHECK_EQ_INT(0, fc->allocs);   /* S, the counters and the exchange slots are kept */
+        CHECK(desc_addr(fc, 2) == s);
         for (int i = 0; i < n_in; i++)
             CHECK(s != in[i]);
         CHECK(s != out[0]);
-        CHECK(desc_addr(fc, 1) == in[input_named(g, "W2")]);
-        CHECK(desc_addr(fc, 2) == out[0]);
+        CHECK(desc_addr(fc, 0) == in[input_named(g, "X")]);
+        CHECK(desc_addr(fc, 1) == in[input_named(g, "W1")]);
         dims[cf_graph_dim(g, "M")] = 512;   /* a larger M: a larger S */
         *fc = (struct fake_cuda_counts){0};
         CHECK_EQ_INT(CF_OK, cf_kernel_launch(k, &a, &err));
-        CHECK_EQ_INT(2, fc->launches);
+        CHECK_EQ_INT(1, fc->launches);
         /* a new S: the old one freed, a larger allocated (the fake's malloc may hand back the
          * same address, so the address says nothing) */
         CHECK(fc->allocs >= 1 && fc->frees >= 1);
@@ -290,7 +340,7 @@ static void test_launch(struct fake_cuda_counts *fc)
         fake_capture(1);
         *fc = (struct fake_cuda_counts){0};
         CHECK_EQ_INT(CF_OK, cf_kernel_launch(k, &a, &err));
-        CHECK_EQ_INT(2, fc->launches);
+        CHECK_EQ_INT(1, fc->launches);
         dims[cf_graph_dim(g, "M")] = 1024;
         *fc = (struct fake_cuda_counts){0};
         CHECK_EQ_INT(CF_ERR_INVALID_ARG, cf_kernel_launch(k, &a, &err));
@@ -392,6 +442,7 @@ int main(int argc, char **argv)
     test_row_values();
     test_declined();
     test_compile_shapes();
+    test_two_kernels_when_asked();
     run_on_fake();
     return tu_finish("test_b2b");
 }

@@ -341,17 +341,29 @@ int main(int argc, char **argv)
     CHECK_CONTAINS(buf, "bad option --multicast maybe");
     CHECK_EQ_INT(2, cf("explain --pair-tiles yes examples/gemm_bias_ln.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "bad option --pair-tiles yes");
-    /* B2B (issue 31, item 3): two fused kernels, S through global memory, both plans */
+    /* B2B (issue 31): one kernel of two phases, S through L2, both phases' plans */
+    CHECK_EQ_INT(0, cf("explain examples/b2b_gelu.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "B2B: one kernel of two phases, S [M,N1] bf16 through L2 (a row block's phase-2 tiles wait "
+                        "for its S; rows wider than phase 1's row group run as two kernels)\n"
+                        "  phase 1: GEMM 'matmul.4' [M,N1] and its epilogue -> S [M,N1] bf16\n"
+                        "  phase 2: GEMM 'O' [M,N2] and its epilogue -> O bf16\n"
+                        "---- B2B phase 1 of 2 ----\nplan:\n");
+    CHECK_CONTAINS(buf, "---- B2B phase 2 of 2 ----\nplan:\n");
+    /* F with row reductions: two kernels, and why */
     CHECK_EQ_INT(0, cf("explain examples/b2b_ln.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "B2B: two fused kernels, S [M,N1] bf16 through global memory (a single B2B kernel, S kept in "
-                        "L2, is planned: docs/design.md)\n"
-                        "  kernel 1: GEMM 'matmul.6' [M,N1] and its epilogue -> S [M,N1] bf16\n"
-                        "  kernel 2: GEMM 'O' [M,N2] and its epilogue -> O bf16\n"
-                        "---- B2B kernel 1 of 2 ----\nplan:\n");
+    CHECK_CONTAINS(buf, "B2B: two fused kernels, S [M,N1] bf16 through global memory (not one kernel: at GEMM "
+                        "'matmul.6', its row reductions tie a row group to N1's tiles");
+    CHECK_CONTAINS(buf, "---- B2B kernel 1 of 2 ----\nplan:\n");
     CHECK_CONTAINS(buf, "  reductions: 2, exchange: ");
     CHECK_CONTAINS(buf, "---- B2B kernel 2 of 2 ----\nplan:\n");
     CHECK_CONTAINS(buf, "  reductions: 0, exchange: none");
     CHECK(!strstr(buf, "fused kernel: none"));
+    /* a request against it (a cooperative schedule): two kernels, and why */
+    CHECK_EQ_INT(0, cf("explain --schedule cooperative examples/b2b_gelu.cf", buf, sizeof buf));
+    CHECK_CONTAINS(buf, "B2B: two fused kernels, S [M,N1] bf16 through global memory (not one kernel: at GEMM "
+                        "'matmul.4', its schedule is not pingpong)\n"
+                        "  kernel 1: GEMM 'matmul.4' [M,N1] and its epilogue -> S [M,N1] bf16\n");
+    CHECK_CONTAINS(buf, "---- B2B kernel 2 of 2 ----\nplan:\n");
     /* Φ has no single IR for b2b_rowstat (per-row values of the first epilogue in the second):
      * the split runs it, kernel 1 storing those values; each kernel's IR is printed */
     CHECK_EQ_INT(0, cf("explain tests/specs/b2b_rowstat.cf", buf, sizeof buf));
@@ -360,9 +372,9 @@ int main(int argc, char **argv)
     const char *first_ir = strstr(buf, "Fusion Spec IR: GEMM + epilogue");
     CHECK(first_ir && strstr(first_ir + 1, "Fusion Spec IR: GEMM + epilogue"));
     CHECK_EQ_INT(0, cf("compile --shape M=1000,K=520,N1=1000,N2=264 tests/specs/b2b_gelu_nk.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "compiled tests/specs/b2b_gelu_nk.cf for sm_90a: B2B: two fused kernels, S [M,N1] bf16");
-    CHECK_CONTAINS(buf, "B2B kernel 1 of 2: ");
-    CHECK_CONTAINS(buf, "B2B kernel 2 of 2: ");
+    CHECK_CONTAINS(buf, "compiled tests/specs/b2b_gelu_nk.cf for sm_90a: B2B: one kernel of two phases, S [M,N1] bf16");
+    CHECK_CONTAINS(buf, "B2B phase 1 of 2: ");
+    CHECK_CONTAINS(buf, "B2B phase 2 of 2: ");
 
     /* Errors: a parse error names file:line:col (status 1); a spec outside
      * the domain exits 3 so a caller can fall back. */
@@ -432,10 +444,10 @@ int main(int argc, char **argv)
     CHECK_EQ_INT(3, cf("run --check --shape M=40,N=8192,K=16 tests/specs/swiglu_nk.cf", buf, sizeof buf));
     CHECK_CONTAINS(buf, "the fused kernel is not available: a dual GEMM's rows of N=8192 are wider than a row group");
     CHECK_CONTAINS(buf, "`comfuse run --unfused` runs and checks the unfused path");
-    /* B2B runs as two fused kernels (on the fake driver: as far as the check) */
+    /* B2B runs as one kernel (on the fake driver: as far as the check) */
     CHECK_EQ_INT(4, cf_fake("run --check --shape M=40,K=16,N1=24,N2=8 examples/b2b_gelu.cf", buf, sizeof buf));
-    CHECK_CONTAINS(buf, "ran examples/b2b_gelu.cf at M=40,K=16,N1=24,N2=8 (seed 1): B2B: two fused kernels, "
-                        "S [M,N1] bf16 through global memory");
+    CHECK_CONTAINS(buf, "ran examples/b2b_gelu.cf at M=40,K=16,N1=24,N2=8 (seed 1): B2B: one kernel of two phases, "
+                        "S [M,N1] bf16 through L2");
     CHECK_CONTAINS(buf, "check O        bf16: 320 elements (40 of 40 rows)");
     /* emit --unfused: a row kernel after each GEMM with an epilogue */
     CHECK_EQ_INT(0, cf("emit --unfused examples/b2b_gelu.cf", buf, sizeof buf));

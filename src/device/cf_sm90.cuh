@@ -229,6 +229,11 @@ static_assert(!cf_S::mid || (cf_S::finisher && cf_S::late_finish), "mid: the fin
 #define CF_INFO_TIN_ARGS 21    /* [M,N] inputs fetched through the operand ring, a bit per argument */
 #define CF_INFO_SPLIT_K 22     /* slices of K (S::split_k): cooperative launch, args.split_ws and split_cnt */
 #define CF_SM90_VERSION 7
+/* cf_kernel_info's initialiser for schedule S, in the CF_INFO_* order */
+#define CF_KERNEL_INFO(S)                                                                                         \
+    {CF_SM90_VERSION, S::smem_bytes, S::bm, S::bn, S::tile_m, S::stages, S::cluster_n, S::b_nk, S::in_f16,        \
+     S::num_out, S::pingpong, S::num_threads, S::stg_chunks, S::group_m, S::a_box_rows, S::b_nk ? S::bn : 64,     \
+     S::row_ctas, S::red_global, S::num_red, S::late_finish, S::out_box_rows, S::tin_args, S::split_k}
 
 /* ----------------------------------------------------------------------------------------
  * Types shared with the host
@@ -1301,13 +1306,11 @@ __device__ __forceinline__ void cf_load_tin_stage(const cf_gemm_args &args, cons
     }
 }
 
-/* The producer's part of tile i of this CTA: its k-blocks' operand stages, then (the slice that
+/* The producer's part of tile (tm, tn): its k-blocks' operand stages, then (the slice that
  * runs the epilogue) the tile's [M, N] epilogue inputs, each into the ring stage at (stage,
  * phase), which it advances. */
-template <class S> __device__ __forceinline__ void cf_produce_tile(const cf_gemm_args &args, const cf_cta &cta, int i,
-                                                                   int &stage, unsigned &phase) {
-    int tm, tn;
-    cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
+template <class S> __device__ __forceinline__ void cf_produce_tile(const cf_gemm_args &args, const cf_cta &cta, int tm,
+                                                                   int tn, int &stage, unsigned &phase) {
     const int m0 = tm * S::tile_m, n0 = tn * S::bn;
 #pragma unroll 1
     for (int kb = 0; kb < cta.nkb; ++kb) {
@@ -1361,8 +1364,11 @@ template <class S> __device__ __forceinline__ void cf_producer(const cf_gemm_arg
         int stage = 0;
         unsigned phase = 0;
 #pragma unroll 1
-        for (int i = 0; i < cta.my_n; ++i)
-            cf_produce_tile<S>(args, cta, i, stage, phase);
+        for (int i = 0; i < cta.my_n; ++i) {
+            int tm, tn;
+            cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
+            cf_produce_tile<S>(args, cta, tm, tn, stage, phase);
+        }
     }
     __syncwarp();
 }
@@ -1635,12 +1641,14 @@ template <class S> struct cf_consumer_state {
     bool parked_ok;
 };
 
-/* Consumer warpgroup w's tile i (every istep-th of its CTA's): the mainloop, then the epilogue,
- * finishing the parked tile of the one before where the schedule finishes tiles late. */
+/* Consumer warpgroup w's tile (tm, tn), the i-th of its CTA's stream (it takes every istep-th),
+ * its operands from ring position pos on: the mainloop, then the epilogue, finishing the parked
+ * tile of the one before where the schedule finishes tiles late. */
 template <class S>
 __device__ __forceinline__ void cf_consume_tile(const cf_gemm_args &args, const cf_cta &cta, cf_tile &t,
                                                 cf_consumer_state<S> &cs, float (&acc)[CF_ACC_REGS],
-                                                float (&acc2)[CF_ACC_REGS], int w, int i, int istep, unsigned a_off) {
+                                                float (&acc2)[CF_ACC_REGS], int w, int i, int istep, unsigned a_off,
+                                                int tm, int tn, int pos) {
     cf_tile &parked = cs.parked;
     cf_pre &pre = cs.pre;
     cf_late_of<S> &late = cs.late, &late_prev = cs.late_prev;
@@ -1648,9 +1656,6 @@ __device__ __forceinline__ void cf_consume_tile(const cf_gemm_args &args, const 
     (void)parked_ok;
     (void)late_prev;
     (void)w;
-    int tm, tn;
-    cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
-    const int pos = i * (cta.nkb + S::tin_stages);   /* ring stages per tile: k-blocks, then inputs */
     t.tin_pos = pos + cta.nkb;
     {   /* this tile's vectors for the epilogue, loaded while its mainloop runs */
         cf_tile next = t;
@@ -1662,7 +1667,7 @@ __device__ __forceinline__ void cf_consume_tile(const cf_gemm_args &args, const 
     if constexpr (S::split_k > 1)   /* the other slices' partials of this tile */
         cf_split_gather<S>(args, t, acc, acc2, cf_split_tile(cta, tm, tn));
     if constexpr (S::xchg_l2)
-        if (i < istep) t.epoch = cf_launch_epoch();   /* the warpgroup's first tile */
+        if (t.epoch == 0) t.epoch = cf_launch_epoch();   /* the warpgroup's first tile (0 is no epoch) */
     t.tile_m = tm; t.tile_n = tn;
     t.m0 = tm * S::tile_m + (S::pingpong ? 0 : w * S::bm);
     t.n0 = tn * S::bn;
@@ -1765,8 +1770,12 @@ __device__ __forceinline__ void cf_consumer(const cf_gemm_args &args, const cf_c
     cs.parked = t;
     cs.parked_ok = false;
 #pragma unroll 1
-    for (int i = istart; i < cta.my_n; i += istep)
-        cf_consume_tile<S>(args, cta, t, cs, acc, acc2, w, i, istep, a_off);
+    for (int i = istart; i < cta.my_n; i += istep) {
+        int tm, tn;
+        cf_sched_tile(i, cta.cid, cta.nclusters, cta.tiles_m, cta.groups_n, cta.rank, tm, tn);
+        /* ring stages per tile: its k-blocks, then its inputs */
+        cf_consume_tile<S>(args, cta, t, cs, acc, acc2, w, i, istep, a_off, tm, tn, i * (cta.nkb + S::tin_stages));
+    }
     cf_consumer_done<S>(args, cta, t, cs, acc, w);
 }
 
