@@ -280,10 +280,11 @@ typedef struct cf_kernel cf_kernel;
 /* Lowers g and generates the kernel's CUDA source (no GPU, no NVRTC).  The
  * graph must outlive the kernel.  CF_ERR_UNSUPPORTED: run g on the unfused
  * path instead (cf_unfused_build, below).  A B2B graph (O = G(F(X*W1)*W2))
- * builds, for now, as two fused kernels that one cf_kernel_launch runs back to
- * back, S = F(X*W1) going through a device buffer the object owns (allocated by
- * a launch: launch once at the largest M before capturing into a CUDA graph);
- * opt's m, n, k are the first GEMM's. */
+ * builds as one kernel of two phases where F has no row reduction, else as two
+ * fused kernels that one cf_kernel_launch runs back to back; S = F(X*W1) goes
+ * through a device buffer the object owns (allocated by a launch, as are the
+ * one kernel's counters: launch once at the largest M before capturing into a
+ * CUDA graph); opt's m, n, k are the first GEMM's. */
 CF_API cf_status cf_kernel_build(const cf_graph *g, const cf_options *opt, const char *title,
                                  cf_kernel **out, cf_error *err);
 CF_API const char *cf_kernel_source(const cf_kernel *k);

@@ -21,7 +21,9 @@
  *
  * S goes through L2 (the next round reads it, while it is still there) and is written back to
  * device memory once: the two kernels' S write and read become a write.  Outside this class
- * (late finishes, a finisher, slices of K, clusters, reductions in G) the host runs two kernels.
+ * (late finishes, a finisher, slices of K, clusters, reductions in G) the host runs two kernels;
+ * it does so also where F reduces rows, which this kernel runs correctly but slower (a row group
+ * of N1's tiles, each finished at once; docs/design.md).
  */
 
 namespace cf_b2b {
